@@ -1,0 +1,10 @@
+//! `courier verify` (to be written).
+
+use std::process::ExitCode;
+
+#[derive(clap::Args)]
+pub struct Args {}
+
+pub async fn run(_args: Args) -> anyhow::Result<ExitCode> {
+    anyhow::bail!("courier verify is not written yet")
+}

@@ -1,0 +1,24 @@
+//! courier-core: the pure middle of courier.
+//!
+//! Everything here is a function of its inputs: no tokio, no SQL, no HTTP, no
+//! clock and no global randomness. The runtime (`courier-dispatch`) performs
+//! the side effects that these functions return as data.
+//!
+//! # Invariants
+//! - A message status only moves forward (`status::merge`); a second, different
+//!   final status is a conflict to be settled by a lookup, never by arrival order.
+//! - The idempotency key of an action is a pure function of the action (`key`),
+//!   so every owner of the action, at every epoch, sends with the same key.
+//! - A send is preceded by a lookup whenever an earlier attempt may have left
+//!   (`step::after_claim`, `step::after_lookup`, `step::after_send`).
+
+pub mod backoff;
+pub mod key;
+pub mod limits;
+pub mod phone;
+pub mod status;
+pub mod step;
+
+pub use key::{action_key, validate_key, KeyError};
+pub use limits::{Limits, LimitsError};
+pub use status::{merge, Merge, Status};

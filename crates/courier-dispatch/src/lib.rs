@@ -1,0 +1,1 @@
+//! courier-dispatch: The courier runtime: claimer, sender, heartbeat, reconciler, webhook and enqueue HTTP API.

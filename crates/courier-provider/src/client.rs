@@ -1,0 +1,270 @@
+//! The courier's provider client.
+//!
+//! Answers are classified by what the caller does next. The rule that matters:
+//! a time-out, a 5xx, a 429, a 409 or a refused or reset connection is
+//! [`SendOutcome::Unknown`], never "no" — the message may exist.
+
+use crate::wire::{ErrorBody, MessageView, SendRequest};
+use courier_core::key::quote_key;
+use courier_core::step::{LookupAnswer, SendAnswer};
+use std::time::Duration;
+
+#[derive(Debug, Clone)]
+pub struct ClientConfig {
+    /// Base URL, e.g. `http://127.0.0.1:7100`.
+    pub base_url: String,
+    pub api_key: String,
+    /// Where the provider should send status webhooks for our messages.
+    pub status_callback: Option<String>,
+    /// Time-out of one request, connect included.
+    pub timeout: Duration,
+}
+
+/// The answer to a send.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SendOutcome {
+    /// First request with this key: the message now exists.
+    Accepted(MessageView),
+    /// A repeat: the provider replayed the first answer; no new message.
+    Replayed(MessageView),
+    /// A definite refusal: no message was created by this request.
+    Rejected { status: u16, error: String },
+    /// Nothing is known: look the key up before doing anything else.
+    Unknown(String),
+}
+
+impl SendOutcome {
+    /// The pure-core view of this answer.
+    pub fn answer(&self) -> SendAnswer {
+        match self {
+            SendOutcome::Accepted(m) | SendOutcome::Replayed(m) => SendAnswer::Accepted(m.status),
+            SendOutcome::Rejected { status, error } => {
+                SendAnswer::Rejected(format!("provider answered {status}: {error}"))
+            }
+            SendOutcome::Unknown(_) => SendAnswer::Unknown,
+        }
+    }
+}
+
+/// The answer to a lookup.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum LookupOutcome {
+    Found(MessageView),
+    /// A definite 404 `{"error":"not_found"}`: a resend with the same key is allowed.
+    NotFound,
+    /// Anything else: ask again later.
+    Unknown(String),
+}
+
+impl LookupOutcome {
+    pub fn answer(&self) -> LookupAnswer {
+        match self {
+            LookupOutcome::Found(m) => LookupAnswer::Found(m.status),
+            LookupOutcome::NotFound => LookupAnswer::NotFound,
+            LookupOutcome::Unknown(_) => LookupAnswer::Unknown,
+        }
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+#[error("cannot build the provider client: {0}")]
+pub struct ClientBuildError(String);
+
+#[derive(Clone)]
+pub struct ProviderClient {
+    http: reqwest::Client,
+    base_url: String,
+    auth: String,
+    status_callback: Option<String>,
+}
+
+impl ProviderClient {
+    pub fn new(cfg: ClientConfig) -> Result<Self, ClientBuildError> {
+        let http = reqwest::Client::builder()
+            .timeout(cfg.timeout)
+            .connect_timeout(cfg.timeout)
+            .pool_idle_timeout(Duration::from_secs(30))
+            .tcp_nodelay(true)
+            .build()
+            .map_err(|e| ClientBuildError(e.to_string()))?;
+        Ok(ProviderClient {
+            http,
+            base_url: cfg.base_url.trim_end_matches('/').to_string(),
+            auth: format!("Bearer {}", cfg.api_key),
+            status_callback: cfg.status_callback,
+        })
+    }
+
+    /// Sends a message with the given idempotency key.
+    pub async fn send(&self, key: &str, to: &str, body: &str) -> SendOutcome {
+        let req = SendRequest {
+            to: to.to_string(),
+            body: body.to_string(),
+            status_callback: self.status_callback.clone(),
+        };
+        let result = self
+            .http
+            .post(format!("{}/v1/messages", self.base_url))
+            .header("authorization", &self.auth)
+            .header("idempotency-key", quote_key(key))
+            .json(&req)
+            .send()
+            .await;
+        let resp = match result {
+            Ok(r) => r,
+            Err(e) => return SendOutcome::Unknown(describe(&e)),
+        };
+        let status = resp.status().as_u16();
+        let replayed = resp
+            .headers()
+            .get("idempotent-replayed")
+            .is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(b"true"));
+        let bytes = match resp.bytes().await {
+            Ok(b) => b,
+            Err(e) => return SendOutcome::Unknown(format!("answer {status} cut off: {}", describe(&e))),
+        };
+        classify_send(status, replayed, &bytes)
+    }
+
+    /// Looks a key up.
+    pub async fn lookup(&self, key: &str) -> LookupOutcome {
+        let result = self
+            .http
+            .get(format!("{}/v1/messages/{}", self.base_url, encode_path(key)))
+            .header("authorization", &self.auth)
+            .send()
+            .await;
+        let resp = match result {
+            Ok(r) => r,
+            Err(e) => return LookupOutcome::Unknown(describe(&e)),
+        };
+        let status = resp.status().as_u16();
+        let bytes = match resp.bytes().await {
+            Ok(b) => b,
+            Err(e) => return LookupOutcome::Unknown(format!("answer {status} cut off: {}", describe(&e))),
+        };
+        classify_lookup(status, &bytes)
+    }
+}
+
+fn describe(e: &reqwest::Error) -> String {
+    if e.is_timeout() {
+        format!("time-out: {e}")
+    } else if e.is_connect() {
+        format!("connection failed: {e}")
+    } else {
+        format!("transport error: {e}")
+    }
+}
+
+/// Classifies a send answer. Public for tests of the classification itself.
+pub fn classify_send(status: u16, replayed: bool, body: &[u8]) -> SendOutcome {
+    match status {
+        200 | 201 => match serde_json::from_slice::<MessageView>(body) {
+            Ok(m) if replayed => SendOutcome::Replayed(m),
+            Ok(m) => SendOutcome::Accepted(m),
+            // A success we cannot read tells us nothing definite.
+            Err(e) => SendOutcome::Unknown(format!("unreadable {status} answer: {e}")),
+        },
+        // In progress, overload, server faults: the outcome is unknown.
+        409 | 429 | 500..=599 => SendOutcome::Unknown(format!(
+            "provider answered {status}: {}",
+            error_text(body)
+        )),
+        400..=499 => SendOutcome::Rejected {
+            status,
+            error: error_text(body),
+        },
+        // 1xx, 3xx, other 2xx: nothing we can rely on.
+        other => SendOutcome::Unknown(format!("unexpected answer {other}")),
+    }
+}
+
+/// Classifies a lookup answer.
+pub fn classify_lookup(status: u16, body: &[u8]) -> LookupOutcome {
+    match status {
+        200 => match serde_json::from_slice::<MessageView>(body) {
+            Ok(m) => LookupOutcome::Found(m),
+            Err(e) => LookupOutcome::Unknown(format!("unreadable 200 answer: {e}")),
+        },
+        // Only the contract's own 404 is a definite "not found"; a 404 from
+        // something else (a wrong path, a proxy) is not evidence.
+        404 if error_text(body) == "not_found" => LookupOutcome::NotFound,
+        other => LookupOutcome::Unknown(format!(
+            "provider answered {other}: {}",
+            error_text(body)
+        )),
+    }
+}
+
+fn error_text(body: &[u8]) -> String {
+    match serde_json::from_slice::<ErrorBody>(body) {
+        Ok(e) => e.error,
+        Err(_) => String::from_utf8_lossy(&body[..body.len().min(200)]).into_owned(),
+    }
+}
+
+/// Percent-encodes a key for a path segment (keys are printable ASCII).
+fn encode_path(key: &str) -> String {
+    let mut out = String::with_capacity(key.len());
+    for b in key.bytes() {
+        if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.' | b'~') {
+            out.push(b as char);
+        } else {
+            out.push_str(&format!("%{b:02X}"));
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use courier_core::Status;
+
+    const MSG: &[u8] = br#"{"id":"msg_1","key":"k","status":"accepted"}"#;
+
+    #[test]
+    fn created_and_replayed_are_told_apart() {
+        assert!(matches!(classify_send(201, false, MSG), SendOutcome::Accepted(m) if m.status == Status::Accepted));
+        assert!(matches!(classify_send(201, true, MSG), SendOutcome::Replayed(_)));
+    }
+
+    #[test]
+    fn unknown_is_never_no() {
+        for code in [409, 429, 500, 502, 503, 504] {
+            assert!(
+                matches!(classify_send(code, false, br#"{"error":"x"}"#), SendOutcome::Unknown(_)),
+                "{code}"
+            );
+        }
+        assert!(matches!(classify_send(201, false, b"not json"), SendOutcome::Unknown(_)));
+        assert!(matches!(classify_send(302, false, b""), SendOutcome::Unknown(_)));
+    }
+
+    #[test]
+    fn definite_refusals_are_rejections() {
+        assert_eq!(
+            classify_send(422, false, br#"{"error":"idempotency_key_reused"}"#),
+            SendOutcome::Rejected {
+                status: 422,
+                error: "idempotency_key_reused".into()
+            }
+        );
+        assert!(matches!(classify_send(400, false, b"{}"), SendOutcome::Rejected { status: 400, .. }));
+    }
+
+    #[test]
+    fn only_the_contracts_404_is_not_found() {
+        assert_eq!(classify_lookup(404, br#"{"error":"not_found"}"#), LookupOutcome::NotFound);
+        assert!(matches!(classify_lookup(404, b"<html>"), LookupOutcome::Unknown(_)));
+        assert!(matches!(classify_lookup(503, b""), LookupOutcome::Unknown(_)));
+        assert!(matches!(classify_lookup(200, MSG), LookupOutcome::Found(_)));
+    }
+
+    #[test]
+    fn keys_are_escaped_in_paths() {
+        assert_eq!(encode_path("courier-abc_1.2~"), "courier-abc_1.2~");
+        assert_eq!(encode_path("a b/c"), "a%20b%2Fc");
+    }
+}

@@ -1,0 +1,1 @@
+//! The flaky fake provider (to be written).

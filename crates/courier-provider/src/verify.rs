@@ -1,0 +1,1 @@
+//! The provider-log verifier (to be written).

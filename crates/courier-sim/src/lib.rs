@@ -1,0 +1,1 @@
+//! courier-sim: Seeded, I/O-free simulations of delivery guarantees.

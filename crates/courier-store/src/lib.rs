@@ -1,0 +1,1 @@
+//! courier-store: The only crate that speaks SQL: migrations, queries, the managed local PostgreSQL cluster.
