@@ -1,1 +1,89 @@
-//! courier-store: The only crate that speaks SQL: migrations, queries, the managed local PostgreSQL cluster.
+//! courier-store: the only crate that speaks SQL.
+//!
+//! - [`cluster`]: the managed local PostgreSQL cluster.
+//! - [`migrate`]: versioned SQL migrations (`migrations/*.sql`), applied on start.
+//! - [`PgStore`]: every query, named entity-then-verb.
+//!
+//! # Invariants
+//! - Every write after a claim checks `(owner, epoch)`; zero rows is
+//!   [`Fenced`], an expected outcome returned as data, not an error.
+//! - Locks are taken in one order: store row, then action row, then outbox
+//!   row, so concurrent claims, fenced writes and merges cannot deadlock.
+//! - A report is merged forward only (courier-core's `merge`), in the same
+//!   transaction as the webhook event id that carried it.
+
+pub mod cluster;
+pub mod migrate;
+mod queries;
+
+pub use queries::*;
+
+use std::time::Duration;
+
+/// Errors by what the caller does next.
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    /// The database is unreachable or restarting, or the transaction was
+    /// aborted for a retryable reason; a commit's outcome may be unknown.
+    /// Retry after a pause: every write here is idempotent or re-checkable.
+    #[error("database unavailable: {0}")]
+    Unavailable(String),
+    /// A bug or a broken invariant (a constraint refused a write): do not retry.
+    #[error("database error: {0}")]
+    Query(String),
+}
+
+impl StoreError {
+    pub fn is_unavailable(&self) -> bool {
+        matches!(self, StoreError::Unavailable(_))
+    }
+}
+
+impl From<tokio_postgres::Error> for StoreError {
+    fn from(e: tokio_postgres::Error) -> Self {
+        if let Some(db) = e.as_db_error() {
+            let code = db.code().code();
+            // 08: connection exceptions; 57P0x: shutdown and restart;
+            // 40001 / 40P01: serialization failure and deadlock; 53: resources.
+            if code.starts_with("08")
+                || code.starts_with("57P")
+                || code.starts_with("53")
+                || code == "40001"
+                || code == "40P01"
+            {
+                return StoreError::Unavailable(e.to_string());
+            }
+            return StoreError::Query(format!("{e}: {}", db.message()));
+        }
+        // No database error: the connection broke, closed or timed out.
+        StoreError::Unavailable(e.to_string())
+    }
+}
+
+impl From<deadpool_postgres::PoolError> for StoreError {
+    fn from(e: deadpool_postgres::PoolError) -> Self {
+        match e {
+            deadpool_postgres::PoolError::Backend(e) => e.into(),
+            other => StoreError::Unavailable(other.to_string()),
+        }
+    }
+}
+
+/// How to connect.
+#[derive(Debug, Clone)]
+pub struct StoreConfig {
+    pub url: String,
+    pub pool_size_max: usize,
+    /// How long to wait for a connection from the pool.
+    pub connect_timeout: Duration,
+}
+
+impl StoreConfig {
+    pub fn new(url: impl Into<String>) -> Self {
+        StoreConfig {
+            url: url.into(),
+            pool_size_max: 8,
+            connect_timeout: Duration::from_secs(5),
+        }
+    }
+}

@@ -1,0 +1,440 @@
+//! The store against a real PostgreSQL (see courier-testkit): fencing, claims,
+//! merges and enqueue. Each test gets a fresh database.
+
+use courier_core::status::Merge;
+use courier_core::{action_key, Status};
+use courier_store::*;
+use courier_testkit::fresh_db;
+use std::collections::HashSet;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+fn new_action(store: &str, n: usize) -> NewAction {
+    NewAction {
+        store: store.to_string(),
+        to: "+15551234567".to_string(),
+        body: format!("order {n} shipped"),
+        key: None,
+    }
+}
+
+async fn enqueue_many(store: &PgStore, s: &str, n: usize) {
+    for i in 0..n {
+        store.action_enqueue(&new_action(s, i)).await.unwrap();
+    }
+}
+
+fn owner(name: &str) -> Arc<str> {
+    Arc::from(name)
+}
+
+async fn claim(store: &PgStore, who: &Arc<str>, n: u32, ttl_ms: u64) -> Vec<Claimed> {
+    store
+        .action_claim(who, n, ttl_ms, 1_000, ClaimMode::Fair)
+        .await
+        .unwrap()
+}
+
+/// Waits (bounded) until the lease of `lease` has run out in the database clock.
+async fn wait_lease_expired(ttl_ms: u64) {
+    tokio::time::sleep(Duration::from_millis(ttl_ms + 20)).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn no_double_claim_under_concurrent_claimers() {
+    let db = fresh_db().await;
+    for s in 0..10 {
+        enqueue_many(&db.store, &format!("s{s}"), 50).await;
+    }
+    let mut tasks = Vec::new();
+    for w in 0..8 {
+        let store = db.store.clone();
+        tasks.push(tokio::spawn(async move {
+            let who = owner(&format!("w{w}"));
+            let mut mine = Vec::new();
+            loop {
+                let got = store
+                    .action_claim(&who, 7, 60_000, 1_000, ClaimMode::Fair)
+                    .await
+                    .unwrap();
+                if got.is_empty() {
+                    break;
+                }
+                mine.extend(got.into_iter().map(|c| c.lease.action_id));
+            }
+            mine
+        }));
+    }
+    let mut seen = HashSet::new();
+    let mut total = 0;
+    for t in tasks {
+        for id in t.await.unwrap() {
+            total += 1;
+            assert!(seen.insert(id), "action {id} claimed twice");
+        }
+    }
+    assert_eq!(total, 500);
+    assert_eq!(seen.len(), 500);
+}
+
+#[tokio::test]
+async fn a_worker_whose_lease_was_taken_can_write_nothing() {
+    let db = fresh_db().await;
+    enqueue_many(&db.store, "s1", 1).await;
+    let a = owner("a");
+    let b = owner("b");
+    let got = claim(&db.store, &a, 1, 100).await;
+    let old = got[0].lease.clone();
+    let key = action_key(&got[0].uid);
+    // A writes the intent, then stalls past its lease.
+    db.store.outbox_intent(&old, &key).await.unwrap().unwrap();
+    wait_lease_expired(100).await;
+    let got_b = claim(&db.store, &b, 1, 60_000).await;
+    assert_eq!(got_b.len(), 1);
+    assert!(got_b[0].reclaimed);
+    assert_eq!(got_b[0].lease.epoch, old.epoch + 1);
+
+    // Every write of the old owner is refused, and says so as data.
+    assert!(matches!(
+        db.store.outbox_intent(&old, &key).await.unwrap(),
+        Err(Fenced { current_epoch: Some(e) }) if e == old.epoch + 1
+    ));
+    assert!(matches!(
+        db.store.outbox_count_attempt(&old, 0).await.unwrap(),
+        Err(AttemptRefused::Fenced(_))
+    ));
+    assert_eq!(
+        db.store
+            .action_heartbeat(&old.owner, &[(old.action_id, old.epoch)], 60_000)
+            .await
+            .unwrap(),
+        Vec::<i64>::new()
+    );
+    assert!(db
+        .store
+        .action_settle(&old, Status::Accepted, Some("msg_1"), false, 10_000)
+        .await
+        .unwrap()
+        .is_err());
+    assert!(db.store.action_fail(&old, "x").await.unwrap().is_err());
+    // Nothing the old owner tried changed the row: no attempt, still claimed by b.
+    let view = db.store.action_get(old.action_id).await.unwrap().unwrap();
+    assert_eq!(view.state, "claimed");
+    assert_eq!(view.attempts, 0);
+    assert_eq!(view.status, Some(Status::Sending));
+    // The new owner can.
+    let new = got_b[0].lease.clone();
+    assert_eq!(db.store.outbox_count_attempt(&new, 0).await.unwrap(), Ok(1));
+    let settled = db
+        .store
+        .action_settle(&new, Status::Accepted, Some("msg_1"), false, 10_000)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(settled.status, Status::Accepted);
+    let summary = db.store.summary(1800).await.unwrap();
+    assert!(summary.event("fenced") >= 2, "{:?}", summary.events);
+}
+
+#[tokio::test]
+async fn a_heartbeat_keeps_a_slow_workers_lease() {
+    let db = fresh_db().await;
+    enqueue_many(&db.store, "s1", 1).await;
+    let a = owner("a");
+    let got = claim(&db.store, &a, 1, 300).await;
+    let lease = got[0].lease.clone();
+    // A slow worker heartbeats every 100 ms for 1 s: three lease lengths.
+    let start = Instant::now();
+    while start.elapsed() < Duration::from_millis(1_000) {
+        let held = db
+            .store
+            .action_heartbeat(&lease.owner, &[(lease.action_id, lease.epoch)], 300)
+            .await
+            .unwrap();
+        assert_eq!(held, vec![lease.action_id]);
+        // Nobody else can take it meanwhile.
+        assert!(claim(&db.store, &owner("b"), 1, 300).await.is_empty());
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let key = action_key(&got[0].uid);
+    assert!(db.store.outbox_intent(&lease, &key).await.unwrap().is_ok());
+    // Without heartbeats the lease runs out and another worker takes over.
+    wait_lease_expired(300).await;
+    assert_eq!(claim(&db.store, &owner("b"), 1, 300).await.len(), 1);
+}
+
+#[tokio::test]
+async fn a_reclaimed_action_continues_from_the_lookup() {
+    let db = fresh_db().await;
+    enqueue_many(&db.store, "s1", 1).await;
+    let got = claim(&db.store, &owner("a"), 1, 100).await;
+    let a = got[0].lease.clone();
+    let key = action_key(&got[0].uid);
+    let intent = db.store.outbox_intent(&a, &key).await.unwrap().unwrap();
+    assert!(intent.written_now);
+    assert_eq!(intent.attempts, 0);
+    assert_eq!(db.store.outbox_count_attempt(&a, 0).await.unwrap(), Ok(1));
+    // A dies here, after its request may have left.
+    wait_lease_expired(100).await;
+    let got = claim(&db.store, &owner("b"), 1, 60_000).await;
+    let b = got[0].lease.clone();
+    let intent = db.store.outbox_intent(&b, &key).await.unwrap().unwrap();
+    // The intent is the same row with the same key, and the counted attempt
+    // tells b to look up before anything else.
+    assert!(!intent.written_now);
+    assert_eq!(intent.key, key);
+    assert_eq!(intent.attempts, 1);
+    assert_eq!(
+        courier_core::step::after_claim(intent.attempts, intent.status),
+        courier_core::step::Step::Lookup
+    );
+}
+
+#[tokio::test]
+async fn a_lease_about_to_end_refuses_the_attempt() {
+    let db = fresh_db().await;
+    enqueue_many(&db.store, "s1", 1).await;
+    let got = claim(&db.store, &owner("a"), 1, 1_000).await;
+    let a = got[0].lease.clone();
+    db.store
+        .outbox_intent(&a, &action_key(&got[0].uid))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        db.store.outbox_count_attempt(&a, 5_000).await.unwrap(),
+        Err(AttemptRefused::LeaseShort)
+    );
+    assert_eq!(db.store.outbox_count_attempt(&a, 10).await.unwrap(), Ok(1));
+}
+
+async fn dispatched_action(db: &courier_testkit::TestDb) -> (Lease, String) {
+    enqueue_many(&db.store, "s1", 1).await;
+    let got = claim(&db.store, &owner("a"), 1, 60_000).await;
+    let lease = got[0].lease.clone();
+    let key = action_key(&got[0].uid);
+    db.store.outbox_intent(&lease, &key).await.unwrap().unwrap();
+    db.store.outbox_count_attempt(&lease, 0).await.unwrap().unwrap();
+    db.store
+        .action_settle(&lease, Status::Accepted, Some("msg_1"), false, 60_000)
+        .await
+        .unwrap()
+        .unwrap();
+    (lease, key)
+}
+
+#[tokio::test]
+async fn a_duplicate_webhook_is_a_no_op() {
+    let db = fresh_db().await;
+    let (lease, key) = dispatched_action(&db).await;
+    let first = db
+        .store
+        .webhook_merge("evt_1", &key, Status::Sent, "msg_1")
+        .await
+        .unwrap();
+    assert_eq!(first, MergeOutcome::Applied(Merge::Advance(Status::Sent)));
+    let again = db
+        .store
+        .webhook_merge("evt_1", &key, Status::Sent, "msg_1")
+        .await
+        .unwrap();
+    assert_eq!(again, MergeOutcome::Duplicate);
+    // Even a duplicate id carrying something else changes nothing.
+    let forged = db
+        .store
+        .webhook_merge("evt_1", &key, Status::Failed, "msg_1")
+        .await
+        .unwrap();
+    assert_eq!(forged, MergeOutcome::Duplicate);
+    let view = db.store.action_get(lease.action_id).await.unwrap().unwrap();
+    assert_eq!(view.status, Some(Status::Sent));
+    assert_eq!(view.state, "dispatched");
+    let s = db.store.summary(1800).await.unwrap();
+    assert_eq!(s.event("duplicate_webhook"), 2);
+}
+
+#[tokio::test]
+async fn a_backward_report_is_ignored_and_counted() {
+    let db = fresh_db().await;
+    let (lease, key) = dispatched_action(&db).await;
+    let out = db
+        .store
+        .webhook_merge("evt_d", &key, Status::Delivered, "msg_1")
+        .await
+        .unwrap();
+    assert_eq!(out, MergeOutcome::Applied(Merge::Advance(Status::Delivered)));
+    let out = db
+        .store
+        .webhook_merge("evt_s", &key, Status::Sent, "msg_1")
+        .await
+        .unwrap();
+    assert_eq!(out, MergeOutcome::Applied(Merge::Backward));
+    let view = db.store.action_get(lease.action_id).await.unwrap().unwrap();
+    assert_eq!(view.status, Some(Status::Delivered));
+    assert_eq!(view.state, "done");
+    assert_eq!(db.store.summary(1800).await.unwrap().event("backward"), 1);
+}
+
+#[tokio::test]
+async fn two_different_finals_wait_for_the_lookup() {
+    let db = fresh_db().await;
+    let (lease, key) = dispatched_action(&db).await;
+    db.store
+        .webhook_merge("e1", &key, Status::Delivered, "msg_1")
+        .await
+        .unwrap();
+    let out = db
+        .store
+        .webhook_merge("e2", &key, Status::Failed, "msg_1")
+        .await
+        .unwrap();
+    assert_eq!(out, MergeOutcome::Applied(Merge::Conflict));
+    // The conflict makes the action due for a lookup at once.
+    let due = db.store.outbox_due_checks(10, 60_000).await.unwrap();
+    assert_eq!(due.len(), 1);
+    assert_eq!(due[0].key, key);
+    // The verifier sees no final status while the conflict stands.
+    let outcomes = db.store.action_outcomes().await.unwrap();
+    assert_eq!(outcomes[0].final_status, None);
+    db.store
+        .lookup_merge(&key, Status::Failed, "msg_1")
+        .await
+        .unwrap();
+    let view = db.store.action_get(lease.action_id).await.unwrap().unwrap();
+    assert_eq!(view.status, Some(Status::Failed));
+    let outcomes = db.store.action_outcomes().await.unwrap();
+    assert_eq!(outcomes[0].final_status, Some(Status::Failed));
+}
+
+#[tokio::test]
+async fn enqueue_is_idempotent_on_store_and_key() {
+    let db = fresh_db().await;
+    let mut a = new_action("s1", 1);
+    a.key = Some("order-1".into());
+    let first = db.store.action_enqueue(&a).await.unwrap();
+    let Enqueued::Created(id) = first else { panic!("{first:?}") };
+    assert_eq!(db.store.action_enqueue(&a).await.unwrap(), Enqueued::Existing(id));
+    // The same key in another store is another action.
+    let mut other = a.clone();
+    other.store = "s2".into();
+    assert!(matches!(db.store.action_enqueue(&other).await.unwrap(), Enqueued::Created(i) if i != id));
+    // The same key with another body is refused and changes nothing.
+    let mut changed = a.clone();
+    changed.body = "something else".into();
+    assert!(matches!(
+        db.store.action_enqueue(&changed).await,
+        Err(EnqueueError::KeyReused { existing_id }) if existing_id == id
+    ));
+    assert_eq!(db.store.summary(1800).await.unwrap().total(), 2);
+}
+
+#[tokio::test]
+async fn enqueue_joins_the_callers_transaction() {
+    let db = fresh_db().await;
+    let mut client = db.store.client().await.unwrap();
+    let tx = client.transaction().await.unwrap();
+    action_enqueue(&*tx, &new_action("s1", 1)).await.unwrap();
+    // Rolled back with the caller's own rows: nothing is enqueued.
+    tx.rollback().await.unwrap();
+    assert_eq!(db.store.summary(1800).await.unwrap().total(), 0);
+    let tx = client.transaction().await.unwrap();
+    action_enqueue(&*tx, &new_action("s1", 2)).await.unwrap();
+    tx.commit().await.unwrap();
+    assert_eq!(db.store.summary(1800).await.unwrap().total(), 1);
+}
+
+#[tokio::test]
+async fn fair_claims_rotate_stores_despite_a_deep_backlog() {
+    let db = fresh_db().await;
+    // The noisy store enqueues first and deep; the quiet ones later.
+    enqueue_many(&db.store, "noisy", 300).await;
+    for s in 0..5 {
+        enqueue_many(&db.store, &format!("quiet{s}"), 3).await;
+    }
+    let who = owner("w");
+    let mut order = Vec::new();
+    for _ in 0..12 {
+        let got = db
+            .store
+            .action_claim(&who, 1, 60_000, 2, ClaimMode::Fair)
+            .await
+            .unwrap();
+        if let Some(c) = got.first() {
+            order.push(c.store.clone());
+        }
+    }
+    // Every quiet store is served within the first six claims, and the noisy
+    // store never holds more than its cap of two.
+    let first_six: HashSet<_> = order[..6].iter().cloned().collect();
+    for s in 0..5 {
+        assert!(first_six.contains(&format!("quiet{s}")), "{order:?}");
+    }
+    assert_eq!(order.iter().filter(|s| *s == "noisy").count(), 2, "{order:?}");
+
+    // FIFO, for contrast, serves the noisy backlog first.
+    let db = fresh_db().await;
+    enqueue_many(&db.store, "noisy", 300).await;
+    enqueue_many(&db.store, "quiet0", 3).await;
+    let got = db
+        .store
+        .action_claim(&who, 10, 60_000, 2, ClaimMode::Fifo)
+        .await
+        .unwrap();
+    assert!(got.iter().all(|c| c.store == "noisy"));
+}
+
+#[tokio::test]
+async fn a_batch_claim_respects_the_cap_and_takes_turns() {
+    let db = fresh_db().await;
+    enqueue_many(&db.store, "a", 10).await;
+    enqueue_many(&db.store, "b", 10).await;
+    enqueue_many(&db.store, "c", 1).await;
+    let got = db
+        .store
+        .action_claim(&owner("w"), 7, 60_000, 3, ClaimMode::Fair)
+        .await
+        .unwrap();
+    let count = |s: &str| got.iter().filter(|c| c.store == s).count();
+    assert_eq!((count("a"), count("b"), count("c")), (3, 3, 1));
+    // At the cap, the stores get nothing more until something settles.
+    let more = db
+        .store
+        .action_claim(&owner("w"), 7, 60_000, 3, ClaimMode::Fair)
+        .await
+        .unwrap();
+    assert!(more.is_empty(), "{more:?}");
+    let first_a = got.iter().find(|c| c.store == "a").unwrap();
+    let key = action_key(&first_a.uid);
+    db.store.outbox_intent(&first_a.lease, &key).await.unwrap().unwrap();
+    db.store
+        .action_settle(&first_a.lease, Status::Accepted, None, false, 60_000)
+        .await
+        .unwrap()
+        .unwrap();
+    let more = db
+        .store
+        .action_claim(&owner("w"), 7, 60_000, 3, ClaimMode::Fair)
+        .await
+        .unwrap();
+    assert_eq!(more.len(), 1);
+    assert_eq!(more[0].store, "a");
+}
+
+#[tokio::test]
+async fn a_settle_retried_after_a_lost_commit_answer_is_accepted() {
+    let db = fresh_db().await;
+    let (lease, _key) = dispatched_action(&db).await;
+    // The same owner settles again (as after a lost commit answer).
+    let again = db
+        .store
+        .action_settle(&lease, Status::Accepted, Some("msg_1"), false, 60_000)
+        .await
+        .unwrap();
+    assert_eq!(
+        again,
+        Ok(Settled {
+            status: Status::Accepted,
+            merge: Merge::Same
+        })
+    );
+}

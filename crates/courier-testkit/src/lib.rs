@@ -1,0 +1,76 @@
+//! Test support. `fresh_db()` gives each test its own database in a real
+//! PostgreSQL cluster that the test run starts itself: the cluster lives under
+//! `target/courier-test-pg` (or `COURIER_TEST_PG_DIR`), is started on first
+//! use by whichever test process comes first (under a file lock), and is
+//! shared by the rest of the run; the test script stops it at the end.
+//! `COURIER_TEST_DATABASE_URL` points the tests at an existing server instead.
+
+use courier_store::cluster::Cluster;
+use courier_store::{PgStore, StoreConfig};
+use std::path::PathBuf;
+
+/// The directory of the shared test cluster.
+pub fn cluster_dir() -> PathBuf {
+    if let Some(dir) = std::env::var_os("COURIER_TEST_PG_DIR") {
+        return PathBuf::from(dir);
+    }
+    // CARGO_MANIFEST_DIR is crates/courier-testkit: the workspace is two up.
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../../target/courier-test-pg")
+}
+
+/// The URL of the server's maintenance database (`postgres`).
+fn server_url() -> String {
+    if let Ok(url) = std::env::var("COURIER_TEST_DATABASE_URL") {
+        return url;
+    }
+    let dir = cluster_dir();
+    std::fs::create_dir_all(&dir).expect("create the test cluster directory");
+    let lock_path = dir.with_extension("lock");
+    let lock = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(&lock_path)
+        .expect("open the test cluster lock");
+    let _guard = nix::fcntl::Flock::lock(lock, nix::fcntl::FlockArg::LockExclusive)
+        .map_err(|(_, e)| e)
+        .expect("lock the test cluster");
+    let url = Cluster::new(&dir)
+        .setting("fsync", "off")
+        .setting("synchronous_commit", "off")
+        .start()
+        .unwrap_or_else(|e| panic!("cannot start the test PostgreSQL cluster: {e}"));
+    url.replace(&format!("/{}", courier_store::cluster::DATABASE), "/postgres")
+}
+
+/// A fresh, migrated database for one test.
+pub struct TestDb {
+    pub url: String,
+    pub store: PgStore,
+}
+
+pub async fn fresh_db() -> TestDb {
+    let server = tokio::task::spawn_blocking(server_url)
+        .await
+        .expect("start the test cluster");
+    let name = format!("t_{}", uuid::Uuid::new_v4().simple());
+    let (client, conn) = tokio_postgres::connect(&server, tokio_postgres::NoTls)
+        .await
+        .expect("connect to the test server");
+    tokio::spawn(conn);
+    client
+        .batch_execute(&format!("CREATE DATABASE {name}"))
+        .await
+        .expect("create the test database");
+    let url = match server.rfind('/') {
+        Some(i) => format!("{}/{name}", &server[..i]),
+        None => panic!("unexpected server URL {server}"),
+    };
+    let mut cfg = StoreConfig::new(&url);
+    cfg.pool_size_max = 16;
+    let store = PgStore::connect(&cfg)
+        .await
+        .unwrap_or_else(|e| panic!("connect to {url}: {e}"));
+    TestDb { url, store }
+}
