@@ -1,1 +1,16 @@
-//! courier-dispatch: The courier runtime: claimer, sender, heartbeat, reconciler, webhook and enqueue HTTP API.
+//! courier-dispatch: the courier runtime.
+//!
+//! - [`worker`]: claimer, sender, heartbeat and reconciler of one worker process.
+//! - [`server`]: the enqueue API and the provider's status webhooks.
+
+pub mod server;
+pub mod worker;
+
+/// A lease owner's name for this process: host, pid and a random suffix, so a
+/// restarted process never shares an identity with its predecessor.
+pub fn owner_name() -> String {
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|h| h.trim().to_string())
+        .unwrap_or_else(|_| "host".to_string());
+    format!("{host}:{}:{:04x}", std::process::id(), rand::random::<u16>())
+}

@@ -136,7 +136,16 @@ impl Cluster {
         let deadline = Instant::now() + Duration::from_secs(30);
         let mut last_err = String::new();
         while Instant::now() < deadline {
-            let port = free_port().map_err(|e| io_err(Path::new("127.0.0.1:0"), e))?;
+            // Prefer the port of the last start, so clients that knew the
+            // cluster before a restart find it again.
+            let previous = std::fs::read_to_string(self.port_file())
+                .ok()
+                .and_then(|s| s.trim().parse::<u16>().ok())
+                .filter(|p| port_is_free(*p));
+            let port = match previous {
+                Some(p) => p,
+                None => free_port().map_err(|e| io_err(Path::new("127.0.0.1:0"), e))?,
+            };
             let mut opts = format!(
                 "-c listen_addresses=127.0.0.1 -p {port} -k {} -c max_connections=300 -c shared_buffers=128MB",
                 self.sock().display()
@@ -376,6 +385,10 @@ pub fn find_binary(name: &'static str) -> Result<PathBuf, ClusterError> {
         .unwrap_or_default();
     candidates.sort();
     candidates.pop().ok_or(ClusterError::BinariesMissing(name))
+}
+
+fn port_is_free(port: u16) -> bool {
+    TcpListener::bind(("127.0.0.1", port)).is_ok()
 }
 
 fn free_port() -> std::io::Result<u16> {

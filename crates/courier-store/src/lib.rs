@@ -87,3 +87,25 @@ impl StoreConfig {
         }
     }
 }
+
+/// Drops and creates a database on a server (for throwaway runs: the demo,
+/// benchmarks) and returns its URL. `server_url` names any database on it.
+pub async fn database_recreate(server_url: &str, name: &str) -> Result<String, StoreError> {
+    if !name.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_') {
+        return Err(StoreError::Query(format!("bad database name {name:?}")));
+    }
+    let (client, conn) = tokio_postgres::connect(server_url, tokio_postgres::NoTls).await?;
+    let conn = tokio::spawn(conn);
+    client
+        .batch_execute(&format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)"))
+        .await?;
+    client.batch_execute(&format!("CREATE DATABASE {name}")).await?;
+    drop(client);
+    let _ = conn.await;
+    match server_url.rfind('/') {
+        Some(i) if !server_url[..i].ends_with('/') => Ok(format!("{}/{name}", &server_url[..i])),
+        _ => Err(StoreError::Query(format!(
+            "cannot find the database name in {server_url}"
+        ))),
+    }
+}

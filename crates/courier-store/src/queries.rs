@@ -151,7 +151,8 @@ pub struct DueCheck {
 #[derive(Debug, Clone, Serialize)]
 pub struct ActionOutcome {
     pub action_id: i64,
-    pub key: Option<String>,
+    /// The action's uid, from which its idempotency key derives.
+    pub uid: String,
     pub state: String,
     pub final_status: Option<Status>,
 }
@@ -761,12 +762,41 @@ impl PgStore {
         Ok(())
     }
 
+    /// Open intents older than `age_s`: past the provider's key retention a
+    /// resend could be a second message, so these are reported.
+    pub async fn intents_older_than(&self, age_s: u64) -> Result<i64, StoreError> {
+        let client = self.pool.get().await?;
+        let age = age_s as f64;
+        let row = client
+            .query_one(
+                "SELECT count(*) FROM outbox
+                 WHERE status NOT IN ('delivered', 'failed')
+                   AND created_at < now() - $1 * interval '1 second'",
+                &[&age],
+            )
+            .await?;
+        Ok(row.get(0))
+    }
+
+    /// Owners holding claimed actions, most first.
+    pub async fn owners_holding(&self) -> Result<Vec<(String, i64)>, StoreError> {
+        let client = self.pool.get().await?;
+        let rows = client
+            .query(
+                "SELECT owner, count(*) FROM actions WHERE state = 'claimed' AND lease_until > now()
+                 GROUP BY owner ORDER BY count(*) DESC",
+                &[],
+            )
+            .await?;
+        Ok(rows.iter().map(|r| (r.get(0), r.get(1))).collect())
+    }
+
     /// Every action with its key and final status, for the verifier.
     pub async fn action_outcomes(&self) -> Result<Vec<ActionOutcome>, StoreError> {
         let client = self.pool.get().await?;
         let rows = client
             .query(
-                "SELECT a.id, o.idem_key, a.state,
+                "SELECT a.id, a.uid, a.state,
                         CASE WHEN o.status IN ('delivered', 'failed') AND NOT o.conflict
                              THEN o.status END AS final_status
                  FROM actions a LEFT JOIN outbox o ON o.action_id = a.id ORDER BY a.id",
@@ -777,7 +807,7 @@ impl PgStore {
             .map(|r| {
                 Ok(ActionOutcome {
                     action_id: r.get("id"),
-                    key: r.get("idem_key"),
+                    uid: r.get::<_, uuid::Uuid>("uid").simple().to_string(),
                     state: r.get("state"),
                     final_status: opt_status_col(r, "final_status")?,
                 })

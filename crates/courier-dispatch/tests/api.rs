@@ -1,0 +1,189 @@
+//! The HTTP API against a real PostgreSQL: bad input is refused with a JSON
+//! 4xx and changes nothing; enqueue is idempotent; forged webhooks change nothing.
+
+use courier_core::{action_key, Limits, Status};
+use courier_dispatch::server::{router, ServerConfig};
+use courier_provider::signature;
+use courier_store::{ClaimMode, PgStore};
+use courier_testkit::fresh_db;
+use serde_json::{json, Value};
+use std::sync::Arc;
+use std::time::Duration;
+
+const SECRET: &[u8] = b"test-secret";
+
+async fn start(store: PgStore, token: Option<&str>) -> String {
+    let app = router(
+        store,
+        ServerConfig {
+            limits: Limits::default(),
+            webhook_secret: SECRET.to_vec(),
+            api_token: token.map(str::to_string),
+            request_timeout: Duration::from_secs(10),
+        },
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+    format!("http://{addr}")
+}
+
+fn good() -> Value {
+    json!({"store": "s1", "to": "+15551234567", "body": "hello", "key": "k1"})
+}
+
+async fn post_raw(url: &str, body: impl Into<reqwest::Body>) -> (u16, Value) {
+    let resp = reqwest::Client::new()
+        .post(url)
+        .header("content-type", "application/json")
+        .body(body)
+        .send()
+        .await
+        .unwrap();
+    let code = resp.status().as_u16();
+    let v = resp.json::<Value>().await.unwrap_or(Value::Null);
+    (code, v)
+}
+
+#[tokio::test]
+async fn bad_enqueues_get_a_json_4xx_and_change_nothing() {
+    let db = fresh_db().await;
+    let api = start(db.store.clone(), None).await;
+    let url = format!("{api}/v1/actions");
+    let mut with = |k: &str, v: Value| {
+        let mut g = good();
+        g[k] = v;
+        g.to_string()
+    };
+    let cases: Vec<(&str, String, u16)> = vec![
+        ("unknown field", {
+            let mut g = good();
+            g["priority"] = json!(1);
+            g.to_string()
+        }, 400),
+        ("empty body", with("body", json!("")), 400),
+        ("oversized body", with("body", json!("x".repeat(1601))), 400),
+        ("bad number", with("to", json!("555-1234")), 400),
+        ("number not a string", with("to", json!(15551234567u64)), 400),
+        ("bad store", with("store", json!("a b")), 400),
+        ("empty store", with("store", json!("")), 400),
+        ("long key", with("key", json!("k".repeat(256))), 400),
+        ("non-ascii key", with("key", json!("ключ")), 400),
+        ("bad json", "{\"store\": ".to_string(), 400),
+        ("not an object", "[1,2]".to_string(), 400),
+        ("one MiB", format!("{{\"store\":\"s1\",\"to\":\"+15551234567\",\"body\":\"{}\"}}", "x".repeat(1 << 20)), 413),
+    ];
+    for (name, body, want) in cases {
+        let (code, v) = post_raw(&url, body).await;
+        assert_eq!(code, want, "{name}: {v}");
+        assert!(v["error"].is_string(), "{name}: no JSON error: {v}");
+    }
+    // Malformed UTF-8.
+    let (code, _) = post_raw(&url, vec![b'{', 0xff, 0xfe, b'}']).await;
+    assert_eq!(code, 400);
+    assert_eq!(db.store.summary(1800).await.unwrap().total(), 0);
+}
+
+#[tokio::test]
+async fn enqueue_through_the_api_is_idempotent() {
+    let db = fresh_db().await;
+    let api = start(db.store.clone(), None).await;
+    let url = format!("{api}/v1/actions");
+    let http = reqwest::Client::new();
+    let first = http.post(&url).json(&good()).send().await.unwrap();
+    assert_eq!(first.status().as_u16(), 201);
+    let first: Value = first.json().await.unwrap();
+    let again = http.post(&url).json(&good()).send().await.unwrap();
+    assert_eq!(again.status().as_u16(), 200);
+    assert_eq!(again.headers()["idempotent-replayed"], "true");
+    let again: Value = again.json().await.unwrap();
+    assert_eq!(first["id"], again["id"]);
+    let mut changed = good();
+    changed["body"] = json!("another text");
+    let resp = http.post(&url).json(&changed).send().await.unwrap();
+    assert_eq!(resp.status().as_u16(), 422);
+    assert_eq!(db.store.summary(1800).await.unwrap().total(), 1);
+    // Reading it back.
+    let id = first["id"].as_i64().unwrap();
+    let got: Value = http
+        .get(format!("{url}/{id}"))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(got["state"], "pending");
+    assert_eq!(http.get(format!("{url}/999999")).send().await.unwrap().status().as_u16(), 404);
+    assert_eq!(http.get(format!("{url}/abc")).send().await.unwrap().status().as_u16(), 400);
+}
+
+#[tokio::test]
+async fn the_api_token_is_required_when_configured() {
+    let db = fresh_db().await;
+    let api = start(db.store.clone(), Some("t0ken")).await;
+    let url = format!("{api}/v1/actions");
+    let http = reqwest::Client::new();
+    let resp = http.post(&url).json(&good()).send().await.unwrap();
+    assert_eq!(resp.status().as_u16(), 401);
+    let resp = http.post(&url).bearer_auth("wrong").json(&good()).send().await.unwrap();
+    assert_eq!(resp.status().as_u16(), 401);
+    assert_eq!(db.store.summary(1800).await.unwrap().total(), 0);
+    let resp = http.post(&url).bearer_auth("t0ken").json(&good()).send().await.unwrap();
+    assert_eq!(resp.status().as_u16(), 201);
+}
+
+#[tokio::test]
+async fn a_forged_webhook_changes_nothing() {
+    let db = fresh_db().await;
+    let api = start(db.store.clone(), None).await;
+    let http = reqwest::Client::new();
+    // A dispatched action.
+    http.post(format!("{api}/v1/actions")).json(&good()).send().await.unwrap();
+    let who: Arc<str> = Arc::from("w");
+    let c = db.store.action_claim(&who, 1, 60_000, 4, ClaimMode::Fair).await.unwrap().remove(0);
+    let key = action_key(&c.uid);
+    db.store.outbox_intent(&c.lease, &key).await.unwrap().unwrap();
+    db.store
+        .action_settle(&c.lease, Status::Accepted, Some("msg_1"), false, 60_000)
+        .await
+        .unwrap()
+        .unwrap();
+    let event = json!({"event_id": "evt_1", "message_id": "msg_1", "key": key,
+                       "status": "delivered", "occurred_at": "2026-01-01T00:00:00Z"})
+    .to_string();
+    let hook = format!("{api}/v1/webhooks/provider");
+    let forged = [
+        None,
+        Some(signature::sign(b"wrong-secret", event.as_bytes())),
+        Some("sha256=00".to_string()),
+        Some(signature::sign(SECRET, b"another body")),
+    ];
+    for sig in forged {
+        let mut req = http.post(&hook).body(event.clone());
+        if let Some(s) = &sig {
+            req = req.header("x-signature", s);
+        }
+        let resp = req.send().await.unwrap();
+        assert_eq!(resp.status().as_u16(), 401, "{sig:?}");
+    }
+    let view = db.store.action_get(c.lease.action_id).await.unwrap().unwrap();
+    assert_eq!(view.status, Some(Status::Accepted));
+    assert_eq!(view.state, "dispatched");
+    // The genuine one is merged, once.
+    for expected in ["advanced", "duplicate"] {
+        let resp = http
+            .post(&hook)
+            .header("x-signature", signature::sign(SECRET, event.as_bytes()))
+            .body(event.clone())
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(resp.status().as_u16(), 200);
+        let v: Value = resp.json().await.unwrap();
+        assert_eq!(v["outcome"], expected);
+    }
+    let view = db.store.action_get(c.lease.action_id).await.unwrap().unwrap();
+    assert_eq!(view.status, Some(Status::Delivered));
+    assert_eq!(view.state, "done");
+}

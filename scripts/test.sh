@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# The test command (the README's second command, and what CI runs):
+# formatting, lints, then every test against real servers that the tests
+# start themselves (PostgreSQL, the fake provider, etcd, NATS JetStream,
+# headless Chromium), then short smoke runs of the demo-scale tools.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+echo "== cargo fmt --check"
+cargo fmt --all -- --check
+echo "== cargo clippy -D warnings"
+cargo clippy --workspace --all-targets --locked -- -D warnings
+
+# The test PostgreSQL cluster is shared by the whole run and stopped at the end.
+export COURIER_TEST_PG_DIR="$PWD/target/courier-test-pg"
+stop_test_pg() {
+  if [ -x target/debug/courier ]; then
+    target/debug/courier db stop --pg-dir "$COURIER_TEST_PG_DIR" >/dev/null 2>&1 || true
+  fi
+}
+trap stop_test_pg EXIT
+
+echo "== cargo nextest run"
+cargo nextest run --workspace --locked --no-fail-fast
