@@ -5,16 +5,37 @@ use clap::{Parser, Subcommand};
 use std::process::ExitCode;
 
 mod cmd;
+mod harness;
 
 #[derive(Parser)]
-#[command(name = "courier", version, about = "Exactly-once effects over unreliable networks")]
+#[command(
+    name = "courier",
+    version,
+    about = "Exactly-once effects over unreliable networks"
+)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
 }
 
+// Parsed once per process: the size of the largest variant does not matter.
+#[allow(clippy::large_enum_variant)]
 #[derive(Subcommand)]
 enum Command {
+    /// The main job: PostgreSQL, the flaky provider, a server and workers;
+    /// 2,000 actions across 100 stores; then the verifier's table.
+    Demo(cmd::demo::Args),
+    /// The enqueue API and the provider's status webhooks.
+    Serve(cmd::serve::Args),
+    /// A worker process (run as many as you like).
+    Worker(cmd::worker::Args),
+    /// A fault run of real processes (SIGKILLs, a PostgreSQL crash-restart,
+    /// frozen workers), judged by the provider's log.
+    Chaos(cmd::chaos::Args),
+    /// Counts by state, per-store backlog, oldest open intent.
+    Status(cmd::status::Args),
+    /// The managed local PostgreSQL: start | stop | status | url.
+    Db(cmd::db::Args),
     /// Run the flaky fake SMS provider (follows docs/provider-api.md).
     Provider(cmd::provider::Args),
     /// Verify a provider's log: exactly one effect per action, no blind resends.
@@ -45,6 +66,12 @@ fn main() -> ExitCode {
     };
     let result = runtime.block_on(async move {
         match cli.command {
+            Command::Demo(a) => cmd::demo::run(a).await,
+            Command::Serve(a) => cmd::serve::run(a).await,
+            Command::Worker(a) => cmd::worker::run(a).await,
+            Command::Chaos(a) => cmd::chaos::run(a).await,
+            Command::Status(a) => cmd::status::run(a).await,
+            Command::Db(a) => cmd::db::run(a).await,
             Command::Provider(a) => cmd::provider::run(a).await,
             Command::Verify(a) => cmd::verify::run(a).await,
             Command::Sim(a) => cmd::sim::run(a).await,
@@ -58,5 +85,16 @@ fn main() -> ExitCode {
             eprintln!("error: {e:#}");
             ExitCode::from(2)
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::CommandFactory;
+
+    #[test]
+    fn every_subcommand_is_well_formed() {
+        Cli::command().debug_assert();
     }
 }

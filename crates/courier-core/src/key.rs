@@ -108,10 +108,7 @@ mod tests {
             parse_key_header("ключ".as_bytes()),
             Err(KeyError::NotPrintableAscii)
         );
-        assert_eq!(
-            parse_key_header(&[b'a'; 256]),
-            Err(KeyError::TooLong)
-        );
+        assert_eq!(parse_key_header(&[b'a'; 256]), Err(KeyError::TooLong));
         assert!(parse_key_header(&[b'a'; 255]).is_ok());
         assert_eq!(parse_key_header(b"\"abc"), Err(KeyError::BadQuoting));
         assert_eq!(parse_key_header(b"\"a\"b\""), Err(KeyError::BadQuoting));

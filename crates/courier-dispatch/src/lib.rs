@@ -12,5 +12,9 @@ pub fn owner_name() -> String {
     let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
         .map(|h| h.trim().to_string())
         .unwrap_or_else(|_| "host".to_string());
-    format!("{host}:{}:{:04x}", std::process::id(), rand::random::<u16>())
+    format!(
+        "{host}:{}:{:04x}",
+        std::process::id(),
+        rand::random::<u16>()
+    )
 }

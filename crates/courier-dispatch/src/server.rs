@@ -85,7 +85,11 @@ impl From<StoreError> for ApiError {
             }
             StoreError::Query(m) => {
                 tracing::error!(error = m, "database error");
-                ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "internal", "internal error")
+                ApiError::new(
+                    StatusCode::INTERNAL_SERVER_ERROR,
+                    "internal",
+                    "internal error",
+                )
             }
         }
     }
@@ -135,7 +139,10 @@ pub fn validate_enqueue(req: &EnqueueRequest, limits: &Limits) -> Result<(), Api
     if chars > limits.body_chars_max as usize {
         return Err(ApiError::bad(
             "body_too_long",
-            format!("body has {chars} characters; the limit is {}", limits.body_chars_max),
+            format!(
+                "body has {chars} characters; the limit is {}",
+                limits.body_chars_max
+            ),
         ));
     }
     if let Some(k) = &req.key {
@@ -171,8 +178,8 @@ async fn enqueue(
 ) -> Result<Response, ApiError> {
     check_token(&state, &headers)?;
     let body = body_or_error(body)?;
-    let req: EnqueueRequest = serde_json::from_slice(&body)
-        .map_err(|e| ApiError::bad("bad_json", e.to_string()))?;
+    let req: EnqueueRequest =
+        serde_json::from_slice(&body).map_err(|e| ApiError::bad("bad_json", e.to_string()))?;
     validate_enqueue(&req, &state.cfg.limits)?;
     let new = NewAction {
         store: req.store,
@@ -201,8 +208,10 @@ async fn enqueue(
     };
     let mut resp = (status, Json(view)).into_response();
     if !created {
-        resp.headers_mut()
-            .insert("idempotent-replayed", "true".parse().expect("static header"));
+        resp.headers_mut().insert(
+            "idempotent-replayed",
+            "true".parse().expect("static header"),
+        );
     }
     Ok(resp)
 }
@@ -241,8 +250,8 @@ async fn webhook(
             "missing or wrong X-Signature",
         ));
     }
-    let event: WebhookEvent = serde_json::from_slice(&body)
-        .map_err(|e| ApiError::bad("bad_json", e.to_string()))?;
+    let event: WebhookEvent =
+        serde_json::from_slice(&body).map_err(|e| ApiError::bad("bad_json", e.to_string()))?;
     let outcome = state
         .store
         .webhook_merge(&event.event_id, &event.key, event.status, &event.message_id)

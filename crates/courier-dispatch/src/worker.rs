@@ -17,6 +17,24 @@ use courier_core::backoff::delay_ms;
 use courier_core::step::{after_claim, after_lookup, after_send, may_send, Step};
 use courier_core::{action_key, Limits};
 use courier_provider::{LookupOutcome, ProviderClient, SendOutcome};
+
+/// What the worker needs of a provider: the contract's send and lookup, with
+/// answers classified by what the caller does next. [`ProviderClient`] is the
+/// real one (HTTP); benchmarks plug in an in-process stub to measure the
+/// claim-to-settle path alone.
+pub trait Provider: Send + Sync + 'static {
+    fn send(&self, key: &str, to: &str, body: &str) -> impl Future<Output = SendOutcome> + Send;
+    fn lookup(&self, key: &str) -> impl Future<Output = LookupOutcome> + Send;
+}
+
+impl Provider for ProviderClient {
+    fn send(&self, key: &str, to: &str, body: &str) -> impl Future<Output = SendOutcome> + Send {
+        ProviderClient::send(self, key, to, body)
+    }
+    fn lookup(&self, key: &str) -> impl Future<Output = LookupOutcome> + Send {
+        ProviderClient::lookup(self, key)
+    }
+}
 use courier_store::{AttemptRefused, ClaimMode, Claimed, Fenced, Lease, PgStore, StoreError};
 use rand::{rngs::StdRng, Rng, SeedableRng};
 use std::collections::HashMap;
@@ -75,9 +93,9 @@ struct Held {
     fenced: CancellationToken,
 }
 
-struct Ctx {
+struct Ctx<P> {
     store: PgStore,
-    client: ProviderClient,
+    client: P,
     cfg: WorkerConfig,
     owner: Arc<str>,
     t0: Instant,
@@ -85,19 +103,19 @@ struct Ctx {
     stats: WorkerStats,
 }
 
-impl Ctx {
+impl<P> Ctx<P> {
     fn now_ms(&self) -> u64 {
         u64::try_from(self.t0.elapsed().as_millis()).unwrap_or(u64::MAX)
     }
 }
 
 /// A worker process's runtime.
-pub struct Worker {
-    ctx: Arc<Ctx>,
+pub struct Worker<P = ProviderClient> {
+    ctx: Arc<Ctx<P>>,
 }
 
-impl Worker {
-    pub fn new(store: PgStore, client: ProviderClient, cfg: WorkerConfig) -> Self {
+impl<P: Provider> Worker<P> {
+    pub fn new(store: PgStore, client: P, cfg: WorkerConfig) -> Self {
         let owner: Arc<str> = Arc::from(cfg.owner.as_str());
         Worker {
             ctx: Arc::new(Ctx {
@@ -120,7 +138,7 @@ impl Worker {
     /// finish (their leases would otherwise run out and be reclaimed).
     pub async fn run(&self, shutdown: CancellationToken) {
         let ctx = self.ctx.clone();
-        let heartbeat = tokio::spawn(heartbeat_loop(ctx.clone(), shutdown.clone()));
+        let heartbeat = tokio::spawn(heartbeat_loop(ctx.clone()));
         let reconciler = ctx
             .cfg
             .reconcile
@@ -133,7 +151,7 @@ impl Worker {
     }
 }
 
-async fn claim_loop(ctx: Arc<Ctx>, shutdown: CancellationToken) {
+async fn claim_loop<P: Provider>(ctx: Arc<Ctx<P>>, shutdown: CancellationToken) {
     let limits = &ctx.cfg.limits;
     let mut tasks = JoinSet::new();
     let mut rng = StdRng::seed_from_u64(ctx.cfg.seed);
@@ -180,7 +198,10 @@ async fn claim_loop(ctx: Arc<Ctx>, shutdown: CancellationToken) {
                         ctx.stats.reclaimed.fetch_add(1, Ordering::Relaxed);
                         metrics::counter!("courier_reclaims_total").increment(1);
                         let epoch = c.lease.epoch.to_string();
-                        ctx.store.event_record("reclaimed", Some(c.lease.action_id), &epoch).await.ok();
+                        ctx.store
+                            .event_record("reclaimed", Some(c.lease.action_id), &epoch)
+                            .await
+                            .ok();
                     }
                     let fenced = CancellationToken::new();
                     let deadline_ms = Arc::new(AtomicU64::new(deadline));
@@ -219,18 +240,17 @@ async fn claim_loop(ctx: Arc<Ctx>, shutdown: CancellationToken) {
 }
 
 /// Extends every lease this process holds; cancels the tasks found fenced.
-async fn heartbeat_loop(ctx: Arc<Ctx>, shutdown: CancellationToken) {
+/// It keeps running through shutdown, while the actions in hand finish, and
+/// is stopped by [`Worker::run`] after the last of them.
+async fn heartbeat_loop<P: Provider>(ctx: Arc<Ctx<P>>) {
     let interval = Duration::from_millis(ctx.cfg.limits.heartbeat_interval_ms);
     loop {
-        tokio::select! {
-            _ = tokio::time::sleep(interval) => {}
-            _ = shutdown.cancelled() => {}
-        }
+        tokio::time::sleep(interval).await;
         heartbeat_once(&ctx).await;
     }
 }
 
-async fn heartbeat_once(ctx: &Ctx) {
+async fn heartbeat_once<P: Provider>(ctx: &Ctx<P>) {
     let held: Vec<(i64, i64)> = ctx
         .held
         .lock()
@@ -265,7 +285,11 @@ async fn heartbeat_once(ctx: &Ctx) {
 }
 
 /// Extends one lease now (before a send, when it is short).
-async fn extend_one(ctx: &Ctx, lease: &Lease, deadline_ms: &AtomicU64) -> Result<bool, StoreError> {
+async fn extend_one<P: Provider>(
+    ctx: &Ctx<P>,
+    lease: &Lease,
+    deadline_ms: &AtomicU64,
+) -> Result<bool, StoreError> {
     let before = ctx.now_ms();
     let still = ctx
         .store
@@ -285,8 +309,8 @@ async fn extend_one(ctx: &Ctx, lease: &Lease, deadline_ms: &AtomicU64) -> Result
 
 /// Runs a store call until it answers, pausing while the database is away.
 /// Returns None when the action was fenced meanwhile (by the heartbeat).
-async fn with_retry<T, F, Fut>(
-    ctx: &Ctx,
+async fn with_retry<P, T, F, Fut>(
+    ctx: &Ctx<P>,
     fenced: &CancellationToken,
     rng: &mut StdRng,
     mut op: F,
@@ -315,7 +339,7 @@ where
     }
 }
 
-fn note_fenced(ctx: &Ctx, lease: &Lease, what: &str, f: Option<Fenced>) {
+fn note_fenced<P>(ctx: &Ctx<P>, lease: &Lease, what: &str, f: Option<Fenced>) {
     ctx.stats.fenced.fetch_add(1, Ordering::Relaxed);
     metrics::counter!("courier_fenced_writes_total", "op" => what.to_string()).increment(1);
     tracing::info!(
@@ -328,8 +352,8 @@ fn note_fenced(ctx: &Ctx, lease: &Lease, what: &str, f: Option<Fenced>) {
 }
 
 /// The life of one claimed action in this worker.
-async fn deliver(
-    ctx: &Ctx,
+async fn deliver<P: Provider>(
+    ctx: &Ctx<P>,
     claimed: Claimed,
     deadline_ms: Arc<AtomicU64>,
     fenced: CancellationToken,
@@ -340,13 +364,20 @@ async fn deliver(
     let key = action_key(&claimed.uid);
     let limits = &ctx.cfg.limits;
 
-    let Some(intent) = with_retry(ctx, &fenced, &mut rng, || ctx.store.outbox_intent(&lease, &key)).await else {
+    let Some(intent) = with_retry(ctx, &fenced, &mut rng, || {
+        ctx.store.outbox_intent(&lease, &key)
+    })
+    .await
+    else {
         return note_fenced(ctx, &lease, "heartbeat", None);
     };
     let intent = match intent {
         Ok(i) => i,
         Err(f) => {
-            ctx.store.event_record("fenced", Some(lease.action_id), "intent").await.ok();
+            ctx.store
+                .event_record("fenced", Some(lease.action_id), "intent")
+                .await
+                .ok();
             return note_fenced(ctx, &lease, "intent", Some(f));
         }
     };
@@ -364,7 +395,8 @@ async fn deliver(
             Step::Lookup => {
                 ctx.stats.lookups.fetch_add(1, Ordering::Relaxed);
                 let out = ctx.client.lookup(&key).await;
-                metrics::counter!("courier_lookups_total", "answer" => lookup_label(&out)).increment(1);
+                metrics::counter!("courier_lookups_total", "answer" => lookup_label(&out))
+                    .increment(1);
                 if let LookupOutcome::Found(m) = &out {
                     message_id = Some(m.id.clone());
                     from_lookup = true;
@@ -375,7 +407,12 @@ async fn deliver(
                 after_lookup(&out.answer())
             }
             Step::RetryLookup => {
-                let wait = delay_ms(retries, limits.backoff_base_ms, limits.backoff_cap_ms, &mut rng);
+                let wait = delay_ms(
+                    retries,
+                    limits.backoff_base_ms,
+                    limits.backoff_cap_ms,
+                    &mut rng,
+                );
                 retries += 1;
                 tokio::select! {
                     _ = tokio::time::sleep(Duration::from_millis(wait)) => {}
@@ -386,28 +423,47 @@ async fn deliver(
             Step::Send => {
                 // The local check first: if the lease may end before the
                 // request lands, extend it; a fenced extension ends the task.
-                if !may_send(ctx.now_ms(), deadline_ms.load(Ordering::Relaxed), limits.send_margin_ms) {
-                    match with_retry(ctx, &fenced, &mut rng, || extend_one(ctx, &lease, &deadline_ms)).await {
+                if !may_send(
+                    ctx.now_ms(),
+                    deadline_ms.load(Ordering::Relaxed),
+                    limits.send_margin_ms,
+                ) {
+                    match with_retry(ctx, &fenced, &mut rng, || {
+                        extend_one(ctx, &lease, &deadline_ms)
+                    })
+                    .await
+                    {
                         Some(true) => {}
                         Some(false) | None => {
-                            ctx.store.event_record("fenced", Some(lease.action_id), "extend").await.ok();
+                            ctx.store
+                                .event_record("fenced", Some(lease.action_id), "extend")
+                                .await
+                                .ok();
                             return note_fenced(ctx, &lease, "extend", None);
                         }
                     }
                 }
                 let counted = with_retry(ctx, &fenced, &mut rng, || {
-                    ctx.store.outbox_count_attempt(&lease, limits.send_margin_ms)
+                    ctx.store
+                        .outbox_count_attempt(&lease, limits.send_margin_ms)
                 })
                 .await;
                 match counted {
                     None => return note_fenced(ctx, &lease, "heartbeat", None),
                     Some(Err(AttemptRefused::Fenced(f))) => {
-                        ctx.store.event_record("fenced", Some(lease.action_id), "attempt").await.ok();
+                        ctx.store
+                            .event_record("fenced", Some(lease.action_id), "attempt")
+                            .await
+                            .ok();
                         return note_fenced(ctx, &lease, "attempt", Some(f));
                     }
                     Some(Err(AttemptRefused::LeaseShort)) => {
                         // Extend and try again; nothing was counted.
-                        match with_retry(ctx, &fenced, &mut rng, || extend_one(ctx, &lease, &deadline_ms)).await {
+                        match with_retry(ctx, &fenced, &mut rng, || {
+                            extend_one(ctx, &lease, &deadline_ms)
+                        })
+                        .await
+                        {
                             Some(true) => Step::Send,
                             _ => return note_fenced(ctx, &lease, "extend", None),
                         }
@@ -416,13 +472,18 @@ async fn deliver(
                         // The attempt is counted: from here on every path
                         // looks the key up before any further send.
                         if fenced.is_cancelled()
-                            || !may_send(ctx.now_ms(), deadline_ms.load(Ordering::Relaxed), limits.send_margin_ms)
+                            || !may_send(
+                                ctx.now_ms(),
+                                deadline_ms.load(Ordering::Relaxed),
+                                limits.send_margin_ms,
+                            )
                         {
                             Step::Lookup
                         } else {
                             ctx.stats.sends.fetch_add(1, Ordering::Relaxed);
                             let out = ctx.client.send(&send_key, &claimed.to, &claimed.body).await;
-                            metrics::counter!("courier_sends_total", "answer" => send_label(&out)).increment(1);
+                            metrics::counter!("courier_sends_total", "answer" => send_label(&out))
+                                .increment(1);
                             match &out {
                                 SendOutcome::Accepted(m) | SendOutcome::Replayed(m) => {
                                     message_id = Some(m.id.clone());
@@ -431,22 +492,37 @@ async fn deliver(
                                 }
                                 SendOutcome::Unknown(why) => {
                                     ctx.stats.sends_unknown.fetch_add(1, Ordering::Relaxed);
-                                    tracing::debug!(action = lease.action_id, why, "send outcome unknown");
-                                    ctx.store.event_record("send_unknown", Some(lease.action_id), why).await.ok();
+                                    tracing::debug!(
+                                        action = lease.action_id,
+                                        why,
+                                        "send outcome unknown"
+                                    );
+                                    ctx.store
+                                        .event_record("send_unknown", Some(lease.action_id), why)
+                                        .await
+                                        .ok();
                                     match ctx.cfg.unsafe_resend {
                                         None => after_send(&out.answer()),
                                         // The broken modes skip the lookup.
                                         Some(UnsafeResend::NoLookup) => Step::Send,
                                         Some(UnsafeResend::NewKey) => {
-                                            send_key = format!("{key}-unsafe-{}", rng.random::<u32>());
+                                            send_key =
+                                                format!("{key}-unsafe-{}", rng.random::<u32>());
                                             Step::Send
                                         }
                                     }
                                 }
-                                SendOutcome::Rejected { status: 401 | 403, error } => {
+                                SendOutcome::Rejected {
+                                    status: 401 | 403,
+                                    error,
+                                } => {
                                     // Our credentials, not the action: alert and
                                     // keep asking; never fail the action for it.
-                                    tracing::error!(status = 401, error, "provider refused our credentials");
+                                    tracing::error!(
+                                        status = 401,
+                                        error,
+                                        "provider refused our credentials"
+                                    );
                                     Step::RetryLookup
                                 }
                                 SendOutcome::Rejected { .. } => after_send(&out.answer()),
@@ -457,7 +533,13 @@ async fn deliver(
             }
             Step::Settle(status) => {
                 let Some(res) = with_retry(ctx, &fenced, &mut rng, || {
-                    ctx.store.action_settle(&lease, status, message_id.as_deref(), from_lookup, limits.final_overdue_ms)
+                    ctx.store.action_settle(
+                        &lease,
+                        status,
+                        message_id.as_deref(),
+                        from_lookup,
+                        limits.final_overdue_ms,
+                    )
                 })
                 .await
                 else {
@@ -474,9 +556,17 @@ async fn deliver(
                 return;
             }
             Step::Fail(reason) => {
-                tracing::error!(action = lease.action_id, reason, "provider rejected the action; marking it failed");
+                tracing::error!(
+                    action = lease.action_id,
+                    reason,
+                    "provider rejected the action; marking it failed"
+                );
                 metrics::counter!("courier_rejections_total").increment(1);
-                let Some(res) = with_retry(ctx, &fenced, &mut rng, || ctx.store.action_fail(&lease, &reason)).await else {
+                let Some(res) = with_retry(ctx, &fenced, &mut rng, || {
+                    ctx.store.action_fail(&lease, &reason)
+                })
+                .await
+                else {
                     return note_fenced(ctx, &lease, "heartbeat", None);
                 };
                 match res {
@@ -510,7 +600,7 @@ fn lookup_label(o: &LookupOutcome) -> &'static str {
 
 /// Looks up actions whose final status is overdue (or in conflict) and merges
 /// what the provider says; reports intents older than the alert threshold.
-async fn reconcile_loop(ctx: Arc<Ctx>, shutdown: CancellationToken) {
+async fn reconcile_loop<P: Provider>(ctx: Arc<Ctx<P>>, shutdown: CancellationToken) {
     let limits = ctx.cfg.limits.clone();
     let mut last_age_check = Instant::now() - Duration::from_secs(3600);
     loop {
@@ -518,7 +608,11 @@ async fn reconcile_loop(ctx: Arc<Ctx>, shutdown: CancellationToken) {
             _ = tokio::time::sleep(Duration::from_millis(250)) => {}
             _ = shutdown.cancelled() => return,
         }
-        let due = match ctx.store.outbox_due_checks(32, limits.final_overdue_ms).await {
+        let due = match ctx
+            .store
+            .outbox_due_checks(32, limits.final_overdue_ms)
+            .await
+        {
             Ok(d) => d,
             Err(e) => {
                 tracing::warn!(error = %e, "reconciler: cannot read due checks");

@@ -50,28 +50,43 @@ async fn bad_enqueues_get_a_json_4xx_and_change_nothing() {
     let db = fresh_db().await;
     let api = start(db.store.clone(), None).await;
     let url = format!("{api}/v1/actions");
-    let mut with = |k: &str, v: Value| {
+    let with = |k: &str, v: Value| {
         let mut g = good();
         g[k] = v;
         g.to_string()
     };
     let cases: Vec<(&str, String, u16)> = vec![
-        ("unknown field", {
-            let mut g = good();
-            g["priority"] = json!(1);
-            g.to_string()
-        }, 400),
+        (
+            "unknown field",
+            {
+                let mut g = good();
+                g["priority"] = json!(1);
+                g.to_string()
+            },
+            400,
+        ),
         ("empty body", with("body", json!("")), 400),
         ("oversized body", with("body", json!("x".repeat(1601))), 400),
         ("bad number", with("to", json!("555-1234")), 400),
-        ("number not a string", with("to", json!(15551234567u64)), 400),
+        (
+            "number not a string",
+            with("to", json!(15551234567u64)),
+            400,
+        ),
         ("bad store", with("store", json!("a b")), 400),
         ("empty store", with("store", json!("")), 400),
         ("long key", with("key", json!("k".repeat(256))), 400),
         ("non-ascii key", with("key", json!("ключ")), 400),
         ("bad json", "{\"store\": ".to_string(), 400),
         ("not an object", "[1,2]".to_string(), 400),
-        ("one MiB", format!("{{\"store\":\"s1\",\"to\":\"+15551234567\",\"body\":\"{}\"}}", "x".repeat(1 << 20)), 413),
+        (
+            "one MiB",
+            format!(
+                "{{\"store\":\"s1\",\"to\":\"+15551234567\",\"body\":\"{}\"}}",
+                "x".repeat(1 << 20)
+            ),
+            413,
+        ),
     ];
     for (name, body, want) in cases {
         let (code, v) = post_raw(&url, body).await;
@@ -114,8 +129,24 @@ async fn enqueue_through_the_api_is_idempotent() {
         .await
         .unwrap();
     assert_eq!(got["state"], "pending");
-    assert_eq!(http.get(format!("{url}/999999")).send().await.unwrap().status().as_u16(), 404);
-    assert_eq!(http.get(format!("{url}/abc")).send().await.unwrap().status().as_u16(), 400);
+    assert_eq!(
+        http.get(format!("{url}/999999"))
+            .send()
+            .await
+            .unwrap()
+            .status()
+            .as_u16(),
+        404
+    );
+    assert_eq!(
+        http.get(format!("{url}/abc"))
+            .send()
+            .await
+            .unwrap()
+            .status()
+            .as_u16(),
+        400
+    );
 }
 
 #[tokio::test]
@@ -126,10 +157,22 @@ async fn the_api_token_is_required_when_configured() {
     let http = reqwest::Client::new();
     let resp = http.post(&url).json(&good()).send().await.unwrap();
     assert_eq!(resp.status().as_u16(), 401);
-    let resp = http.post(&url).bearer_auth("wrong").json(&good()).send().await.unwrap();
+    let resp = http
+        .post(&url)
+        .bearer_auth("wrong")
+        .json(&good())
+        .send()
+        .await
+        .unwrap();
     assert_eq!(resp.status().as_u16(), 401);
     assert_eq!(db.store.summary(1800).await.unwrap().total(), 0);
-    let resp = http.post(&url).bearer_auth("t0ken").json(&good()).send().await.unwrap();
+    let resp = http
+        .post(&url)
+        .bearer_auth("t0ken")
+        .json(&good())
+        .send()
+        .await
+        .unwrap();
     assert_eq!(resp.status().as_u16(), 201);
 }
 
@@ -139,11 +182,24 @@ async fn a_forged_webhook_changes_nothing() {
     let api = start(db.store.clone(), None).await;
     let http = reqwest::Client::new();
     // A dispatched action.
-    http.post(format!("{api}/v1/actions")).json(&good()).send().await.unwrap();
+    http.post(format!("{api}/v1/actions"))
+        .json(&good())
+        .send()
+        .await
+        .unwrap();
     let who: Arc<str> = Arc::from("w");
-    let c = db.store.action_claim(&who, 1, 60_000, 4, ClaimMode::Fair).await.unwrap().remove(0);
+    let c = db
+        .store
+        .action_claim(&who, 1, 60_000, 4, ClaimMode::Fair)
+        .await
+        .unwrap()
+        .remove(0);
     let key = action_key(&c.uid);
-    db.store.outbox_intent(&c.lease, &key).await.unwrap().unwrap();
+    db.store
+        .outbox_intent(&c.lease, &key)
+        .await
+        .unwrap()
+        .unwrap();
     db.store
         .action_settle(&c.lease, Status::Accepted, Some("msg_1"), false, 60_000)
         .await
@@ -167,7 +223,12 @@ async fn a_forged_webhook_changes_nothing() {
         let resp = req.send().await.unwrap();
         assert_eq!(resp.status().as_u16(), 401, "{sig:?}");
     }
-    let view = db.store.action_get(c.lease.action_id).await.unwrap().unwrap();
+    let view = db
+        .store
+        .action_get(c.lease.action_id)
+        .await
+        .unwrap()
+        .unwrap();
     assert_eq!(view.status, Some(Status::Accepted));
     assert_eq!(view.state, "dispatched");
     // The genuine one is merged, once.
@@ -183,7 +244,12 @@ async fn a_forged_webhook_changes_nothing() {
         let v: Value = resp.json().await.unwrap();
         assert_eq!(v["outcome"], expected);
     }
-    let view = db.store.action_get(c.lease.action_id).await.unwrap().unwrap();
+    let view = db
+        .store
+        .action_get(c.lease.action_id)
+        .await
+        .unwrap()
+        .unwrap();
     assert_eq!(view.status, Some(Status::Delivered));
     assert_eq!(view.state, "done");
 }

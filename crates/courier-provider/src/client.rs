@@ -121,7 +121,9 @@ impl ProviderClient {
             .is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(b"true"));
         let bytes = match resp.bytes().await {
             Ok(b) => b,
-            Err(e) => return SendOutcome::Unknown(format!("answer {status} cut off: {}", describe(&e))),
+            Err(e) => {
+                return SendOutcome::Unknown(format!("answer {status} cut off: {}", describe(&e)))
+            }
         };
         classify_send(status, replayed, &bytes)
     }
@@ -130,7 +132,11 @@ impl ProviderClient {
     pub async fn lookup(&self, key: &str) -> LookupOutcome {
         let result = self
             .http
-            .get(format!("{}/v1/messages/{}", self.base_url, encode_path(key)))
+            .get(format!(
+                "{}/v1/messages/{}",
+                self.base_url,
+                encode_path(key)
+            ))
             .header("authorization", &self.auth)
             .send()
             .await;
@@ -141,7 +147,9 @@ impl ProviderClient {
         let status = resp.status().as_u16();
         let bytes = match resp.bytes().await {
             Ok(b) => b,
-            Err(e) => return LookupOutcome::Unknown(format!("answer {status} cut off: {}", describe(&e))),
+            Err(e) => {
+                return LookupOutcome::Unknown(format!("answer {status} cut off: {}", describe(&e)))
+            }
         };
         classify_lookup(status, &bytes)
     }
@@ -167,10 +175,9 @@ pub fn classify_send(status: u16, replayed: bool, body: &[u8]) -> SendOutcome {
             Err(e) => SendOutcome::Unknown(format!("unreadable {status} answer: {e}")),
         },
         // In progress, overload, server faults: the outcome is unknown.
-        409 | 429 | 500..=599 => SendOutcome::Unknown(format!(
-            "provider answered {status}: {}",
-            error_text(body)
-        )),
+        409 | 429 | 500..=599 => {
+            SendOutcome::Unknown(format!("provider answered {status}: {}", error_text(body)))
+        }
         400..=499 => SendOutcome::Rejected {
             status,
             error: error_text(body),
@@ -190,10 +197,7 @@ pub fn classify_lookup(status: u16, body: &[u8]) -> LookupOutcome {
         // Only the contract's own 404 is a definite "not found"; a 404 from
         // something else (a wrong path, a proxy) is not evidence.
         404 if error_text(body) == "not_found" => LookupOutcome::NotFound,
-        other => LookupOutcome::Unknown(format!(
-            "provider answered {other}: {}",
-            error_text(body)
-        )),
+        other => LookupOutcome::Unknown(format!("provider answered {other}: {}", error_text(body))),
     }
 }
 
@@ -226,20 +230,34 @@ mod tests {
 
     #[test]
     fn created_and_replayed_are_told_apart() {
-        assert!(matches!(classify_send(201, false, MSG), SendOutcome::Accepted(m) if m.status == Status::Accepted));
-        assert!(matches!(classify_send(201, true, MSG), SendOutcome::Replayed(_)));
+        assert!(
+            matches!(classify_send(201, false, MSG), SendOutcome::Accepted(m) if m.status == Status::Accepted)
+        );
+        assert!(matches!(
+            classify_send(201, true, MSG),
+            SendOutcome::Replayed(_)
+        ));
     }
 
     #[test]
     fn unknown_is_never_no() {
         for code in [409, 429, 500, 502, 503, 504] {
             assert!(
-                matches!(classify_send(code, false, br#"{"error":"x"}"#), SendOutcome::Unknown(_)),
+                matches!(
+                    classify_send(code, false, br#"{"error":"x"}"#),
+                    SendOutcome::Unknown(_)
+                ),
                 "{code}"
             );
         }
-        assert!(matches!(classify_send(201, false, b"not json"), SendOutcome::Unknown(_)));
-        assert!(matches!(classify_send(302, false, b""), SendOutcome::Unknown(_)));
+        assert!(matches!(
+            classify_send(201, false, b"not json"),
+            SendOutcome::Unknown(_)
+        ));
+        assert!(matches!(
+            classify_send(302, false, b""),
+            SendOutcome::Unknown(_)
+        ));
     }
 
     #[test]
@@ -251,14 +269,26 @@ mod tests {
                 error: "idempotency_key_reused".into()
             }
         );
-        assert!(matches!(classify_send(400, false, b"{}"), SendOutcome::Rejected { status: 400, .. }));
+        assert!(matches!(
+            classify_send(400, false, b"{}"),
+            SendOutcome::Rejected { status: 400, .. }
+        ));
     }
 
     #[test]
     fn only_the_contracts_404_is_not_found() {
-        assert_eq!(classify_lookup(404, br#"{"error":"not_found"}"#), LookupOutcome::NotFound);
-        assert!(matches!(classify_lookup(404, b"<html>"), LookupOutcome::Unknown(_)));
-        assert!(matches!(classify_lookup(503, b""), LookupOutcome::Unknown(_)));
+        assert_eq!(
+            classify_lookup(404, br#"{"error":"not_found"}"#),
+            LookupOutcome::NotFound
+        );
+        assert!(matches!(
+            classify_lookup(404, b"<html>"),
+            LookupOutcome::Unknown(_)
+        ));
+        assert!(matches!(
+            classify_lookup(503, b""),
+            LookupOutcome::Unknown(_)
+        ));
         assert!(matches!(classify_lookup(200, MSG), LookupOutcome::Found(_)));
     }
 

@@ -143,10 +143,22 @@ mod tests {
         assert!(matches!(e.op, LogOp::Status { is_final: true, .. }));
         let line = r#"{"seq":5,"at":"x","op":"webhook","key":"k1","event_id":"e","status":"sent","attempt":2,"answer":"timeout"}"#;
         let e: LogEntry = serde_json::from_str(line).unwrap();
-        assert!(matches!(e.op, LogOp::Webhook { answer: WebhookAnswer::Other(_), .. }));
+        assert!(matches!(
+            e.op,
+            LogOp::Webhook {
+                answer: WebhookAnswer::Other(_),
+                ..
+            }
+        ));
         let line = r#"{"seq":6,"at":"x","op":"lookup","key":"k1","result":"not_found"}"#;
         let e: LogEntry = serde_json::from_str(line).unwrap();
-        assert!(matches!(e.op, LogOp::Lookup { result: LookupResult::NotFound, .. }));
+        assert!(matches!(
+            e.op,
+            LogOp::Lookup {
+                result: LookupResult::NotFound,
+                ..
+            }
+        ));
     }
 
     #[test]

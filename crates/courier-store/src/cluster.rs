@@ -60,8 +60,12 @@ pub const DATABASE: &str = "courier";
 
 impl Cluster {
     pub fn new(dir: impl Into<PathBuf>) -> Self {
+        let dir = dir.into();
+        // Commands run with the cluster directory as their working
+        // directory, so every path handed to them must be absolute.
+        let dir = std::path::absolute(&dir).unwrap_or(dir);
         Cluster {
-            dir: dir.into(),
+            dir,
             settings: Vec::new(),
         }
     }
@@ -80,8 +84,18 @@ impl Cluster {
         self.dir.join("data")
     }
 
+    /// The socket directory: inside the cluster directory, unless that path
+    /// would be too long for a Unix socket (107 bytes on Linux); then a short
+    /// directory under /tmp named after the cluster directory.
     fn sock(&self) -> PathBuf {
-        self.dir.join("sock")
+        let inside = self.dir.join("sock");
+        if inside.as_os_str().len() + "/.s.PGSQL.65535".len() < 100 {
+            return inside;
+        }
+        use std::hash::{Hash, Hasher};
+        let mut h = std::collections::hash_map::DefaultHasher::new();
+        self.dir.hash(&mut h);
+        PathBuf::from(format!("/tmp/courier-pg-{:016x}", h.finish()))
     }
 
     fn port_file(&self) -> PathBuf {
@@ -232,9 +246,8 @@ impl Cluster {
                 }
             }
             for d in [self.dir.clone(), self.sock()] {
-                nix::unistd::chown(&d, Some(user.uid), Some(user.gid)).map_err(|e| {
-                    io_err(&d, std::io::Error::from_raw_os_error(e as i32))
-                })?;
+                nix::unistd::chown(&d, Some(user.uid), Some(user.gid))
+                    .map_err(|e| io_err(&d, std::io::Error::from_raw_os_error(e as i32)))?;
             }
             let mut perms = std::fs::metadata(&self.dir)
                 .map_err(|e| io_err(&self.dir, e))?
@@ -251,7 +264,16 @@ impl Cluster {
             .command(&initdb)?
             .arg("-D")
             .arg(self.data())
-            .args(["-U", "postgres", "-A", "trust", "-E", "UTF8", "--no-locale", "--no-sync"])
+            .args([
+                "-U",
+                "postgres",
+                "-A",
+                "trust",
+                "-E",
+                "UTF8",
+                "--no-locale",
+                "--no-sync",
+            ])
             .stdout(Stdio::null())
             .stderr(Stdio::piped())
             .output()

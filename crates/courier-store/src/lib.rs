@@ -76,6 +76,8 @@ pub struct StoreConfig {
     pub pool_size_max: usize,
     /// How long to wait for a connection from the pool.
     pub connect_timeout: Duration,
+    /// Apply pending migrations on connect (off for read-only tools).
+    pub migrate: bool,
 }
 
 impl StoreConfig {
@@ -84,6 +86,7 @@ impl StoreConfig {
             url: url.into(),
             pool_size_max: 8,
             connect_timeout: Duration::from_secs(5),
+            migrate: true,
         }
     }
 }
@@ -91,7 +94,10 @@ impl StoreConfig {
 /// Drops and creates a database on a server (for throwaway runs: the demo,
 /// benchmarks) and returns its URL. `server_url` names any database on it.
 pub async fn database_recreate(server_url: &str, name: &str) -> Result<String, StoreError> {
-    if !name.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_') {
+    if !name
+        .bytes()
+        .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_')
+    {
         return Err(StoreError::Query(format!("bad database name {name:?}")));
     }
     let (client, conn) = tokio_postgres::connect(server_url, tokio_postgres::NoTls).await?;
@@ -99,7 +105,9 @@ pub async fn database_recreate(server_url: &str, name: &str) -> Result<String, S
     client
         .batch_execute(&format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)"))
         .await?;
-    client.batch_execute(&format!("CREATE DATABASE {name}")).await?;
+    client
+        .batch_execute(&format!("CREATE DATABASE {name}"))
+        .await?;
     drop(client);
     let _ = conn.await;
     match server_url.rfind('/') {

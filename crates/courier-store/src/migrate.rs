@@ -9,7 +9,7 @@ pub const MIGRATIONS: &[(i32, &str, &str)] =
     &[(1, "init", include_str!("../migrations/0001_init.sql"))];
 
 /// A lock id for `pg_advisory_xact_lock`, fixed for courier's migrations.
-const LOCK_ID: i64 = 0x636f_7572_6965_72;
+const LOCK_ID: i64 = 0x0063_6f75_7269_6572;
 
 /// Applies every migration not yet applied; returns how many it applied.
 pub async fn run(client: &mut tokio_postgres::Client) -> Result<usize, StoreError> {
@@ -34,9 +34,9 @@ pub async fn run(client: &mut tokio_postgres::Client) -> Result<usize, StoreErro
         if applied.contains(version) {
             continue;
         }
-        tx.batch_execute(sql).await.map_err(|e| {
-            StoreError::Query(format!("migration {version} ({name}) failed: {e}"))
-        })?;
+        tx.batch_execute(sql)
+            .await
+            .map_err(|e| StoreError::Query(format!("migration {version} ({name}) failed: {e}")))?;
         tx.execute(
             "INSERT INTO schema_migrations (version, name) VALUES ($1, $2)",
             &[version, name],

@@ -276,7 +276,9 @@ impl PgStore {
             .map_err(|e| StoreError::Query(e.to_string()))?;
         let store = PgStore { pool };
         let mut client = store.pool.get().await?;
-        crate::migrate::run(&mut client).await?;
+        if cfg.migrate {
+            crate::migrate::run(&mut client).await?;
+        }
         Ok(store)
     }
 
@@ -446,7 +448,12 @@ impl PgStore {
                  SELECT (SELECT attempts FROM upd) AS attempts,
                         EXISTS (SELECT 1 FROM fence) AS held,
                         (SELECT epoch FROM actions WHERE id = $1) AS current_epoch",
-                &[&lease.action_id, &lease.owner.as_ref(), &lease.epoch, &margin],
+                &[
+                    &lease.action_id,
+                    &lease.owner.as_ref(),
+                    &lease.epoch,
+                    &margin,
+                ],
             )
             .await?;
         let attempts: Option<i32> = row.get("attempts");
@@ -614,7 +621,12 @@ impl PgStore {
                         done_at = now()
                  WHERE id = $1 AND owner = $2 AND epoch = $3 AND state = 'claimed'
                  RETURNING store",
-                &[&lease.action_id, &lease.owner.as_ref(), &lease.epoch, &reason],
+                &[
+                    &lease.action_id,
+                    &lease.owner.as_ref(),
+                    &lease.epoch,
+                    &reason,
+                ],
             )
             .await?;
         let Some(row) = row else {
@@ -640,10 +652,14 @@ impl PgStore {
     pub async fn fenced_now(&self, lease: &Lease, op: &str) -> Result<Fenced, StoreError> {
         let client = self.pool.get().await?;
         let epoch: Option<i64> = client
-            .query_opt("SELECT epoch FROM actions WHERE id = $1", &[&lease.action_id])
+            .query_opt(
+                "SELECT epoch FROM actions WHERE id = $1",
+                &[&lease.action_id],
+            )
             .await?
             .map(|r| r.get(0));
-        self.event_record("fenced", Some(lease.action_id), op).await?;
+        self.event_record("fenced", Some(lease.action_id), op)
+            .await?;
         Ok(Fenced {
             current_epoch: epoch,
         })
@@ -824,17 +840,26 @@ impl PgStore {
         };
         let by_state = pairs(
             client
-                .query("SELECT state, count(*) FROM actions GROUP BY state ORDER BY state", &[])
+                .query(
+                    "SELECT state, count(*) FROM actions GROUP BY state ORDER BY state",
+                    &[],
+                )
                 .await?,
         );
         let by_status = pairs(
             client
-                .query("SELECT status, count(*) FROM outbox GROUP BY status ORDER BY status", &[])
+                .query(
+                    "SELECT status, count(*) FROM outbox GROUP BY status ORDER BY status",
+                    &[],
+                )
                 .await?,
         );
         let events = pairs(
             client
-                .query("SELECT kind, count(*) FROM events GROUP BY kind ORDER BY kind", &[])
+                .query(
+                    "SELECT kind, count(*) FROM events GROUP BY kind ORDER BY kind",
+                    &[],
+                )
                 .await?,
         );
         let stores = client
@@ -888,7 +913,12 @@ struct Folded {
 }
 
 /// Folds one report into the current status and conflict flag.
-fn fold_report(current: Status, conflict: bool, report: Status, from_lookup: bool) -> (Folded, Merge) {
+fn fold_report(
+    current: Status,
+    conflict: bool,
+    report: Status,
+    from_lookup: bool,
+) -> (Folded, Merge) {
     if from_lookup && conflict && report.is_final() {
         let status = merge_lookup(current, conflict, report);
         return (
@@ -976,7 +1006,13 @@ async fn merge_unleased(
         )
         .await?;
     }
-    record_merge_events(tx, action_id, how, if from_lookup { "lookup" } else { "webhook" }).await?;
+    record_merge_events(
+        tx,
+        action_id,
+        how,
+        if from_lookup { "lookup" } else { "webhook" },
+    )
+    .await?;
     Ok(MergeOutcome::Applied(how))
 }
 
@@ -1088,9 +1124,15 @@ mod tests {
     #[test]
     fn folding_follows_the_core_merge() {
         let (f, how) = fold_report(Status::Sent, false, Status::Accepted, false);
-        assert_eq!((f.status, f.conflict, how), (Status::Sent, false, Merge::Backward));
+        assert_eq!(
+            (f.status, f.conflict, how),
+            (Status::Sent, false, Merge::Backward)
+        );
         let (f, how) = fold_report(Status::Delivered, false, Status::Failed, false);
-        assert_eq!((f.status, f.conflict, how), (Status::Delivered, true, Merge::Conflict));
+        assert_eq!(
+            (f.status, f.conflict, how),
+            (Status::Delivered, true, Merge::Conflict)
+        );
         // A lookup settles a conflict.
         let (f, _) = fold_report(Status::Delivered, true, Status::Failed, true);
         assert_eq!((f.status, f.conflict), (Status::Failed, false));

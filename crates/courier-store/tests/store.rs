@@ -214,7 +214,11 @@ async fn dispatched_action(db: &courier_testkit::TestDb) -> (Lease, String) {
     let lease = got[0].lease.clone();
     let key = action_key(&got[0].uid);
     db.store.outbox_intent(&lease, &key).await.unwrap().unwrap();
-    db.store.outbox_count_attempt(&lease, 0).await.unwrap().unwrap();
+    db.store
+        .outbox_count_attempt(&lease, 0)
+        .await
+        .unwrap()
+        .unwrap();
     db.store
         .action_settle(&lease, Status::Accepted, Some("msg_1"), false, 60_000)
         .await
@@ -262,7 +266,10 @@ async fn a_backward_report_is_ignored_and_counted() {
         .webhook_merge("evt_d", &key, Status::Delivered, "msg_1")
         .await
         .unwrap();
-    assert_eq!(out, MergeOutcome::Applied(Merge::Advance(Status::Delivered)));
+    assert_eq!(
+        out,
+        MergeOutcome::Applied(Merge::Advance(Status::Delivered))
+    );
     let out = db
         .store
         .webhook_merge("evt_s", &key, Status::Sent, "msg_1")
@@ -312,12 +319,19 @@ async fn enqueue_is_idempotent_on_store_and_key() {
     let mut a = new_action("s1", 1);
     a.key = Some("order-1".into());
     let first = db.store.action_enqueue(&a).await.unwrap();
-    let Enqueued::Created(id) = first else { panic!("{first:?}") };
-    assert_eq!(db.store.action_enqueue(&a).await.unwrap(), Enqueued::Existing(id));
+    let Enqueued::Created(id) = first else {
+        panic!("{first:?}")
+    };
+    assert_eq!(
+        db.store.action_enqueue(&a).await.unwrap(),
+        Enqueued::Existing(id)
+    );
     // The same key in another store is another action.
     let mut other = a.clone();
     other.store = "s2".into();
-    assert!(matches!(db.store.action_enqueue(&other).await.unwrap(), Enqueued::Created(i) if i != id));
+    assert!(
+        matches!(db.store.action_enqueue(&other).await.unwrap(), Enqueued::Created(i) if i != id)
+    );
     // The same key with another body is refused and changes nothing.
     let mut changed = a.clone();
     changed.body = "something else".into();
@@ -369,7 +383,11 @@ async fn fair_claims_rotate_stores_despite_a_deep_backlog() {
     for s in 0..5 {
         assert!(first_six.contains(&format!("quiet{s}")), "{order:?}");
     }
-    assert_eq!(order.iter().filter(|s| *s == "noisy").count(), 2, "{order:?}");
+    assert_eq!(
+        order.iter().filter(|s| *s == "noisy").count(),
+        2,
+        "{order:?}"
+    );
 
     // FIFO, for contrast, serves the noisy backlog first.
     let db = fresh_db().await;
@@ -405,7 +423,11 @@ async fn a_batch_claim_respects_the_cap_and_takes_turns() {
     assert!(more.is_empty(), "{more:?}");
     let first_a = got.iter().find(|c| c.store == "a").unwrap();
     let key = action_key(&first_a.uid);
-    db.store.outbox_intent(&first_a.lease, &key).await.unwrap().unwrap();
+    db.store
+        .outbox_intent(&first_a.lease, &key)
+        .await
+        .unwrap()
+        .unwrap();
     db.store
         .action_settle(&first_a.lease, Status::Accepted, None, false, 60_000)
         .await

@@ -15,8 +15,13 @@ pub fn cluster_dir() -> PathBuf {
         return PathBuf::from(dir);
     }
     // CARGO_MANIFEST_DIR is crates/courier-testkit: the workspace is two up.
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("../../target/courier-test-pg")
+    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
+    let root = root
+        .parent()
+        .and_then(|p| p.parent())
+        .map(PathBuf::from)
+        .unwrap_or(root);
+    root.join("target/courier-test-pg")
 }
 
 /// The URL of the server's maintenance database (`postgres`).
@@ -41,7 +46,10 @@ fn server_url() -> String {
         .setting("synchronous_commit", "off")
         .start()
         .unwrap_or_else(|e| panic!("cannot start the test PostgreSQL cluster: {e}"));
-    url.replace(&format!("/{}", courier_store::cluster::DATABASE), "/postgres")
+    url.replace(
+        &format!("/{}", courier_store::cluster::DATABASE),
+        "/postgres",
+    )
 }
 
 /// A fresh, migrated database for one test.

@@ -1,10 +1,225 @@
-//! `courier lesson` (to be written).
+//! `courier lesson [--listen 127.0.0.1:0]`: serves the interactive lesson on
+//! delivery guarantees. The page's assets (web/lesson/) are compiled into the
+//! binary; the page recomputes each scene through a JSON API backed by the
+//! pure simulations of `courier-sim`:
+//!
+//! - `GET  /api/scenes`        every scene with its model and parameters;
+//! - `POST /api/sim/{scene}`   body `{"seed": 7, "params": {...}}` -> the run.
+//!
+//! Bad input is a 400 with `{"error": "..."}`; an unknown scene a 404.
+//!
+//! # Invariants
+//! - At most [`SIMS_IN_PARALLEL_MAX`] simulations run at once, off the async
+//!   workers; a request that waits longer than [`SIM_QUEUE_WAIT_MS`] gets a 503.
+//! - Request bodies are capped at [`REQUEST_BYTES_MAX`]; the work of one run
+//!   is capped by the scenes' parameter ranges.
 
+use std::io::Write;
+use std::net::SocketAddr;
 use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context;
+use axum::body::Bytes;
+use axum::extract::rejection::BytesRejection;
+use axum::extract::{DefaultBodyLimit, Path, State};
+use axum::http::{header, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::Router;
+use serde::Deserialize;
+use tokio::sync::Semaphore;
+
+const INDEX_HTML: &str = include_str!("../../../../web/lesson/index.html");
+const STYLE_CSS: &str = include_str!("../../../../web/lesson/style.css");
+const APP_JS: &str = include_str!("../../../../web/lesson/app.js");
+const CHARTS_JS: &str = include_str!("../../../../web/lesson/charts.js");
+const CONTENT_JS: &str = include_str!("../../../../web/lesson/content.js");
+const FAVICON_SVG: &str = include_str!("../../../../web/lesson/favicon.svg");
+
+/// Simulations running at once (the machine has two cores).
+pub const SIMS_IN_PARALLEL_MAX: usize = 2;
+/// How long a request may wait for a free simulation slot.
+pub const SIM_QUEUE_WAIT_MS: u64 = 10_000;
+/// The largest request body read.
+pub const REQUEST_BYTES_MAX: usize = 16 * 1024;
 
 #[derive(clap::Args)]
-pub struct Args {}
+pub struct Args {
+    /// Address to listen on (loopback by default; port 0 picks a free port).
+    #[arg(long, default_value = "127.0.0.1:0")]
+    pub listen: SocketAddr,
+}
 
-pub async fn run(_args: Args) -> anyhow::Result<ExitCode> {
-    anyhow::bail!("courier lesson is not written yet")
+pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
+    let listener = tokio::net::TcpListener::bind(args.listen)
+        .await
+        .with_context(|| format!("cannot listen on {}", args.listen))?;
+    let addr = listener.local_addr()?;
+    // The first line of stdout is the address: tests and scripts read it.
+    println!("courier lesson listening on http://{addr}");
+    std::io::stdout().flush()?;
+    if !addr.ip().is_loopback() {
+        eprintln!("warning: the lesson is reachable from other machines at {addr}");
+    }
+    axum::serve(listener, router())
+        .with_graceful_shutdown(async {
+            // If the signal handler cannot be installed, serve until killed.
+            if tokio::signal::ctrl_c().await.is_err() {
+                std::future::pending::<()>().await;
+            }
+        })
+        .await
+        .context("lesson server failed")?;
+    Ok(ExitCode::SUCCESS)
+}
+
+struct AppState {
+    sims: Semaphore,
+}
+
+/// The lesson's routes (public so a later dashboard can mount them).
+pub fn router() -> Router {
+    let state = Arc::new(AppState {
+        sims: Semaphore::new(SIMS_IN_PARALLEL_MAX),
+    });
+    Router::new()
+        .route(
+            "/",
+            get(|| async { asset("text/html; charset=utf-8", INDEX_HTML) }),
+        )
+        .route(
+            "/style.css",
+            get(|| async { asset("text/css; charset=utf-8", STYLE_CSS) }),
+        )
+        .route(
+            "/app.js",
+            get(|| async { asset("text/javascript; charset=utf-8", APP_JS) }),
+        )
+        .route(
+            "/charts.js",
+            get(|| async { asset("text/javascript; charset=utf-8", CHARTS_JS) }),
+        )
+        .route(
+            "/content.js",
+            get(|| async { asset("text/javascript; charset=utf-8", CONTENT_JS) }),
+        )
+        .route(
+            "/favicon.svg",
+            get(|| async { asset("image/svg+xml", FAVICON_SVG) }),
+        )
+        .route("/api/scenes", get(scenes))
+        .route("/api/sim/{scene}", post(simulate))
+        .fallback(|| async { error(StatusCode::NOT_FOUND, "no such page") })
+        .layer(DefaultBodyLimit::max(REQUEST_BYTES_MAX))
+        .with_state(state)
+}
+
+fn asset(content_type: &'static str, body: &'static str) -> Response {
+    let mut r = body.into_response();
+    let h = r.headers_mut();
+    h.insert(header::CONTENT_TYPE, HeaderValue::from_static(content_type));
+    h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
+    h.insert(
+        header::X_CONTENT_TYPE_OPTIONS,
+        HeaderValue::from_static("nosniff"),
+    );
+    h.insert(
+        header::CONTENT_SECURITY_POLICY,
+        HeaderValue::from_static("default-src 'self'; img-src 'self' data:; base-uri 'none'"),
+    );
+    r
+}
+
+fn json_response(status: StatusCode, body: &impl serde::Serialize) -> Response {
+    match serde_json::to_vec(body) {
+        Ok(bytes) => (status, [(header::CONTENT_TYPE, "application/json")], bytes).into_response(),
+        Err(e) => error(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            &format!("cannot encode: {e}"),
+        ),
+    }
+}
+
+fn error(status: StatusCode, message: &str) -> Response {
+    json_response_raw(status, serde_json::json!({ "error": message }))
+}
+
+fn json_response_raw(status: StatusCode, value: serde_json::Value) -> Response {
+    (
+        status,
+        [(header::CONTENT_TYPE, "application/json")],
+        value.to_string(),
+    )
+        .into_response()
+}
+
+async fn scenes() -> Response {
+    json_response(StatusCode::OK, &courier_sim::catalog())
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct SimRequest {
+    #[serde(default = "default_seed")]
+    seed: u64,
+    #[serde(default)]
+    params: serde_json::Value,
+}
+
+fn default_seed() -> u64 {
+    1
+}
+
+async fn simulate(
+    State(state): State<Arc<AppState>>,
+    Path(scene): Path<String>,
+    body: Result<Bytes, BytesRejection>,
+) -> Response {
+    let scene = match courier_sim::Scene::from_name(&scene) {
+        Ok(s) => s,
+        Err(e) => return error(StatusCode::NOT_FOUND, &e.to_string()),
+    };
+    let body = match body {
+        Ok(b) => b,
+        Err(e) => return error(e.status(), &e.body_text()),
+    };
+    let request: SimRequest = if body.iter().all(u8::is_ascii_whitespace) {
+        SimRequest {
+            seed: default_seed(),
+            params: serde_json::Value::Null,
+        }
+    } else {
+        match serde_json::from_slice(&body) {
+            Ok(r) => r,
+            Err(e) => {
+                return error(
+                    StatusCode::BAD_REQUEST,
+                    &format!("the body must be {{\"seed\": <u64>, \"params\": {{...}}}}: {e}"),
+                )
+            }
+        }
+    };
+    let permit = match tokio::time::timeout(
+        Duration::from_millis(SIM_QUEUE_WAIT_MS),
+        state.sims.acquire(),
+    )
+    .await
+    {
+        Ok(Ok(p)) => p,
+        _ => return error(StatusCode::SERVICE_UNAVAILABLE, "busy: try again shortly"),
+    };
+    let result =
+        tokio::task::spawn_blocking(move || courier_sim::run(scene, &request.params, request.seed))
+            .await;
+    drop(permit);
+    match result {
+        Ok(Ok(run)) => json_response(StatusCode::OK, &run),
+        Ok(Err(e)) => error(StatusCode::BAD_REQUEST, &e.to_string()),
+        Err(e) => error(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            &format!("the simulation failed: {e}"),
+        ),
+    }
 }

@@ -1,7 +1,14 @@
 //! One module per subcommand: each has `Args` (clap) and `run(args)`.
 
+pub mod chaos;
+pub mod common;
+pub mod db;
+pub mod demo;
 pub mod lesson;
 pub mod provider;
 pub mod relay;
+pub mod serve;
 pub mod sim;
+pub mod status;
 pub mod verify;
+pub mod worker;

@@ -1,10 +1,304 @@
-//! `courier provider` (to be written).
+//! `courier provider`: run the flaky fake SMS provider, or `courier provider
+//! bench` to measure it. Flags only; the work is in `courier_provider::fake`.
 
+use anyhow::Context;
+use courier_provider::fake::bench::{self, BenchConfig};
+use courier_provider::fake::{FakeConfig, FakeProvider, FaultRates, Latency, MsRange};
+use std::io::Write;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 #[derive(clap::Args)]
-pub struct Args {}
+#[command(args_conflicts_with_subcommands = true, subcommand_negates_reqs = true)]
+pub struct Args {
+    #[command(subcommand)]
+    command: Option<Command>,
+    #[command(flatten)]
+    serve: ServeArgs,
+}
 
-pub async fn run(_args: Args) -> anyhow::Result<ExitCode> {
-    anyhow::bail!("courier provider is not written yet")
+#[derive(clap::Subcommand)]
+enum Command {
+    /// Measure the provider: sends/s and latency over real loopback HTTP
+    /// (faults off, latency 0, unique keys, keep-alive connections).
+    Bench(BenchArgs),
+}
+
+#[derive(clap::Args)]
+struct ServeArgs {
+    /// Address to listen on; port 0 picks a free port. The chosen address is
+    /// printed on stdout as `courier provider listening on http://HOST:PORT`.
+    #[arg(long, default_value = "127.0.0.1:7100")]
+    listen: SocketAddr,
+    /// Also write `http://HOST:PORT` to this file once listening.
+    #[arg(long, value_name = "PATH")]
+    addr_file: Option<PathBuf>,
+    /// The append-only log (JSON lines); an existing log is recovered.
+    #[arg(long, value_name = "PATH", required = true)]
+    log: Option<PathBuf>,
+    /// Bearer token every request must carry.
+    #[arg(
+        long,
+        env = "COURIER_PROVIDER_API_KEY",
+        required = true,
+        hide_env_values = true
+    )]
+    api_key: Option<String>,
+    /// HMAC-SHA256 key of webhook signatures.
+    #[arg(
+        long,
+        env = "COURIER_WEBHOOK_SECRET",
+        required = true,
+        hide_env_values = true
+    )]
+    webhook_secret: Option<String>,
+    /// Seed of every fault and timing decision (printed on start).
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+    /// `off` sets the four fault rates to zero (latency and lookup lag keep
+    /// their own flags, both 0 by default).
+    #[arg(long, default_value = "on", value_parser = ["on", "off"])]
+    faults: String,
+    /// Same as `--faults off`.
+    #[arg(long)]
+    no_faults: bool,
+    /// Share of first sends whose answer is lost (half after creating the
+    /// message, half before).
+    #[arg(long, default_value_t = FaultRates::DEFAULT.timeout)]
+    timeout_rate: f64,
+    /// How long a lost answer is held before `504` (longer than a client's time-out).
+    #[arg(long, default_value_t = 5_000)]
+    timeout_hold_ms: u64,
+    /// Share of status events delivered twice (same event_id).
+    #[arg(long, default_value_t = FaultRates::DEFAULT.duplicate_webhook)]
+    duplicate_webhook_rate: f64,
+    /// Share of messages whose `sent` webhook comes after the final one.
+    #[arg(long, default_value_t = FaultRates::DEFAULT.out_of_order)]
+    out_of_order_rate: f64,
+    /// Share of messages that fail some time after `sent`.
+    #[arg(long, default_value_t = FaultRates::DEFAULT.late_failed)]
+    late_failed_rate: f64,
+    /// Lookups answer 404 for this long after a key's first send.
+    #[arg(long, default_value_t = 0)]
+    lookup_lag_ms: u64,
+    /// Latency of each send and lookup, in milliseconds: `0`, a fixed `25`,
+    /// `uniform:5..50` (uniform, inclusive) or `lognormal:median=20,sigma=0.6`.
+    #[arg(long, default_value = "0", value_name = "DIST")]
+    latency_ms: Latency,
+    /// Keys are forgotten this long after their first send.
+    #[arg(long, default_value_t = 3_600)]
+    key_retention_s: u64,
+    /// Delay from accepted to sent, `MIN..MAX` milliseconds.
+    #[arg(long, default_value = "20..200")]
+    sent_after_ms: MsRange,
+    /// Delay from sent to delivered, `MIN..MAX` milliseconds.
+    #[arg(long, default_value = "50..500")]
+    delivered_after_ms: MsRange,
+    /// Delay from sent to a late failed, `MIN..MAX` milliseconds.
+    #[arg(long, default_value = "500..2000")]
+    failed_after_ms: MsRange,
+    /// Webhook URL for messages sent without `status_callback`.
+    #[arg(long, value_name = "URL")]
+    default_callback: Option<String>,
+    /// POSTs of one status event before giving up on it.
+    #[arg(long, default_value_t = 8)]
+    webhook_attempts_max: u32,
+    /// Time-out of one webhook POST.
+    #[arg(long, default_value_t = 2_000)]
+    webhook_timeout_ms: u64,
+    /// First backoff between webhook attempts (doubles, jittered).
+    #[arg(long, default_value_t = 100)]
+    webhook_backoff_base_ms: u64,
+    /// Longest backoff between webhook attempts.
+    #[arg(long, default_value_t = 2_000)]
+    webhook_backoff_cap_ms: u64,
+    /// Webhook POSTs in flight at once.
+    #[arg(long, default_value_t = 32)]
+    webhook_concurrency_max: usize,
+    /// Largest send body read; larger ones are answered 413.
+    #[arg(long, default_value_t = 64 * 1024)]
+    request_bytes_max: usize,
+    /// Keys remembered at once; new keys beyond it are answered 503.
+    #[arg(long, default_value_t = 5_000_000)]
+    keys_max: usize,
+    /// fdatasync the log after every write (power-loss durability; slower).
+    #[arg(long)]
+    fsync: bool,
+}
+
+#[derive(clap::Args)]
+struct BenchArgs {
+    /// Sends to make.
+    #[arg(long, default_value_t = 200_000)]
+    sends: u64,
+    /// Requests in flight at once.
+    #[arg(long, default_value_t = 64)]
+    concurrency: usize,
+    /// Stop after this many seconds even if not all sends were made.
+    #[arg(long)]
+    seconds: Option<u64>,
+    /// Keep the provider's log here (default: a temporary file, removed).
+    #[arg(long, value_name = "PATH")]
+    log: Option<PathBuf>,
+}
+
+pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
+    match args.command {
+        Some(Command::Bench(b)) => run_bench(b).await,
+        None => run_serve(args.serve).await,
+    }
+}
+
+fn config(a: ServeArgs) -> anyhow::Result<FakeConfig> {
+    let log = a.log.context("--log is required")?;
+    let api_key = a.api_key.context("--api-key is required")?;
+    let secret = a.webhook_secret.context("--webhook-secret is required")?;
+    let mut cfg = FakeConfig::new(log, &api_key, &secret);
+    cfg.seed = a.seed;
+    cfg.faults = if a.no_faults || a.faults == "off" {
+        FaultRates::NONE
+    } else {
+        FaultRates {
+            timeout: a.timeout_rate,
+            duplicate_webhook: a.duplicate_webhook_rate,
+            out_of_order: a.out_of_order_rate,
+            late_failed: a.late_failed_rate,
+        }
+    };
+    cfg.timeout_hold_ms = a.timeout_hold_ms;
+    cfg.lookup_lag_ms = a.lookup_lag_ms;
+    cfg.latency = a.latency_ms;
+    cfg.key_retention_ms = a
+        .key_retention_s
+        .checked_mul(1000)
+        .context("--key-retention-s is too large")?;
+    cfg.sent_after_ms = a.sent_after_ms;
+    cfg.delivered_after_ms = a.delivered_after_ms;
+    cfg.failed_after_ms = a.failed_after_ms;
+    cfg.default_callback = a.default_callback;
+    cfg.webhook_attempts_max = a.webhook_attempts_max;
+    cfg.webhook_timeout_ms = a.webhook_timeout_ms;
+    cfg.webhook_backoff_base_ms = a.webhook_backoff_base_ms;
+    cfg.webhook_backoff_cap_ms = a.webhook_backoff_cap_ms;
+    cfg.webhook_concurrency_max = a.webhook_concurrency_max;
+    cfg.request_bytes_max = a.request_bytes_max;
+    cfg.keys_max = a.keys_max;
+    cfg.fsync = a.fsync;
+    cfg.validate().map_err(|e| anyhow::anyhow!(e))?;
+    Ok(cfg)
+}
+
+async fn run_serve(a: ServeArgs) -> anyhow::Result<ExitCode> {
+    let listen = a.listen;
+    let addr_file = a.addr_file.clone();
+    let cfg = config(a)?;
+    eprintln!(
+        "courier provider: seed {}; {}; latency-ms {}; lookup-lag-ms {}; timeout-hold-ms {}; key-retention-s {}",
+        cfg.seed,
+        cfg.faults,
+        cfg.latency,
+        cfg.lookup_lag_ms,
+        cfg.timeout_hold_ms,
+        cfg.key_retention_ms / 1000
+    );
+    eprintln!(
+        "courier provider: sent-after-ms {}; delivered-after-ms {}; failed-after-ms {}; webhook attempts {}; default callback {}",
+        cfg.sent_after_ms,
+        cfg.delivered_after_ms,
+        cfg.failed_after_ms,
+        cfg.webhook_attempts_max,
+        cfg.default_callback.as_deref().unwrap_or("none")
+    );
+    let log = cfg.log_path.clone();
+    let provider = FakeProvider::open(cfg).await?;
+    let r = provider.recovered();
+    eprintln!(
+        "courier provider: log {} ({} lines read, {} torn bytes cut; {} keys, {} messages, {} status changes and {} webhooks pending)",
+        log.display(),
+        r.lines,
+        r.torn_bytes,
+        r.keys,
+        r.messages,
+        r.transitions,
+        r.webhooks
+    );
+    let listener = tokio::net::TcpListener::bind(listen)
+        .await
+        .with_context(|| format!("cannot listen on {listen}"))?;
+    let url = format!("http://{}", listener.local_addr()?);
+    if let Some(path) = &addr_file {
+        write_atomically(path, &format!("{url}\n"))
+            .with_context(|| format!("cannot write {}", path.display()))?;
+    }
+    {
+        let mut out = std::io::stdout().lock();
+        writeln!(out, "courier provider listening on {url}")?;
+        out.flush()?;
+    }
+    provider.serve(listener, stop_signal()).await?;
+    eprintln!("courier provider: stopped");
+    Ok(ExitCode::SUCCESS)
+}
+
+fn write_atomically(path: &Path, text: &str) -> std::io::Result<()> {
+    let mut tmp = path.as_os_str().to_owned();
+    tmp.push(".tmp");
+    std::fs::write(&tmp, text)?;
+    std::fs::rename(&tmp, path)
+}
+
+/// Resolves on SIGTERM or ctrl-c.
+async fn stop_signal() {
+    use tokio::signal::unix::{signal, SignalKind};
+    let mut term = signal(SignalKind::terminate()).ok();
+    let terminated = async {
+        match term.as_mut() {
+            Some(t) => {
+                t.recv().await;
+            }
+            None => std::future::pending().await,
+        }
+    };
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => {}
+        () = terminated => {}
+    }
+}
+
+async fn run_bench(b: BenchArgs) -> anyhow::Result<ExitCode> {
+    let cfg = BenchConfig {
+        sends: b.sends,
+        concurrency: b.concurrency,
+        seconds: b.seconds,
+        log_path: b.log,
+    };
+    eprintln!(
+        "courier provider bench: {} sends, concurrency {}, faults off, latency 0",
+        cfg.sends, cfg.concurrency
+    );
+    let r = bench::run(cfg).await?;
+    println!(
+        "sends {} in {:.2} s: {:.0} sends/s; errors {}",
+        r.sends,
+        r.elapsed.as_secs_f64(),
+        r.sends_per_s,
+        r.errors
+    );
+    println!(
+        "latency p50 {:.2} ms, p99 {:.2} ms, max {:.2} ms",
+        r.p50_us as f64 / 1000.0,
+        r.p99_us as f64 / 1000.0,
+        r.max_us as f64 / 1000.0
+    );
+    println!(
+        "log lines written {} ({:.1} MiB)",
+        r.log_lines,
+        r.log_bytes as f64 / (1024.0 * 1024.0)
+    );
+    Ok(if r.errors == 0 {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    })
 }

@@ -1,0 +1,157 @@
+//! Flags shared by several subcommands: where the database is, the limits,
+//! and the provider client.
+
+use anyhow::Context;
+use courier_core::Limits;
+use courier_provider::{ClientConfig, ProviderClient};
+use courier_store::cluster::Cluster;
+use courier_store::{PgStore, StoreConfig};
+use std::path::PathBuf;
+use std::time::Duration;
+
+/// Where the database is: an existing server (`--database-url`) or the
+/// managed local cluster under `--pg-dir`.
+#[derive(clap::Args, Clone, Debug)]
+pub struct DbArgs {
+    /// Use this PostgreSQL server; its files are never touched.
+    #[arg(long, env = "DATABASE_URL")]
+    pub database_url: Option<String>,
+    /// Data directory of the managed local cluster (used without --database-url).
+    #[arg(long, default_value = ".courier/pg")]
+    pub pg_dir: PathBuf,
+}
+
+impl DbArgs {
+    /// The URL, starting the managed cluster on demand.
+    pub async fn url(&self) -> anyhow::Result<String> {
+        if let Some(url) = &self.database_url {
+            return Ok(url.clone());
+        }
+        let cluster = Cluster::new(&self.pg_dir);
+        tokio::task::spawn_blocking(move || cluster.start())
+            .await?
+            .with_context(|| {
+                format!(
+                    "starting the managed PostgreSQL under {}",
+                    self.pg_dir.display()
+                )
+            })
+    }
+
+    pub async fn connect(&self, pool_size_max: usize) -> anyhow::Result<PgStore> {
+        let url = self.url().await?;
+        let mut cfg = StoreConfig::new(&url);
+        cfg.pool_size_max = pool_size_max;
+        PgStore::connect(&cfg)
+            .await
+            .with_context(|| format!("connecting to {}", redact(&url)))
+    }
+}
+
+/// Hides a password in a URL before printing it.
+pub fn redact(url: &str) -> String {
+    match (url.find("://"), url.find('@')) {
+        (Some(s), Some(at)) if at > s => {
+            let creds = &url[s + 3..at];
+            match creds.find(':') {
+                Some(c) => format!("{}{}:***{}", &url[..s + 3], &creds[..c], &url[at..]),
+                None => url.to_string(),
+            }
+        }
+        _ => url.to_string(),
+    }
+}
+
+/// The courier's limits as flags (defaults from `Limits::default()`).
+#[derive(clap::Args, Clone, Debug)]
+pub struct LimitArgs {
+    #[arg(long, default_value_t = Limits::default().lease_ttl_ms)]
+    pub lease_ttl_ms: u64,
+    #[arg(long, default_value_t = Limits::default().heartbeat_interval_ms)]
+    pub heartbeat_interval_ms: u64,
+    #[arg(long, default_value_t = Limits::default().send_margin_ms)]
+    pub send_margin_ms: u64,
+    #[arg(long, default_value_t = Limits::default().request_timeout_ms)]
+    pub request_timeout_ms: u64,
+    #[arg(long, default_value_t = Limits::default().store_in_flight_max)]
+    pub store_in_flight_max: u32,
+    #[arg(long, default_value_t = Limits::default().claim_batch_max)]
+    pub claim_batch_max: u32,
+    /// Actions one worker process works on at once.
+    #[arg(long, default_value_t = Limits::default().worker_concurrency_max)]
+    pub concurrency: u32,
+    #[arg(long, default_value_t = Limits::default().final_overdue_ms)]
+    pub final_overdue_ms: u64,
+    /// How long the provider remembers keys (the guarantee's horizon).
+    #[arg(long, default_value_t = Limits::default().key_retention_s)]
+    pub key_retention_s: u64,
+    /// Report open intents older than this percentage of the key retention.
+    #[arg(long, default_value_t = Limits::default().intent_age_alert_percent)]
+    pub intent_age_alert_percent: u32,
+}
+
+impl LimitArgs {
+    pub fn limits(&self) -> anyhow::Result<Limits> {
+        let l = Limits {
+            lease_ttl_ms: self.lease_ttl_ms,
+            heartbeat_interval_ms: self.heartbeat_interval_ms,
+            send_margin_ms: self.send_margin_ms,
+            request_timeout_ms: self.request_timeout_ms,
+            store_in_flight_max: self.store_in_flight_max,
+            claim_batch_max: self.claim_batch_max,
+            worker_concurrency_max: self.concurrency,
+            final_overdue_ms: self.final_overdue_ms,
+            key_retention_s: self.key_retention_s,
+            intent_age_alert_percent: self.intent_age_alert_percent,
+            ..Limits::default()
+        };
+        l.validate()?;
+        Ok(l)
+    }
+}
+
+/// How to reach the provider.
+#[derive(clap::Args, Clone, Debug)]
+pub struct ProviderArgs {
+    #[arg(long, env = "COURIER_PROVIDER_URL")]
+    pub provider_url: String,
+    #[arg(long, env = "COURIER_PROVIDER_API_KEY")]
+    pub provider_api_key: String,
+    /// Where the provider should send status webhooks (the server's
+    /// `/v1/webhooks/provider`).
+    #[arg(long, env = "COURIER_CALLBACK_URL")]
+    pub callback_url: Option<String>,
+}
+
+impl ProviderArgs {
+    pub fn client(&self, timeout_ms: u64) -> anyhow::Result<ProviderClient> {
+        Ok(ProviderClient::new(ClientConfig {
+            base_url: self.provider_url.clone(),
+            api_key: self.provider_api_key.clone(),
+            status_callback: self.callback_url.clone(),
+            timeout: Duration::from_millis(timeout_ms),
+        })?)
+    }
+}
+
+/// A token cancelled on SIGTERM or Ctrl-C.
+pub fn shutdown_on_signal() -> tokio_util::sync::CancellationToken {
+    let token = tokio_util::sync::CancellationToken::new();
+    let t = token.clone();
+    tokio::spawn(async move {
+        let mut term =
+            match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+                Ok(s) => s,
+                Err(e) => {
+                    tracing::error!(error = %e, "cannot listen for SIGTERM");
+                    return;
+                }
+            };
+        tokio::select! {
+            _ = term.recv() => {}
+            _ = tokio::signal::ctrl_c() => {}
+        }
+        t.cancel();
+    });
+    token
+}

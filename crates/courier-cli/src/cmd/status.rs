@@ -1,0 +1,66 @@
+//! `courier status`: counts by state, per-store backlog, oldest open intent.
+
+use super::common::DbArgs;
+use courier_core::Limits;
+use std::process::ExitCode;
+
+#[derive(clap::Args)]
+pub struct Args {
+    #[command(flatten)]
+    db: DbArgs,
+    /// The provider's key retention, for the age alert.
+    #[arg(long, default_value_t = Limits::default().key_retention_s)]
+    key_retention_s: u64,
+    #[arg(long, default_value_t = Limits::default().intent_age_alert_percent)]
+    intent_age_alert_percent: u32,
+    /// Stores to list (noisiest first).
+    #[arg(long, default_value_t = 10)]
+    stores: usize,
+    #[arg(long)]
+    json: bool,
+}
+
+pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
+    let store = args.db.connect(2).await?;
+    let alert_s = args.key_retention_s * u64::from(args.intent_age_alert_percent) / 100;
+    let s = store.summary(alert_s).await?;
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&s)?);
+        return Ok(ExitCode::SUCCESS);
+    }
+    println!("actions by state:");
+    for (k, v) in &s.by_state {
+        println!("  {k:<12} {v:>8}");
+    }
+    println!("messages by status:");
+    for (k, v) in &s.by_status {
+        println!("  {k:<12} {v:>8}");
+    }
+    println!(
+        "attempts {} · lookups by the reconciler {}",
+        s.attempts_total, s.lookups_total
+    );
+    match s.oldest_open_intent_s {
+        Some(age) => println!(
+            "oldest open intent: {age:.1} s (alert at {alert_s} s; {} past it)",
+            s.intents_older_than_alert
+        ),
+        None => println!("oldest open intent: none open"),
+    }
+    if s.intents_older_than_alert > 0 {
+        println!(
+            "ALERT: {} intents are older than {alert_s} s; past the provider's key retention a resend could be a second message",
+            s.intents_older_than_alert
+        );
+    }
+    println!("events:");
+    for (k, v) in &s.events {
+        println!("  {k:<18} {v:>8}");
+    }
+    println!("stores (noisiest first):");
+    println!("  {:<20} {:>8} {:>9}", "store", "pending", "in flight");
+    for b in s.stores.iter().take(args.stores) {
+        println!("  {:<20} {:>8} {:>9}", b.store, b.pending, b.in_flight);
+    }
+    Ok(ExitCode::SUCCESS)
+}

@@ -1,0 +1,587 @@
+//! The fake provider's settings, checked once in [`FakeConfig::validate`].
+//!
+//! Every limit carries its unit last in its name. Durations that the command
+//! line gives in seconds (`--key-retention-s`) are kept here in milliseconds
+//! so tests can use tiny values.
+
+use std::fmt;
+use std::path::PathBuf;
+use std::str::FromStr;
+
+/// The longest any configured delay may be (ten minutes): a guard against a
+/// typo that would park requests or timers for days.
+pub const DELAY_MS_MAX: u64 = 10 * 60 * 1000;
+/// The longest key retention (30 days).
+pub const KEY_RETENTION_MS_MAX: u64 = 30 * 24 * 3600 * 1000;
+/// The longest `status_callback` URL accepted in a send.
+pub const CALLBACK_BYTES_MAX: usize = 2048;
+/// The longest message body, in characters (the contract's limit).
+pub const BODY_CHARS_MAX: usize = 1600;
+
+/// The four injected fault rates, each a probability per decision.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct FaultRates {
+    /// Per first send of a key: the answer is held and lost (half of them
+    /// after the message was created, half before anything was created).
+    pub timeout: f64,
+    /// Per status event: the event is delivered once more after a 2xx.
+    pub duplicate_webhook: f64,
+    /// Per message: the `sent` webhook is delivered after the final one.
+    pub out_of_order: f64,
+    /// Per message: the message fails some time after `sent`.
+    pub late_failed: f64,
+}
+
+impl FaultRates {
+    /// The contract's demo defaults.
+    pub const DEFAULT: FaultRates = FaultRates {
+        timeout: 0.05,
+        duplicate_webhook: 0.02,
+        out_of_order: 0.10,
+        late_failed: 0.01,
+    };
+    /// All four rates at zero (`--faults off`).
+    pub const NONE: FaultRates = FaultRates {
+        timeout: 0.0,
+        duplicate_webhook: 0.0,
+        out_of_order: 0.0,
+        late_failed: 0.0,
+    };
+}
+
+impl Default for FaultRates {
+    fn default() -> Self {
+        FaultRates::DEFAULT
+    }
+}
+
+impl fmt::Display for FaultRates {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "timeout-rate {} duplicate-webhook-rate {} out-of-order-rate {} late-failed-rate {}",
+            self.timeout, self.duplicate_webhook, self.out_of_order, self.late_failed
+        )
+    }
+}
+
+/// A latency distribution, applied to each send and lookup.
+///
+/// Syntax: `0` or `25` (a fixed number of milliseconds), `uniform:5..50`
+/// (uniform between the bounds, inclusive), `lognormal:median=20,sigma=0.6`
+/// (log-normal with that median in milliseconds and that shape). Every draw
+/// is capped at [`DELAY_MS_MAX`].
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Latency {
+    Fixed { ms: u64 },
+    Uniform { min_ms: u64, max_ms: u64 },
+    LogNormal { median_ms: f64, sigma: f64 },
+}
+
+impl Latency {
+    pub const ZERO: Latency = Latency::Fixed { ms: 0 };
+
+    /// True when no request is ever delayed (the fast path skips the timer).
+    pub fn is_zero(&self) -> bool {
+        matches!(self, Latency::Fixed { ms: 0 })
+    }
+
+    /// One draw, from two independent uniform numbers in `[0, 1)`.
+    pub fn sample_ms(&self, u1: f64, u2: f64) -> u64 {
+        let ms = match *self {
+            Latency::Fixed { ms } => ms,
+            Latency::Uniform { min_ms, max_ms } => MsRange { min_ms, max_ms }.sample(u1),
+            Latency::LogNormal { median_ms, sigma } => {
+                // Box-Muller: a standard normal from two uniforms.
+                let r = (-2.0 * (1.0 - u1).ln()).sqrt();
+                let z = r * (2.0 * std::f64::consts::PI * u2).cos();
+                let v = median_ms * (sigma * z).exp();
+                if v.is_finite() {
+                    v.round().max(0.0) as u64
+                } else {
+                    DELAY_MS_MAX
+                }
+            }
+        };
+        ms.min(DELAY_MS_MAX)
+    }
+
+    fn check(&self) -> Result<(), String> {
+        match *self {
+            Latency::Fixed { ms } if ms > DELAY_MS_MAX => {
+                Err(format!("latency {ms} ms is above {DELAY_MS_MAX} ms"))
+            }
+            Latency::Fixed { .. } => Ok(()),
+            Latency::Uniform { min_ms, max_ms } => MsRange { min_ms, max_ms }.check("latency"),
+            Latency::LogNormal { median_ms, sigma } => {
+                if !(median_ms.is_finite() && median_ms > 0.0 && median_ms <= DELAY_MS_MAX as f64) {
+                    return Err(format!(
+                        "latency lognormal median must be within (0, {DELAY_MS_MAX}] ms, got {median_ms}"
+                    ));
+                }
+                if !(sigma.is_finite() && (0.0..=3.0).contains(&sigma)) {
+                    return Err(format!(
+                        "latency lognormal sigma must be within [0, 3], got {sigma}"
+                    ));
+                }
+                Ok(())
+            }
+        }
+    }
+}
+
+impl fmt::Display for Latency {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Latency::Fixed { ms } => write!(f, "{ms}"),
+            Latency::Uniform { min_ms, max_ms } => write!(f, "uniform:{min_ms}..{max_ms}"),
+            Latency::LogNormal { median_ms, sigma } => {
+                write!(f, "lognormal:median={median_ms},sigma={sigma}")
+            }
+        }
+    }
+}
+
+impl FromStr for Latency {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        let s = s.trim();
+        let parsed = if let Some(range) = s.strip_prefix("uniform:") {
+            if !range.contains("..") {
+                return Err(format!("uniform latency is uniform:MIN..MAX, got {s:?}"));
+            }
+            let r: MsRange = range.parse()?;
+            Latency::Uniform {
+                min_ms: r.min_ms,
+                max_ms: r.max_ms,
+            }
+        } else if let Some(params) = s.strip_prefix("lognormal:") {
+            let (mut median_ms, mut sigma) = (None, None);
+            for part in params.split(',') {
+                let (name, value) = part
+                    .split_once('=')
+                    .ok_or_else(|| format!("lognormal parameters are name=value, got {part:?}"))?;
+                let value: f64 = value
+                    .trim()
+                    .parse()
+                    .map_err(|_| format!("lognormal {name} is not a number: {value:?}"))?;
+                match name.trim() {
+                    "median" => median_ms = Some(value),
+                    "sigma" => sigma = Some(value),
+                    other => return Err(format!("unknown lognormal parameter {other:?}")),
+                }
+            }
+            Latency::LogNormal {
+                median_ms: median_ms.ok_or("lognormal needs median=MS")?,
+                sigma: sigma.ok_or("lognormal needs sigma=S")?,
+            }
+        } else {
+            let ms = s.parse::<u64>().map_err(|_| {
+                format!(
+                    "latency must be MS, uniform:MIN..MAX or lognormal:median=MS,sigma=S; got {s:?}"
+                )
+            })?;
+            Latency::Fixed { ms }
+        };
+        parsed.check()?;
+        Ok(parsed)
+    }
+}
+
+/// An inclusive range of milliseconds, written `MIN..MAX` or a single `MS`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct MsRange {
+    pub min_ms: u64,
+    pub max_ms: u64,
+}
+
+impl MsRange {
+    pub const fn new(min_ms: u64, max_ms: u64) -> Self {
+        MsRange { min_ms, max_ms }
+    }
+
+    /// The value at position `u` in `[0, 1)` of the range.
+    pub fn sample(&self, u: f64) -> u64 {
+        let span = self.max_ms.saturating_sub(self.min_ms);
+        let offset = ((span as f64 + 1.0) * u).floor() as u64;
+        self.min_ms + offset.min(span)
+    }
+
+    fn check(&self, what: &str) -> Result<(), String> {
+        if self.min_ms > self.max_ms {
+            return Err(format!(
+                "{what}: {}..{} has its minimum above its maximum",
+                self.min_ms, self.max_ms
+            ));
+        }
+        if self.max_ms > DELAY_MS_MAX {
+            return Err(format!(
+                "{what}: {} ms is above {DELAY_MS_MAX} ms",
+                self.max_ms
+            ));
+        }
+        Ok(())
+    }
+}
+
+impl fmt::Display for MsRange {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}..{}", self.min_ms, self.max_ms)
+    }
+}
+
+impl FromStr for MsRange {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        let num = |t: &str| {
+            t.trim()
+                .parse::<u64>()
+                .map_err(|_| format!("expected milliseconds as MIN..MAX or MS, got {s:?}"))
+        };
+        let r = match s.split_once("..") {
+            Some((a, b)) => MsRange::new(num(a)?, num(b)?),
+            None => {
+                let v = num(s)?;
+                MsRange::new(v, v)
+            }
+        };
+        r.check("range")?;
+        Ok(r)
+    }
+}
+
+/// Everything the fake provider needs to run.
+#[derive(Debug, Clone)]
+pub struct FakeConfig {
+    /// The append-only log; an existing log is recovered on start.
+    pub log_path: PathBuf,
+    /// The bearer token every request must carry.
+    pub api_key: String,
+    /// The HMAC key of webhook signatures.
+    pub webhook_secret: String,
+    /// The seed of every fault and timing decision.
+    pub seed: u64,
+    pub faults: FaultRates,
+    /// How long a timed-out send is held before it is answered `504`.
+    pub timeout_hold_ms: u64,
+    /// How long after a key's first send its lookups still answer `404`.
+    pub lookup_lag_ms: u64,
+    /// Delay applied to each send and lookup.
+    pub latency: Latency,
+    /// How long a key is remembered after its first send.
+    pub key_retention_ms: u64,
+    /// Delay from `accepted` to `sent`.
+    pub sent_after_ms: MsRange,
+    /// Delay from `sent` to `delivered`.
+    pub delivered_after_ms: MsRange,
+    /// Delay from `sent` to a late `failed`.
+    pub failed_after_ms: MsRange,
+    /// Where webhooks go for messages sent without a `status_callback`.
+    pub default_callback: Option<String>,
+    /// POSTs of one status event before the provider gives up on it.
+    pub webhook_attempts_max: u32,
+    /// Time-out of one webhook POST.
+    pub webhook_timeout_ms: u64,
+    /// Backoff between webhook attempts: `base * 2^n`, capped, jittered.
+    pub webhook_backoff_base_ms: u64,
+    pub webhook_backoff_cap_ms: u64,
+    /// Webhook POSTs in flight at once.
+    pub webhook_concurrency_max: usize,
+    /// Largest send request body read; larger ones get `413`.
+    pub request_bytes_max: usize,
+    /// Keys remembered at once; beyond it new keys get `503`.
+    pub keys_max: usize,
+    /// `fdatasync` the log after each write (power-loss durability; slow).
+    pub fsync: bool,
+}
+
+impl FakeConfig {
+    /// The demo defaults around the three settings that have none.
+    pub fn new(log_path: impl Into<PathBuf>, api_key: &str, webhook_secret: &str) -> Self {
+        FakeConfig {
+            log_path: log_path.into(),
+            api_key: api_key.to_string(),
+            webhook_secret: webhook_secret.to_string(),
+            seed: 1,
+            faults: FaultRates::DEFAULT,
+            timeout_hold_ms: 5_000,
+            lookup_lag_ms: 0,
+            latency: Latency::ZERO,
+            key_retention_ms: 3_600 * 1000,
+            sent_after_ms: MsRange::new(20, 200),
+            delivered_after_ms: MsRange::new(50, 500),
+            failed_after_ms: MsRange::new(500, 2_000),
+            default_callback: None,
+            webhook_attempts_max: 8,
+            webhook_timeout_ms: 2_000,
+            webhook_backoff_base_ms: 100,
+            webhook_backoff_cap_ms: 2_000,
+            webhook_concurrency_max: 32,
+            request_bytes_max: 64 * 1024,
+            keys_max: 5_000_000,
+            fsync: false,
+        }
+    }
+
+    /// Checks every setting; the message names the flag to fix.
+    pub fn validate(&self) -> Result<(), String> {
+        if self.log_path.as_os_str().is_empty() {
+            return Err("--log must name a file".into());
+        }
+        check_secret("--api-key", &self.api_key)?;
+        check_secret("--webhook-secret", &self.webhook_secret)?;
+        for (flag, rate) in [
+            ("--timeout-rate", self.faults.timeout),
+            ("--duplicate-webhook-rate", self.faults.duplicate_webhook),
+            ("--out-of-order-rate", self.faults.out_of_order),
+            ("--late-failed-rate", self.faults.late_failed),
+        ] {
+            if !(rate.is_finite() && (0.0..=1.0).contains(&rate)) {
+                return Err(format!("{flag} must be within 0..=1, got {rate}"));
+            }
+        }
+        for (flag, ms) in [
+            ("--timeout-hold-ms", self.timeout_hold_ms),
+            ("--lookup-lag-ms", self.lookup_lag_ms),
+            ("--webhook-timeout-ms", self.webhook_timeout_ms),
+            ("--webhook-backoff-cap-ms", self.webhook_backoff_cap_ms),
+        ] {
+            if ms > DELAY_MS_MAX {
+                return Err(format!("{flag} must be at most {DELAY_MS_MAX}, got {ms}"));
+            }
+        }
+        self.latency
+            .check()
+            .map_err(|e| format!("--latency-ms: {e}"))?;
+        self.sent_after_ms.check("--sent-after-ms")?;
+        self.delivered_after_ms.check("--delivered-after-ms")?;
+        self.failed_after_ms.check("--failed-after-ms")?;
+        if self.key_retention_ms == 0 || self.key_retention_ms > KEY_RETENTION_MS_MAX {
+            return Err(format!(
+                "--key-retention-s must be positive and at most {} s",
+                KEY_RETENTION_MS_MAX / 1000
+            ));
+        }
+        if let Some(url) = &self.default_callback {
+            check_callback(url).map_err(|e| format!("--default-callback: {e}"))?;
+        }
+        if !(1..=100).contains(&self.webhook_attempts_max) {
+            return Err("--webhook-attempts-max must be within 1..=100".into());
+        }
+        if self.webhook_timeout_ms == 0 {
+            return Err("--webhook-timeout-ms must be positive".into());
+        }
+        if self.webhook_backoff_base_ms == 0
+            || self.webhook_backoff_base_ms > self.webhook_backoff_cap_ms
+        {
+            return Err(
+                "--webhook-backoff-base-ms must be positive and at most --webhook-backoff-cap-ms"
+                    .into(),
+            );
+        }
+        if !(1..=1024).contains(&self.webhook_concurrency_max) {
+            return Err("--webhook-concurrency-max must be within 1..=1024".into());
+        }
+        if !(1024..=16 * 1024 * 1024).contains(&self.request_bytes_max) {
+            return Err("--request-bytes-max must be within 1 KiB..=16 MiB".into());
+        }
+        if !(1..=100_000_000).contains(&self.keys_max) {
+            return Err("--keys-max must be within 1..=100000000".into());
+        }
+        Ok(())
+    }
+}
+
+fn check_secret(flag: &str, value: &str) -> Result<(), String> {
+    if value.is_empty() || value.len() > 1024 {
+        return Err(format!("{flag} must be 1..=1024 characters"));
+    }
+    if !value.bytes().all(|b| b.is_ascii_graphic()) {
+        return Err(format!(
+            "{flag} must be printable ASCII without spaces (it travels in an HTTP header)"
+        ));
+    }
+    Ok(())
+}
+
+/// Checks a webhook destination: an absolute `http` or `https` URL.
+pub fn check_callback(url: &str) -> Result<(), String> {
+    if url.len() > CALLBACK_BYTES_MAX {
+        return Err(format!(
+            "status_callback is longer than {CALLBACK_BYTES_MAX} bytes"
+        ));
+    }
+    let parsed =
+        reqwest::Url::parse(url).map_err(|e| format!("status_callback is not a URL: {e}"))?;
+    if !matches!(parsed.scheme(), "http" | "https") || parsed.host_str().is_none() {
+        return Err("status_callback must be an http:// or https:// URL with a host".into());
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn latency_syntax_parses_and_bad_forms_are_refused() {
+        assert_eq!("0".parse::<Latency>(), Ok(Latency::ZERO));
+        assert_eq!("25".parse::<Latency>(), Ok(Latency::Fixed { ms: 25 }));
+        assert_eq!(
+            "uniform:5..50".parse::<Latency>(),
+            Ok(Latency::Uniform {
+                min_ms: 5,
+                max_ms: 50
+            })
+        );
+        assert_eq!(
+            "lognormal:median=20,sigma=0.6".parse::<Latency>(),
+            Ok(Latency::LogNormal {
+                median_ms: 20.0,
+                sigma: 0.6
+            })
+        );
+        for bad in [
+            "",
+            "-1",
+            "fast",
+            "uniform:50..5",
+            "uniform:5",
+            "uniform:1..9999999",
+            "lognormal:median=20",
+            "lognormal:median=0,sigma=1",
+            "lognormal:median=20,sigma=9",
+            "lognormal:mean=20,sigma=1",
+        ] {
+            assert!(bad.parse::<Latency>().is_err(), "{bad:?} was accepted");
+        }
+        // Display writes the syntax it reads.
+        for text in ["0", "uniform:5..50", "lognormal:median=20,sigma=0.6"] {
+            let l: Latency = text.parse().unwrap();
+            assert_eq!(l.to_string().parse::<Latency>(), Ok(l));
+        }
+    }
+
+    #[test]
+    fn latency_draws_stay_in_their_distribution() {
+        let u = Latency::Uniform {
+            min_ms: 5,
+            max_ms: 50,
+        };
+        let lo = Latency::LogNormal {
+            median_ms: 20.0,
+            sigma: 0.6,
+        };
+        let mut draws = Vec::new();
+        for i in 0..1000 {
+            let a = (i as f64 + 0.5) / 1000.0;
+            let b = ((i * 7919) % 1000) as f64 / 1000.0;
+            let v = u.sample_ms(a, b);
+            assert!((5..=50).contains(&v), "{v}");
+            draws.push(lo.sample_ms(a, b));
+        }
+        draws.sort_unstable();
+        let median = draws[500];
+        assert!((15..=25).contains(&median), "median {median}");
+        assert_eq!(u.sample_ms(0.0, 0.0), 5);
+        assert_eq!(u.sample_ms(0.999_999, 0.0), 50);
+    }
+
+    #[test]
+    fn ranges_parse_and_sample_inclusively() {
+        assert_eq!("20..200".parse::<MsRange>(), Ok(MsRange::new(20, 200)));
+        assert_eq!("7".parse::<MsRange>(), Ok(MsRange::new(7, 7)));
+        assert!("9..1".parse::<MsRange>().is_err());
+        assert!("a..b".parse::<MsRange>().is_err());
+        let r = MsRange::new(1, 3);
+        assert_eq!(r.sample(0.0), 1);
+        assert_eq!(r.sample(0.5), 2);
+        assert_eq!(r.sample(0.9999), 3);
+    }
+
+    #[test]
+    fn defaults_are_valid_and_bad_settings_name_their_flag() {
+        let ok = FakeConfig::new("p.jsonl", "key", "secret");
+        assert_eq!(ok.validate(), Ok(()));
+        let cases: Vec<(FakeConfig, &str)> = vec![
+            (FakeConfig::new("p.jsonl", "", "s"), "--api-key"),
+            (FakeConfig::new("p.jsonl", "a key", "s"), "--api-key"),
+            (FakeConfig::new("p.jsonl", "k", ""), "--webhook-secret"),
+            (
+                FakeConfig {
+                    faults: FaultRates {
+                        timeout: 1.5,
+                        ..FaultRates::DEFAULT
+                    },
+                    ..ok.clone()
+                },
+                "--timeout-rate",
+            ),
+            (
+                FakeConfig {
+                    faults: FaultRates {
+                        late_failed: f64::NAN,
+                        ..FaultRates::DEFAULT
+                    },
+                    ..ok.clone()
+                },
+                "--late-failed-rate",
+            ),
+            (
+                FakeConfig {
+                    key_retention_ms: 0,
+                    ..ok.clone()
+                },
+                "--key-retention-s",
+            ),
+            (
+                FakeConfig {
+                    default_callback: Some("ftp://x/".into()),
+                    ..ok.clone()
+                },
+                "--default-callback",
+            ),
+            (
+                FakeConfig {
+                    webhook_attempts_max: 0,
+                    ..ok.clone()
+                },
+                "--webhook-attempts-max",
+            ),
+            (
+                FakeConfig {
+                    webhook_backoff_base_ms: 5_000,
+                    ..ok.clone()
+                },
+                "--webhook-backoff-base-ms",
+            ),
+            (
+                FakeConfig {
+                    request_bytes_max: 10,
+                    ..ok.clone()
+                },
+                "--request-bytes-max",
+            ),
+            (
+                FakeConfig {
+                    timeout_hold_ms: DELAY_MS_MAX + 1,
+                    ..ok.clone()
+                },
+                "--timeout-hold-ms",
+            ),
+        ];
+        for (cfg, flag) in cases {
+            let err = cfg.validate().expect_err(flag);
+            assert!(err.contains(flag), "{err:?} does not name {flag}");
+        }
+    }
+
+    #[test]
+    fn callbacks_must_be_http_urls() {
+        assert!(check_callback("http://127.0.0.1:9/hook").is_ok());
+        assert!(check_callback("https://example.com/x").is_ok());
+        assert!(check_callback("not a url").is_err());
+        assert!(check_callback("mailto:a@b").is_err());
+        assert!(check_callback(&format!("http://h/{}", "a".repeat(3000))).is_err());
+    }
+}

@@ -1,0 +1,202 @@
+//! Seeded, reproducible decisions.
+//!
+//! Every fault and timing decision is a pure function of the seed, a subject
+//! (a key or an event id) and a tag naming the decision, hashed with a fixed
+//! function (FNV-1a over the bytes, then the SplitMix64 finaliser), never
+//! with the process's randomised hasher. The same seed therefore gives the
+//! same fate to the same key in every run and after every restart, whatever
+//! the order in which concurrent requests arrive.
+//!
+//! # Invariants
+//! - [`unit`] depends only on its arguments and lies in `[0, 1)`.
+//! - A message's [`MessagePlan`] has exactly one final status.
+
+use super::config::FakeConfig;
+use courier_core::Status;
+use serde::{Deserialize, Serialize};
+
+/// The decision a hash is drawn for; distinct tags give independent draws.
+#[derive(Debug, Clone, Copy)]
+#[repr(u64)]
+pub enum Tag {
+    Timeout = 1,
+    TimeoutSide = 2,
+    SentDelay = 3,
+    LateFailed = 4,
+    FinalDelay = 5,
+    OutOfOrder = 6,
+    Duplicate = 7,
+    Latency = 8,
+    LatencyShape = 9,
+    Backoff = 10,
+}
+
+fn splitmix(mut z: u64) -> u64 {
+    z = z.wrapping_add(0x9E37_79B9_7F4A_7C15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    z ^ (z >> 31)
+}
+
+/// A stable 64-bit hash of (seed, subject, tag, ordinal).
+pub fn hash(seed: u64, subject: &str, tag: Tag, ordinal: u64) -> u64 {
+    let mut h: u64 = 0xCBF2_9CE4_8422_2325 ^ splitmix(seed);
+    for b in subject.bytes() {
+        h ^= u64::from(b);
+        h = h.wrapping_mul(0x0000_0100_0000_01B3);
+    }
+    splitmix(h ^ splitmix(((tag as u64) << 32) ^ ordinal))
+}
+
+/// A uniform number in `[0, 1)` for (seed, subject, tag, ordinal).
+pub fn unit(seed: u64, subject: &str, tag: Tag, ordinal: u64) -> f64 {
+    (hash(seed, subject, tag, ordinal) >> 11) as f64 / (1u64 << 53) as f64
+}
+
+/// Where a timed-out send loses its answer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TimeoutFault {
+    /// Nothing is created; logged `faulted`.
+    BeforeCreate,
+    /// The message is created (logged `created`); only the answer is lost.
+    AfterCreate,
+}
+
+impl TimeoutFault {
+    /// The marker written in the log line's `fault` field.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            TimeoutFault::BeforeCreate => "timeout_before_create",
+            TimeoutFault::AfterCreate => "timeout_after_create",
+        }
+    }
+}
+
+/// The time-out fate of the first send of a key. It is a function of the
+/// key alone, so a key forgotten after its retention and sent again meets
+/// the same fate as the first time.
+pub fn send_timeout(cfg: &FakeConfig, key: &str) -> Option<TimeoutFault> {
+    if unit(cfg.seed, key, Tag::Timeout, 0) >= cfg.faults.timeout {
+        return None;
+    }
+    Some(if unit(cfg.seed, key, Tag::TimeoutSide, 0) < 0.5 {
+        TimeoutFault::BeforeCreate
+    } else {
+        TimeoutFault::AfterCreate
+    })
+}
+
+/// The life of one message, decided when it is created and written into its
+/// `created` log line, so a restart keeps it even under another seed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MessagePlan {
+    /// From `accepted` to `sent`.
+    pub sent_ms: u64,
+    /// `delivered` or `failed`.
+    #[serde(rename = "final")]
+    pub final_status: Status,
+    /// From `sent` to the final status.
+    pub final_ms: u64,
+    /// The `sent` webhook is held back until the final one was delivered.
+    pub out_of_order: bool,
+}
+
+/// The plan of the message created for `key`.
+pub fn plan(cfg: &FakeConfig, key: &str) -> MessagePlan {
+    let late_failed = unit(cfg.seed, key, Tag::LateFailed, 0) < cfg.faults.late_failed;
+    let final_range = if late_failed {
+        cfg.failed_after_ms
+    } else {
+        cfg.delivered_after_ms
+    };
+    let plan = MessagePlan {
+        sent_ms: cfg
+            .sent_after_ms
+            .sample(unit(cfg.seed, key, Tag::SentDelay, 0)),
+        final_status: if late_failed {
+            Status::Failed
+        } else {
+            Status::Delivered
+        },
+        final_ms: final_range.sample(unit(cfg.seed, key, Tag::FinalDelay, 0)),
+        out_of_order: unit(cfg.seed, key, Tag::OutOfOrder, 0) < cfg.faults.out_of_order,
+    };
+    debug_assert!(plan.final_status.is_final());
+    plan
+}
+
+/// Whether a status event is delivered once more after its first 2xx.
+pub fn duplicate_webhook(cfg: &FakeConfig, event_id: &str) -> bool {
+    unit(cfg.seed, event_id, Tag::Duplicate, 0) < cfg.faults.duplicate_webhook
+}
+
+/// The latency of one request; `ordinal` tells requests of one subject apart.
+pub fn latency_ms(cfg: &FakeConfig, subject: &str, ordinal: u64) -> u64 {
+    if cfg.latency.is_zero() {
+        return 0;
+    }
+    cfg.latency.sample_ms(
+        unit(cfg.seed, subject, Tag::Latency, ordinal),
+        unit(cfg.seed, subject, Tag::LatencyShape, ordinal),
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn hashes_are_stable_across_builds() {
+        // Fixed values: a change here would change every seeded run's fate.
+        assert_eq!(hash(1, "k", Tag::Timeout, 0), hash(1, "k", Tag::Timeout, 0));
+        assert_ne!(hash(1, "k", Tag::Timeout, 0), hash(2, "k", Tag::Timeout, 0));
+        assert_ne!(
+            hash(1, "k", Tag::Timeout, 0),
+            hash(1, "k", Tag::TimeoutSide, 0)
+        );
+        assert_ne!(hash(1, "k", Tag::Timeout, 0), hash(1, "k", Tag::Timeout, 1));
+        assert_eq!(splitmix(0), 0xE220_A839_7B1D_CDAF);
+    }
+
+    #[test]
+    fn units_are_uniform_over_similar_keys() {
+        // Ten buckets over 100,000 near-identical keys: each within 5 standard
+        // deviations of a binomial(100000, 0.1).
+        let n = 100_000;
+        let mut buckets = [0u32; 10];
+        for i in 0..n {
+            let u = unit(7, &format!("courier-{i}"), Tag::Timeout, 0);
+            assert!((0.0..1.0).contains(&u));
+            buckets[(u * 10.0) as usize] += 1;
+        }
+        let sd = (n as f64 * 0.1 * 0.9).sqrt();
+        for b in buckets {
+            assert!(
+                (f64::from(b) - n as f64 * 0.1).abs() < 5.0 * sd,
+                "{buckets:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn plans_respect_the_configuration() {
+        let mut cfg = FakeConfig::new("x", "k", "s");
+        cfg.faults.late_failed = 1.0;
+        cfg.faults.out_of_order = 0.0;
+        let p = plan(&cfg, "a");
+        assert_eq!(p.final_status, Status::Failed);
+        assert!(!p.out_of_order);
+        assert!(
+            cfg.failed_after_ms.min_ms <= p.final_ms && p.final_ms <= cfg.failed_after_ms.max_ms
+        );
+        cfg.faults.late_failed = 0.0;
+        let p = plan(&cfg, "a");
+        assert_eq!(p.final_status, Status::Delivered);
+        assert!(cfg.sent_after_ms.min_ms <= p.sent_ms && p.sent_ms <= cfg.sent_after_ms.max_ms);
+        assert_eq!(plan(&cfg, "a"), plan(&cfg, "a"));
+        cfg.faults.timeout = 0.0;
+        assert_eq!(send_timeout(&cfg, "a"), None);
+        cfg.faults.timeout = 1.0;
+        assert!(send_timeout(&cfg, "a").is_some());
+    }
+}

@@ -1,0 +1,308 @@
+//! The checks, as a pure fold over log entries.
+//!
+//! [`Verifier::observe`] takes entries in log order and keeps one small state
+//! per key; [`Verifier::finish`] compares that state with the courier's
+//! expectations (when there are any) and builds the [`Report`].
+//!
+//! # Invariants
+//! - An effect is a `send` line with `result: created`, and nothing else:
+//!   replays, lookups and status lines never count as effects.
+//! - The blind-resend rule is about `send` lines whatever their result: a
+//!   second `send` of a key with no `lookup` of that same key since the
+//!   previous `send` counts once, even when it was only replayed.
+//! - The provider's final status of a key is the status of its LAST `status`
+//!   line with `final: true`, not the first one and not the highest ranked.
+//! - Keys are reported in the order they first appear (log order, or the
+//!   expectations' order), so the same input gives the same report.
+
+use super::read::Expectation;
+use super::report::{Check, Report, Stats};
+use crate::wire::{LogEntry, LogOp, LookupResult, SendResult};
+use courier_core::Status;
+use std::collections::HashMap;
+
+/// Verifies a log held in memory.
+pub fn verify(entries: &[LogEntry], expected: Option<&[Expectation]>) -> Report {
+    let mut v = Verifier::new();
+    for e in entries {
+        v.observe(e);
+    }
+    v.finish(expected)
+}
+
+/// What the log says about one key.
+#[derive(Debug, Default, Clone)]
+struct KeyState {
+    /// `send` lines for this key.
+    sends: u64,
+    /// `send` lines with `result: rejected`.
+    rejected_sends: u64,
+    /// `send` lines with `result: created`: the provider's effects.
+    created: u64,
+    /// A `lookup` of this key came after its latest `send`.
+    looked_up_since_send: bool,
+    /// The latest lookup of this key faulted.
+    last_lookup_faulted: bool,
+    /// The status of the latest `status` line with `final: true`.
+    provider_final: Option<Status>,
+    /// Two different final statuses were logged for this key.
+    finals_disagree: bool,
+}
+
+/// A streaming verifier: feed it entries in log order, then [`finish`](Self::finish).
+#[derive(Debug, Default)]
+pub struct Verifier {
+    /// Keys in the order they first appear, with their state.
+    keys: Vec<(String, KeyState)>,
+    index: HashMap<String, usize>,
+    /// Entries observed so far.
+    entries: u64,
+    /// The `seq` the next entry must carry.
+    next_seq: u64,
+    seq: Check,
+    blind: Check,
+    keyless_created: u64,
+    stats: Stats,
+}
+
+impl Verifier {
+    pub fn new() -> Self {
+        Verifier {
+            next_seq: 1,
+            ..Verifier::default()
+        }
+    }
+
+    fn state(&mut self, key: &str) -> &mut KeyState {
+        let i = match self.index.get(key) {
+            Some(&i) => i,
+            None => {
+                self.keys.push((key.to_string(), KeyState::default()));
+                self.index.insert(key.to_string(), self.keys.len() - 1);
+                self.keys.len() - 1
+            }
+        };
+        &mut self.keys[i].1
+    }
+
+    /// Takes the next entry of the log.
+    pub fn observe(&mut self, e: &LogEntry) {
+        self.entries += 1;
+        self.check_seq(e.seq);
+        match &e.op {
+            LogOp::Send {
+                key,
+                result,
+                message_id: _,
+            } => self.observe_send(key.as_deref(), *result),
+            LogOp::Lookup { key, result, .. } => {
+                self.stats.lookup_lines += 1;
+                match result {
+                    LookupResult::Found => self.stats.lookups_found += 1,
+                    LookupResult::NotFound => self.stats.lookups_not_found += 1,
+                    LookupResult::Faulted => self.stats.lookups_faulted += 1,
+                }
+                let st = self.state(key);
+                st.looked_up_since_send = true;
+                st.last_lookup_faulted = *result == LookupResult::Faulted;
+            }
+            LogOp::Status {
+                key,
+                status,
+                is_final,
+                ..
+            } => {
+                self.stats.status_lines += 1;
+                if *is_final != status.is_final() {
+                    self.stats.status_lines_final_flag_wrong += 1;
+                }
+                if *is_final {
+                    self.stats.final_status_lines += 1;
+                    let st = self.state(key);
+                    if st.provider_final.is_some_and(|f| f != *status) {
+                        st.finals_disagree = true;
+                    }
+                    st.provider_final = Some(*status);
+                }
+            }
+            LogOp::Webhook {
+                attempt, answer, ..
+            } => {
+                self.stats.webhook_lines += 1;
+                if *attempt > 1 {
+                    self.stats.webhook_retries += 1;
+                }
+                if !answer.is_success() {
+                    self.stats.webhooks_not_accepted += 1;
+                }
+            }
+        }
+    }
+
+    fn check_seq(&mut self, seq: u64) {
+        let entry = self.entries;
+        let expected = self.next_seq;
+        if seq == expected {
+            self.next_seq += 1;
+        } else if seq > expected {
+            self.seq.add(format!(
+                "entry {entry}: seq {seq} where {expected} was due ({} missing)",
+                seq - expected
+            ));
+            self.next_seq = seq.saturating_add(1);
+        } else {
+            // A repeat or a step back: the sequence resumes where it was.
+            self.seq.add(format!(
+                "entry {entry}: seq {seq} repeats or goes back (seq {expected} was due)"
+            ));
+        }
+    }
+
+    fn observe_send(&mut self, key: Option<&str>, result: SendResult) {
+        self.stats.send_lines += 1;
+        match result {
+            SendResult::Created => self.stats.sends_created += 1,
+            SendResult::Replayed => self.stats.sends_replayed += 1,
+            SendResult::Conflict => self.stats.sends_conflict += 1,
+            SendResult::Reused => self.stats.sends_reused += 1,
+            SendResult::Rejected => self.stats.sends_rejected += 1,
+            SendResult::Faulted => self.stats.sends_faulted += 1,
+        }
+        let Some(key) = key else {
+            self.stats.sends_without_key += 1;
+            if result == SendResult::Created {
+                self.keyless_created += 1;
+            }
+            return;
+        };
+        let st = self.state(key);
+        let blind = st.sends > 0 && !st.looked_up_since_send;
+        let after_faulted_lookup =
+            st.sends > 0 && st.looked_up_since_send && st.last_lookup_faulted;
+        st.sends += 1;
+        st.looked_up_since_send = false;
+        if result == SendResult::Created {
+            st.created += 1;
+        }
+        if result == SendResult::Rejected {
+            st.rejected_sends += 1;
+        }
+        if blind {
+            self.blind.add_key(key);
+        }
+        if after_faulted_lookup {
+            self.stats.resends_after_faulted_lookup += 1;
+        }
+    }
+
+    /// Compares what the log says with the courier's expectations, when
+    /// given, and builds the report.
+    pub fn finish(self, expected: Option<&[Expectation]>) -> Report {
+        let mut report = Report {
+            with_expectations: expected.is_some(),
+            entries: self.entries,
+            actions: 0,
+            exactly_one: 0,
+            more_than_one: Check::default(),
+            no_effect: Check::default(),
+            blind_resends: self.blind,
+            outcomes_differ: None,
+            refused_with_effect: None,
+            effects_for_unknown_keys: Check::default(),
+            seq_out_of_order: self.seq,
+            stats: self.stats,
+            warnings: Vec::new(),
+        };
+        report.stats.keys_with_disagreeing_finals = self
+            .keys
+            .iter()
+            .filter(|(_, st)| st.finals_disagree)
+            .count() as u64;
+        for _ in 0..self.keyless_created {
+            report
+                .effects_for_unknown_keys
+                .add_key("(a created send line without a key)");
+        }
+        if report.stats.send_lines == 0 {
+            report
+                .warnings
+                .push("the log has no send lines: there is nothing to verify".to_string());
+        }
+        let no_state = KeyState::default();
+        match expected {
+            None => {
+                for (key, st) in self.keys.iter().filter(|(_, st)| st.sends > 0) {
+                    report.actions += 1;
+                    match st.created {
+                        0 => {
+                            report.no_effect.add_key(key);
+                            if st.rejected_sends == st.sends {
+                                report.stats.keys_only_rejected += 1;
+                            }
+                        }
+                        1 => report.exactly_one += 1,
+                        _ => report.more_than_one.add_key(key),
+                    }
+                }
+                if report.stats.keys_only_rejected > 0 {
+                    report.warnings.push(format!(
+                        "{} of the actions with no effect were only ever rejected by the provider; \
+                         give the courier's expectations to tell refusals from lost actions",
+                        report.stats.keys_only_rejected
+                    ));
+                }
+            }
+            Some(expected) => {
+                let mut outcomes = Check::default();
+                let mut refused = Check::default();
+                let mut expected_keys: HashMap<&str, &str> = HashMap::new();
+                for e in expected {
+                    if let Some(other) = expected_keys.insert(&e.key, &e.action_id) {
+                        report.warnings.push(format!(
+                            "key {:?} is expected for more than one action ({other} and {})",
+                            e.key, e.action_id
+                        ));
+                    }
+                    let st = self
+                        .index
+                        .get(&e.key)
+                        .map_or(&no_state, |&i| &self.keys[i].1);
+                    if st.created > 1 {
+                        report.more_than_one.add_key(&e.key);
+                    }
+                    if e.refused {
+                        report.stats.actions_refused += 1;
+                        if st.created > 0 {
+                            refused.add_key(&e.key);
+                        }
+                        continue;
+                    }
+                    report.actions += 1;
+                    match st.created {
+                        0 => report.no_effect.add_key(&e.key),
+                        1 => report.exactly_one += 1,
+                        _ => {}
+                    }
+                    if e.courier_final != st.provider_final {
+                        outcomes.add(format!(
+                            "{} (courier: {}, provider: {})",
+                            e.key,
+                            e.courier_final.map_or("none", Status::as_str),
+                            st.provider_final.map_or("none", Status::as_str),
+                        ));
+                    }
+                }
+                for (key, st) in &self.keys {
+                    if st.created > 0 && !expected_keys.contains_key(key.as_str()) {
+                        for _ in 0..st.created {
+                            report.effects_for_unknown_keys.add_key(key);
+                        }
+                    }
+                }
+                report.outcomes_differ = Some(outcomes);
+                report.refused_with_effect = Some(refused);
+            }
+        }
+        report
+    }
+}

@@ -1,0 +1,712 @@
+//! The long run: N tasks through real relay and worker processes that are
+//! SIGKILLed and restarted at seeded random moments, plus one broker restart,
+//! ending with an exact counter.
+//!
+//! The processes are this same binary's hidden subcommands (`relay-proc`,
+//! `worker-proc`), started with a JSON [`ProcConfig`] that has no fault
+//! fields: the only faults here are real kills.
+//!
+//! # Invariants
+//! - Every kill is checked from the wait status: the victim died by SIGKILL.
+//! - The run ends only when every task has its result, the outbox is empty
+//!   and the consumer has nothing left to deliver; then the shared checker
+//!   judges what etcd and the stream hold.
+//! - The seed fixes the amounts, the repeated requests, the kill schedule and
+//!   the victims; it is printed before anything else.
+
+use crate::broker::{Broker, BrokerError, Names};
+use crate::check::{check, ExpectedTask, RepeatedCreate, Violation};
+use crate::lab::Endpoints;
+use crate::limits::RelayLimits;
+use crate::model::{CreateRequest, Keys, Protocol};
+use crate::protocol::{self, CreateError};
+use crate::relay::Relay;
+use crate::servers::{Binaries, ServerError, Servers};
+use crate::store::{Store, StoreError};
+use crate::worker::Worker;
+use futures::StreamExt;
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+use serde::{Deserialize, Serialize};
+use std::os::unix::process::ExitStatusExt;
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use tokio::process::{Child, Command};
+use tokio_util::sync::CancellationToken;
+
+/// Most tasks in one run.
+pub const TASKS_MAX: u64 = 1_000_000;
+/// Most worker processes.
+pub const WORKERS_MAX: u32 = 16;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Role {
+    Relay,
+    Worker,
+}
+
+/// What a relay or worker process is told on its command line.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ProcConfig {
+    pub role: Role,
+    pub name: String,
+    pub endpoints: Endpoints,
+    pub namespace: String,
+    pub limits: RelayLimits,
+    pub seed: u64,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ProcError {
+    #[error(transparent)]
+    Config(#[from] crate::model::IdError),
+    #[error(transparent)]
+    Limits(#[from] crate::limits::LimitsError),
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    #[error(transparent)]
+    Worker(#[from] crate::worker::WorkerError),
+}
+
+/// The body of `courier relay relay-proc` / `worker-proc`: connects (retrying
+/// while a server is down), then relays or works until its parent dies.
+pub async fn run_proc(cfg: ProcConfig) -> Result<(), ProcError> {
+    cfg.limits.validate()?;
+    let keys = Keys::new(&cfg.namespace)?;
+    let stop = CancellationToken::new();
+    watch_parent(stop.clone());
+    let retry = Duration::from_millis(200);
+    let store = loop {
+        match Store::connect(&cfg.endpoints.etcd, keys.clone(), &cfg.limits).await {
+            Ok(s) => break s,
+            Err(e) if !stop.is_cancelled() => {
+                tracing::warn!(proc = %cfg.name, error = %e, "etcd unavailable; retrying");
+                tokio::time::sleep(retry).await;
+            }
+            Err(_) => return Ok(()),
+        }
+    };
+    let broker = loop {
+        match Broker::connect(&cfg.endpoints.nats, Names::new(&keys), &cfg.limits).await {
+            Ok(b) => break b,
+            Err(e) if !stop.is_cancelled() => {
+                tracing::warn!(proc = %cfg.name, error = %e, "nats-server unavailable; retrying");
+                tokio::time::sleep(retry).await;
+            }
+            Err(_) => return Ok(()),
+        }
+    };
+    match cfg.role {
+        Role::Relay => {
+            let mut relay = Relay::new(
+                store,
+                broker,
+                Protocol::Reference.relay_order(),
+                cfg.limits.clone(),
+                &cfg.name,
+                None,
+                None,
+            );
+            relay.run(stop).await?;
+        }
+        Role::Worker => {
+            let mut worker = Worker::new(
+                store,
+                broker,
+                Protocol::Reference,
+                cfg.limits.clone(),
+                &cfg.name,
+                None,
+                None,
+                cfg.seed,
+            );
+            worker.run(stop).await?;
+        }
+    }
+    Ok(())
+}
+
+/// Cancels `stop` when the parent process goes away, so an orphaned relay or
+/// worker does not outlive its run.
+fn watch_parent(stop: CancellationToken) {
+    let parent = std::os::unix::process::parent_id();
+    tokio::spawn(async move {
+        loop {
+            tokio::time::sleep(Duration::from_millis(200)).await;
+            if std::os::unix::process::parent_id() != parent {
+                tracing::warn!("parent process is gone; stopping");
+                stop.cancel();
+                return;
+            }
+        }
+    });
+}
+
+#[derive(Debug, Clone)]
+pub struct RunConfig {
+    pub tasks: u64,
+    pub seed: u64,
+    pub workers: u32,
+    /// `None`: start etcd and nats-server for the run (and restart the broker once).
+    pub endpoints: Option<Endpoints>,
+    pub binaries: Binaries,
+    pub limits: RelayLimits,
+    /// This binary, and the arguments that lead to the hidden subcommands
+    /// (e.g. `["relay"]` for `courier relay relay-proc`).
+    pub exe: PathBuf,
+    pub exe_args: Vec<String>,
+    /// Pause between two kills, drawn uniformly from this range.
+    pub kill_interval_min_ms: u64,
+    pub kill_interval_max_ms: u64,
+    /// Create requests in flight at once.
+    pub create_concurrency_max: u32,
+    /// Share of requests sent twice, in percent.
+    pub repeat_percent: u32,
+    /// Amounts are drawn from 1..=amount_max.
+    pub amount_max: u64,
+    /// The whole run must finish within this time.
+    pub deadline_s: u64,
+    pub progress: bool,
+}
+
+impl RunConfig {
+    pub fn new(tasks: u64, seed: u64, exe: PathBuf, exe_args: Vec<String>) -> Self {
+        RunConfig {
+            tasks,
+            seed,
+            workers: 2,
+            endpoints: None,
+            binaries: Binaries::default(),
+            limits: RelayLimits::default(),
+            exe,
+            exe_args,
+            kill_interval_min_ms: 300,
+            kill_interval_max_ms: 1_500,
+            create_concurrency_max: 16,
+            repeat_percent: 2,
+            amount_max: 100,
+            deadline_s: 900,
+            progress: true,
+        }
+    }
+
+    pub fn validate(&self) -> Result<(), RunError> {
+        self.limits.validate()?;
+        let fail = |m: String| Err(RunError::Config(m));
+        if self.tasks == 0 || self.tasks > TASKS_MAX {
+            return fail(format!("tasks must be within 1..={TASKS_MAX}"));
+        }
+        if self.workers == 0 || self.workers > WORKERS_MAX {
+            return fail(format!("workers must be within 1..={WORKERS_MAX}"));
+        }
+        if self.kill_interval_min_ms == 0 || self.kill_interval_max_ms < self.kill_interval_min_ms {
+            return fail("kill interval must be positive and min <= max".into());
+        }
+        if self.create_concurrency_max == 0 || self.create_concurrency_max > 256 {
+            return fail("create_concurrency_max must be within 1..=256".into());
+        }
+        if self.repeat_percent > 50 {
+            return fail("repeat_percent must be at most 50".into());
+        }
+        if self.amount_max == 0 || self.amount_max > self.limits.amount_max {
+            return fail(format!(
+                "amount_max must be within 1..={}",
+                self.limits.amount_max
+            ));
+        }
+        if self.deadline_s == 0 {
+            return fail("deadline_s must be positive".into());
+        }
+        Ok(())
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum RunError {
+    #[error("invalid run configuration: {0}")]
+    Config(String),
+    #[error(transparent)]
+    Limits(#[from] crate::limits::LimitsError),
+    #[error(transparent)]
+    Servers(#[from] ServerError),
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    #[error(transparent)]
+    Broker(#[from] BrokerError),
+    #[error("create failed: {0}")]
+    Create(#[from] CreateError),
+    #[error("cannot start {name}: {reason}")]
+    Spawn { name: String, reason: String },
+    #[error("{name} did not die by SIGKILL: {status}")]
+    KillUnconfirmed { name: String, status: String },
+    #[error(
+        "the run did not finish within {deadline_s} s: {completed} of {tasks} tasks completed"
+    )]
+    Deadline {
+        deadline_s: u64,
+        completed: u64,
+        tasks: u64,
+    },
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RunReport {
+    pub seed: u64,
+    pub tasks: u64,
+    pub workers: u32,
+    /// From the first create to the last result.
+    pub elapsed_ms: u64,
+    pub tasks_per_s: f64,
+    pub relay_kills: u64,
+    pub worker_kills: u64,
+    /// Processes that exited without being killed (restarted all the same).
+    pub unexpected_exits: u64,
+    pub broker_restarts: u64,
+    pub repeated_creates: u64,
+    pub stream_messages: u64,
+    /// Stream messages beyond one per task: publications repeated after a crash or a lost ACK.
+    pub extra_copies: u64,
+    pub deliveries: u64,
+    pub dedup_records: u64,
+    pub results: u64,
+    pub counter: u64,
+    pub expected_counter: u64,
+    pub violations: Vec<Violation>,
+    pub passed: bool,
+}
+
+/// One relay or worker process of the run.
+struct Proc {
+    cfg: ProcConfig,
+    child: Child,
+}
+
+fn spawn_proc(run: &RunConfig, cfg: &ProcConfig, log_dir: &Path) -> Result<Proc, RunError> {
+    let err = |reason: String| RunError::Spawn {
+        name: cfg.name.clone(),
+        reason,
+    };
+    let sub = match cfg.role {
+        Role::Relay => "relay-proc",
+        Role::Worker => "worker-proc",
+    };
+    let log_path = log_dir.join(format!("{}.log", cfg.name.replace('#', "-")));
+    let log = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(&log_path)
+        .map_err(|e| err(format!("{}: {e}", log_path.display())))?;
+    let json = serde_json::to_string(cfg).map_err(|e| err(e.to_string()))?;
+    let child = Command::new(&run.exe)
+        .args(&run.exe_args)
+        .arg(sub)
+        .arg("--config")
+        .arg(json)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(log)
+        .kill_on_drop(true)
+        .spawn()
+        .map_err(|e| err(e.to_string()))?;
+    Ok(Proc {
+        cfg: cfg.clone(),
+        child,
+    })
+}
+
+/// Kills a process with SIGKILL and confirms from its wait status that the
+/// signal killed it. `Ok(false)`: it had already exited on its own.
+async fn kill_confirmed(child: &mut Child, name: &str) -> Result<bool, RunError> {
+    if let Ok(Some(_)) = child.try_wait() {
+        return Ok(false);
+    }
+    let _ = child.start_kill();
+    let status = child.wait().await.map_err(|e| RunError::Spawn {
+        name: name.into(),
+        reason: e.to_string(),
+    })?;
+    match status.signal() {
+        Some(9) => Ok(true),
+        // It exited by itself between the check and the kill.
+        None => Ok(false),
+        Some(_) => Err(RunError::KillUnconfirmed {
+            name: name.into(),
+            status: status.to_string(),
+        }),
+    }
+}
+
+/// The amounts of the run, from the seed.
+pub fn amounts(seed: u64, tasks: u64, amount_max: u64) -> Vec<u64> {
+    let mut rng = StdRng::seed_from_u64(seed);
+    (0..tasks)
+        .map(|_| rng.random_range(1..=amount_max))
+        .collect()
+}
+
+/// Runs the load. `Err` when the run cannot be carried out; a broken
+/// invariant is a report with `passed: false`.
+pub async fn run(cfg: &RunConfig) -> Result<RunReport, RunError> {
+    cfg.validate()?;
+    let ready = Duration::from_millis(cfg.limits.server_ready_timeout_ms);
+    let mut servers = match &cfg.endpoints {
+        Some(_) => None,
+        None => Some(Servers::start(&cfg.binaries, ready).await?),
+    };
+    let endpoints = match (&cfg.endpoints, &servers) {
+        (Some(e), _) => e.clone(),
+        (None, Some(s)) => Endpoints {
+            etcd: vec![s.etcd.endpoint.clone()],
+            nats: s.nats.url.clone(),
+        },
+        (None, None) => unreachable!("servers are started when no endpoints are given"),
+    };
+    let own_dir = tempfile::Builder::new()
+        .prefix("courier-relay-run-")
+        .tempdir()
+        .map_err(|e| RunError::Spawn {
+            name: "log directory".into(),
+            reason: e.to_string(),
+        })?;
+    let log_dir = servers
+        .as_ref()
+        .map(|s| s.dir().to_path_buf())
+        .unwrap_or_else(|| own_dir.path().to_path_buf());
+
+    let namespace = format!(
+        "run-{:x}-{}",
+        cfg.seed & 0xffff_ffff_ffff,
+        std::process::id()
+    );
+    let keys = Keys::new(&namespace).map_err(|e| RunError::Config(e.to_string()))?;
+    let store = Store::connect(&endpoints.etcd, keys.clone(), &cfg.limits).await?;
+    let broker = Broker::connect(&endpoints.nats, Names::new(&keys), &cfg.limits).await?;
+    broker.ensure(&cfg.limits).await?;
+
+    let proc_cfg = |role: Role, name: String, seed: u64| ProcConfig {
+        role,
+        name,
+        endpoints: endpoints.clone(),
+        namespace: namespace.clone(),
+        limits: cfg.limits.clone(),
+        seed,
+    };
+    let mut procs = vec![spawn_proc(
+        cfg,
+        &proc_cfg(Role::Relay, "relay#1".into(), 0),
+        &log_dir,
+    )?];
+    for w in 1..=cfg.workers {
+        procs.push(spawn_proc(
+            cfg,
+            &proc_cfg(
+                Role::Worker,
+                format!("worker#{w}"),
+                cfg.seed.wrapping_add(u64::from(w)),
+            ),
+            &log_dir,
+        )?);
+    }
+
+    let amounts = amounts(cfg.seed, cfg.tasks, cfg.amount_max);
+    let expected: Vec<ExpectedTask> = amounts
+        .iter()
+        .enumerate()
+        .map(|(i, a)| {
+            let task_id = task_id(i as u64);
+            ExpectedTask {
+                event_id: crate::model::event_id_for(&task_id),
+                task_id,
+                amount: *a,
+            }
+        })
+        .collect();
+    let expected_counter: u64 = amounts.iter().sum();
+
+    let started = Instant::now();
+    let creator_done = Arc::new(AtomicBool::new(false));
+    let creator = tokio::spawn(create_all(
+        store.clone(),
+        cfg.clone(),
+        amounts.clone(),
+        creator_done.clone(),
+    ));
+
+    let bar = progress_bar(cfg);
+    let mut chaos = StdRng::seed_from_u64(cfg.seed ^ 0x9e37_79b9_7f4a_7c15);
+    let restart_at = if servers.is_some() {
+        cfg.tasks * chaos.random_range(30..=70) / 100
+    } else {
+        u64::MAX
+    };
+    let mut next_kill = Instant::now() + kill_interval(cfg, &mut chaos);
+    let (mut relay_kills, mut worker_kills, mut unexpected, mut broker_restarts) =
+        (0u64, 0u64, 0u64, 0u64);
+    let deadline = started + Duration::from_secs(cfg.deadline_s);
+    let mut completed = 0;
+
+    // Chaos until every task has its result.
+    loop {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        if let Ok(n) = store.count(&keys.results()).await {
+            completed = n;
+        }
+        bar.set_position(completed.min(cfg.tasks));
+        bar.set_message(format!(
+            "{:.0}/s; kills: relay {relay_kills}, workers {worker_kills}; broker restarts {broker_restarts}",
+            completed as f64 / started.elapsed().as_secs_f64().max(1e-3)
+        ));
+        if completed >= cfg.tasks && creator_done.load(Ordering::SeqCst) {
+            break;
+        }
+        if Instant::now() > deadline {
+            bar.abandon();
+            return Err(RunError::Deadline {
+                deadline_s: cfg.deadline_s,
+                completed,
+                tasks: cfg.tasks,
+            });
+        }
+        if creator.is_finished() && !creator_done.load(Ordering::SeqCst) {
+            bar.abandon();
+            return match creator.await {
+                Ok(Err(e)) => Err(e),
+                _ => Err(RunError::Config("the creator stopped early".into())),
+            };
+        }
+        for p in procs.iter_mut() {
+            if let Ok(Some(status)) = p.child.try_wait() {
+                unexpected += 1;
+                tracing::warn!(proc = %p.cfg.name, %status, "process exited by itself; restarting");
+                *p = spawn_proc(cfg, &p.cfg, &log_dir)?;
+            }
+        }
+        if Instant::now() >= next_kill {
+            let victim = chaos.random_range(0..procs.len());
+            let p = &mut procs[victim];
+            if kill_confirmed(&mut p.child, &p.cfg.name).await? {
+                match p.cfg.role {
+                    Role::Relay => relay_kills += 1,
+                    Role::Worker => worker_kills += 1,
+                }
+            } else {
+                unexpected += 1;
+            }
+            *p = spawn_proc(cfg, &p.cfg, &log_dir)?;
+            next_kill = Instant::now() + kill_interval(cfg, &mut chaos);
+        }
+        if broker_restarts == 0 && completed >= restart_at {
+            if let Some(s) = servers.as_mut() {
+                let status = s.nats.kill().await?;
+                if status.signal() != Some(9) {
+                    return Err(RunError::KillUnconfirmed {
+                        name: "nats-server".into(),
+                        status: status.to_string(),
+                    });
+                }
+                s.nats.restart(ready).await?;
+                broker_restarts += 1;
+            }
+        }
+    }
+    let elapsed = started.elapsed();
+    bar.finish_and_clear();
+
+    // No more kills: let the survivors drain the outbox and the consumer.
+    let quiet_deadline = Instant::now() + Duration::from_secs(60);
+    let mut quiet = 0;
+    while quiet < 3 && Instant::now() < quiet_deadline {
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        let pending = store.count(&keys.outboxes()).await;
+        let cs = broker.consumer_state().await;
+        match (pending, cs) {
+            (Ok(0), Ok(cs)) if cs.undelivered == 0 && cs.ack_pending == 0 => quiet += 1,
+            _ => quiet = 0,
+        }
+    }
+    for p in procs.iter_mut() {
+        let _ = kill_confirmed(&mut p.child, &p.cfg.name).await;
+    }
+    let repeats = creator
+        .await
+        .map_err(|e| RunError::Config(format!("creator panicked: {e}")))??;
+
+    let mut obs = store.observe().await?;
+    let census = broker.census(Duration::from_secs(120)).await?;
+    let consumer = broker.consumer_state().await?;
+    obs.stream_copies = census.copies;
+    obs.ack_pending = consumer.ack_pending;
+    obs.repeated_creates = repeats;
+    let violations = check(&expected, &obs);
+    let report = RunReport {
+        seed: cfg.seed,
+        tasks: cfg.tasks,
+        workers: cfg.workers,
+        elapsed_ms: elapsed.as_millis() as u64,
+        tasks_per_s: cfg.tasks as f64 / elapsed.as_secs_f64().max(1e-9),
+        relay_kills,
+        worker_kills,
+        unexpected_exits: unexpected,
+        broker_restarts,
+        repeated_creates: obs.repeated_creates.len() as u64,
+        stream_messages: census.messages,
+        extra_copies: census.messages.saturating_sub(cfg.tasks),
+        deliveries: consumer.delivered,
+        dedup_records: obs.dedup.len() as u64,
+        results: obs.results.len() as u64,
+        counter: obs.counter,
+        expected_counter,
+        passed: violations.is_empty() && obs.counter == expected_counter,
+        violations,
+    };
+    if cfg.endpoints.is_some() {
+        let _ = broker.delete_stream().await;
+        let _ = store.delete_namespace().await;
+    }
+    drop(servers);
+    Ok(report)
+}
+
+fn task_id(i: u64) -> String {
+    format!("t{i:07}")
+}
+
+fn kill_interval(cfg: &RunConfig, rng: &mut StdRng) -> Duration {
+    Duration::from_millis(rng.random_range(cfg.kill_interval_min_ms..=cfg.kill_interval_max_ms))
+}
+
+fn progress_bar(cfg: &RunConfig) -> indicatif::ProgressBar {
+    if !cfg.progress {
+        return indicatif::ProgressBar::hidden();
+    }
+    let bar = indicatif::ProgressBar::new(cfg.tasks);
+    if let Ok(style) = indicatif::ProgressStyle::with_template(
+        "{elapsed_precise} [{bar:30}] {pos}/{len} tasks completed, {msg}",
+    ) {
+        bar.set_style(style.progress_chars("=> "));
+    }
+    bar
+}
+
+/// Creates every task (some requests twice), `create_concurrency_max` at a time.
+async fn create_all(
+    store: Store,
+    cfg: RunConfig,
+    amounts: Vec<u64>,
+    done: Arc<AtomicBool>,
+) -> Result<Vec<RepeatedCreate>, RunError> {
+    let mut rng = StdRng::seed_from_u64(cfg.seed ^ 0x5eed);
+    let items: Vec<(u64, u64, bool)> = amounts
+        .into_iter()
+        .enumerate()
+        .map(|(i, a)| (i as u64, a, rng.random_range(0..100) < cfg.repeat_percent))
+        .collect();
+    let limits = cfg.limits.clone();
+    let results: Vec<Result<Option<RepeatedCreate>, RunError>> = futures::stream::iter(items)
+        .map(move |(i, amount, repeat)| {
+            create_one(store.clone(), limits.clone(), i, amount, repeat)
+        })
+        .buffer_unordered(cfg.create_concurrency_max as usize)
+        .collect()
+        .await;
+    let mut repeats = Vec::new();
+    for r in results {
+        if let Some(rep) = r? {
+            repeats.push(rep);
+        }
+    }
+    done.store(true, Ordering::SeqCst);
+    Ok(repeats)
+}
+
+/// Creates task `i`, and when `repeat`, sends the same request again with
+/// the fresh task id a client would propose.
+async fn create_one(
+    store: Store,
+    limits: RelayLimits,
+    i: u64,
+    amount: u64,
+    repeat: bool,
+) -> Result<Option<RepeatedCreate>, RunError> {
+    let req = CreateRequest {
+        idempotency_key: format!("req-{i}"),
+        amount,
+    };
+    let id = task_id(i);
+    let first = create_retrying(&store, &req, &id, &limits).await?;
+    if !repeat {
+        return Ok(None);
+    }
+    let again = create_retrying(&store, &req, &format!("{id}-again"), &limits).await?;
+    Ok(Some(RepeatedCreate {
+        idempotency_key: req.idempotency_key,
+        first_task_id: first.task_id,
+        repeat_task_id: again.task_id,
+        repeat_wrote: again.created,
+    }))
+}
+
+/// Retries a create through unknown outcomes with the same key and task id:
+/// the create's compare makes each retry safe.
+async fn create_retrying(
+    store: &Store,
+    req: &CreateRequest,
+    task_id: &str,
+    limits: &RelayLimits,
+) -> Result<protocol::Created, RunError> {
+    let mut attempt = 0;
+    loop {
+        attempt += 1;
+        match protocol::create(Protocol::Reference, store, req, task_id, limits).await {
+            Err(CreateError::Store(e)) if e.is_unknown() && attempt < 20 => {
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+            r => return Ok(r?),
+        }
+    }
+}
+
+/// The run's summary, for people.
+pub fn render(r: &RunReport) -> String {
+    let mut out = format!(
+        "tasks {} with {} workers in {:.1} s: {:.0} tasks/s end to end\n\
+         kills: relay {}, workers {} (all confirmed SIGKILL); unexpected exits {}; broker restarts {}\n\
+         stream messages {} ({} extra copies), deliveries {}, repeated create requests {}\n\
+         results {}, dedup records {}, counter {} (expected {})\n",
+        r.tasks,
+        r.workers,
+        r.elapsed_ms as f64 / 1000.0,
+        r.tasks_per_s,
+        r.relay_kills,
+        r.worker_kills,
+        r.unexpected_exits,
+        r.broker_restarts,
+        r.stream_messages,
+        r.extra_copies,
+        r.deliveries,
+        r.repeated_creates,
+        r.results,
+        r.dedup_records,
+        r.counter,
+        r.expected_counter,
+    );
+    for v in r.violations.iter().take(20) {
+        out.push_str(&format!("VIOLATED {}: {}\n", v.invariant, v.detail));
+    }
+    if r.violations.len() > 20 {
+        out.push_str(&format!(
+            "... and {} more violations\n",
+            r.violations.len() - 20
+        ));
+    }
+    out.push_str(if r.passed {
+        "all invariants held\n"
+    } else {
+        "some invariants FAILED\n"
+    });
+    out
+}
