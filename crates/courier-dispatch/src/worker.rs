@@ -268,16 +268,27 @@ async fn heartbeat_once<P: Provider>(ctx: &Ctx<P>) {
         .await
     {
         Ok(still) => {
-            let map = ctx.held.lock().expect("held map");
-            for (id, _) in &held {
-                let Some(h) = map.get(id) else { continue };
-                if still.contains(id) {
-                    h.deadline_ms
-                        .fetch_max(before + ctx.cfg.limits.lease_ttl_ms, Ordering::Relaxed);
-                } else {
-                    // Fenced: another worker holds it at a newer epoch.
-                    h.fenced.cancel();
+            let mut lost = Vec::new();
+            {
+                let map = ctx.held.lock().expect("held map");
+                for (id, _) in &held {
+                    let Some(h) = map.get(id) else { continue };
+                    if still.contains(id) {
+                        h.deadline_ms
+                            .fetch_max(before + ctx.cfg.limits.lease_ttl_ms, Ordering::Relaxed);
+                    } else {
+                        // Fenced: another worker holds it at a newer epoch.
+                        h.fenced.cancel();
+                        lost.push(*id);
+                    }
                 }
+            }
+            for id in lost {
+                metrics::counter!("courier_fenced_writes_total", "op" => "heartbeat").increment(1);
+                ctx.store
+                    .event_record("fenced", Some(id), "heartbeat")
+                    .await
+                    .ok();
             }
         }
         Err(e) => tracing::warn!(error = %e, "heartbeat failed"),

@@ -53,6 +53,9 @@ pub struct Args {
     concurrency: u32,
     #[arg(long, default_value_t = 2_000)]
     lease_ttl_ms: u64,
+    /// Actions arrive, and faults land, spread over this many seconds.
+    #[arg(long, default_value_t = 60)]
+    duration_s: u64,
     /// Write everything (table, counts, seed, timings) as JSON.
     #[arg(long)]
     report: Option<PathBuf>,
@@ -73,6 +76,9 @@ pub struct Args {
     /// Give up after this long.
     #[arg(long, default_value_t = 900)]
     timeout_s: u64,
+    /// Give up when no action became final for this long (after the span).
+    #[arg(long, default_value_t = 120)]
+    stall_s: u64,
     /// Keep the run directory (cluster, logs) instead of deleting it.
     #[arg(long)]
     keep: bool,
@@ -256,9 +262,30 @@ pub async fn run(a: Args) -> anyhow::Result<ExitCode> {
         a.lease_ttl_ms
     );
 
-    enqueue_weighted(&api, a.actions, a.stores, a.noisy_factor, &mut rng).await?;
+    // Actions arrive at a steady rate over the run, so there is always work
+    // in hand when a fault lands; the faults are spread over the same span.
+    let span = Duration::from_secs(a.duration_s.max(1));
+    let enqueue = tokio::spawn(enqueue_weighted(
+        api.clone(),
+        a.actions,
+        a.stores,
+        a.noisy_factor,
+        span,
+        rng.random(),
+    ));
+    let t0 = Instant::now();
+    let at = |frac: f64| t0 + span.mul_f64(frac.clamp(0.0, 1.0));
+    let mut kill_times: Vec<Instant> = (0..a.kills)
+        .map(|i| at((i as f64 + rng.random_range(0.1..0.9)) / a.kills.max(1) as f64))
+        .collect();
+    kill_times.sort();
+    let restart_times: Vec<Instant> = (0..a.pg_restarts)
+        .map(|i| at((i as f64 + 1.0) / (a.pg_restarts as f64 + 1.0)))
+        .collect();
+    let freeze_times: Vec<Instant> = (0..a.freezes)
+        .map(|i| at((i as f64 + 0.3) / a.freezes.max(1) as f64))
+        .collect();
 
-    // The fault loop.
     let mut done = Done::default();
     let mp = MultiProgress::new();
     let bars = watch_line(&mp, a.actions);
@@ -267,39 +294,38 @@ pub async fn run(a: Args) -> anyhow::Result<ExitCode> {
         .set_style(ProgressStyle::with_template("{prefix:>11} {msg}").expect("static template"));
     faults_bar.set_prefix("faults");
     let deadline = Instant::now() + Duration::from_secs(a.timeout_s);
-    let mut next_kill_at = Instant::now() + Duration::from_millis(rng.random_range(20..200));
     let mut frozen: Option<(usize, Instant)> = None;
     let mut finished = false;
     let total = a.actions as i64;
+    let mut freeze_misses = 0usize;
+    // A run whose final count stops moving is stalled (a broken worker's
+    // actions may never settle): give up after this long without progress.
+    let stall = if a.unsafe_resend.is_some() {
+        Duration::from_secs(a.stall_s.min(10))
+    } else {
+        Duration::from_secs(a.stall_s)
+    };
+    let mut last_final = -1i64;
+    let mut last_progress = Instant::now();
     while Instant::now() < deadline {
-        let s = match store.summary(1800).await {
-            Ok(s) => s,
-            Err(e) => {
-                tracing::debug!(error = %e, "chaos: store unavailable (restart?)");
-                tokio::time::sleep(Duration::from_millis(100)).await;
-                continue;
-            }
-        };
-        bars.update(&s);
-        let past_sending = s.state("dispatched") + s.state("done") + s.state("failed");
-        let progress = past_sending as f64 / total.max(1) as f64;
-        let final_count = s.state("done") + s.state("failed");
-
+        let now = Instant::now();
         // Thaw a frozen worker once its lease has surely run out.
         if let Some((slot, until)) = frozen {
-            if Instant::now() >= until {
+            if now >= until {
                 if let Some(p) = &fleet.procs[slot] {
                     p.signal(Signal::SIGCONT)?;
                 }
                 frozen = None;
             }
         }
-        // Kills, paced by progress so they land while work is in hand.
-        let kills_due = ((a.kills as f64) * ((progress + 0.05) / 0.9).min(1.0)).ceil() as usize;
-        if done.kills_sent < a.kills.min(kills_due) && Instant::now() >= next_kill_at {
+        // SIGKILLs, each confirmed from the wait status, each replaced.
+        while done.kills_sent < kill_times.len() && kill_times[done.kills_sent] <= Instant::now() {
             let candidates: Vec<usize> = (0..a.workers)
                 .filter(|i| frozen.map(|(f, _)| f) != Some(*i))
                 .collect();
+            if candidates.is_empty() {
+                break;
+            }
             let slot = candidates[rng.random_range(0..candidates.len())];
             if let Some(mut p) = fleet.procs[slot].take() {
                 p.signal(Signal::SIGKILL)?;
@@ -312,13 +338,9 @@ pub async fn run(a: Args) -> anyhow::Result<ExitCode> {
                 }
             }
             fleet.spawn(slot, rng.random())?;
-            next_kill_at = Instant::now() + Duration::from_millis(rng.random_range(20..250));
         }
-        // PostgreSQL crash-restarts at evenly spaced points of progress.
-        let restart_due = (0..a.pg_restarts)
-            .filter(|i| progress >= (*i as f64 + 1.0) / (a.pg_restarts as f64 + 1.0))
-            .count();
-        if done.pg_restarts < restart_due {
+        // PostgreSQL crash-restarts while workers claim and send.
+        if done.pg_restarts < restart_times.len() && restart_times[done.pg_restarts] <= now {
             faults_bar.set_message("crash-restarting PostgreSQL");
             let c = cluster.clone();
             tokio::task::spawn_blocking(move || -> anyhow::Result<()> {
@@ -329,22 +351,35 @@ pub async fn run(a: Args) -> anyhow::Result<ExitCode> {
             .await??;
             done.pg_restarts += 1;
         }
-        // Freezes of workers that hold actions, at evenly spaced points.
-        let freeze_due = (0..a.freezes)
-            .filter(|i| progress >= (*i as f64 + 0.5) / a.freezes as f64 * 0.9)
-            .count();
-        if frozen.is_none() && done.freezes < freeze_due {
-            if let Some(slot) = busiest_worker(&store, &fleet).await {
-                if let Some(p) = &fleet.procs[slot] {
-                    p.signal(Signal::SIGSTOP)?;
-                    done.freezes += 1;
-                    frozen = Some((
-                        slot,
-                        Instant::now() + Duration::from_millis(a.lease_ttl_ms * 2 + 500),
-                    ));
+        // Freezes of the worker holding the most actions, past its lease.
+        if frozen.is_none()
+            && done.freezes < freeze_times.len()
+            && freeze_times[done.freezes] <= now
+        {
+            match busiest_worker(&store, &fleet).await {
+                Some(slot) => {
+                    if let Some(p) = &fleet.procs[slot] {
+                        p.signal(Signal::SIGSTOP)?;
+                        done.freezes += 1;
+                        frozen = Some((
+                            slot,
+                            Instant::now() + Duration::from_millis(a.lease_ttl_ms * 2 + 500),
+                        ));
+                    }
                 }
+                // Nobody holds anything this instant: try again shortly.
+                None => freeze_misses += 1,
             }
         }
+        let s = match store.summary(1800).await {
+            Ok(s) => s,
+            Err(e) => {
+                tracing::debug!(error = %e, "chaos: store unavailable (restart?)");
+                tokio::time::sleep(Duration::from_millis(50)).await;
+                continue;
+            }
+        };
+        bars.update(&s);
         faults_bar.set_message(format!(
             "kills {}/{} (confirmed {}) · PostgreSQL restarts {}/{} · freezes {}/{}{}",
             done.kills_sent,
@@ -360,14 +395,31 @@ pub async fn run(a: Args) -> anyhow::Result<ExitCode> {
                 ""
             }
         ));
-        // Done when every action is final. Faults still owed then would only
-        // hit idle workers; the table reports how many were really made.
-        if final_count >= total && s.total() >= total && frozen.is_none() {
+        let final_count = s.state("done") + s.state("failed");
+        if final_count != last_final {
+            last_final = final_count;
+            last_progress = Instant::now();
+        } else if Instant::now() > t0 + span && last_progress.elapsed() > stall {
+            faults_bar.set_message(format!(
+                "stalled: no action became final for {} s",
+                stall.as_secs()
+            ));
+            break;
+        }
+        let faults_done = done.kills_sent >= a.kills
+            && done.pg_restarts >= a.pg_restarts
+            && (done.freezes >= a.freezes || Instant::now() > t0 + span * 2);
+        if final_count >= total && s.total() >= total && frozen.is_none() && faults_done {
             finished = true;
             break;
         }
-        tokio::time::sleep(Duration::from_millis(50)).await;
+        tokio::time::sleep(Duration::from_millis(20)).await;
     }
+    enqueue.await??;
+    tracing::debug!(
+        freeze_misses,
+        "chaos: freezes retried while no worker held actions"
+    );
     bars.finish();
     faults_bar.finish();
     if let Some((slot, _)) = frozen {
@@ -512,47 +564,62 @@ fn resends(log: &Path) -> anyhow::Result<u64> {
     Ok(sends - keys.len() as u64)
 }
 
-/// Enqueues through the API with one store `noisy_factor` times busier.
+/// Enqueues through the API at a steady rate over `span`, with one store
+/// `noisy_factor` times busier than each of the others.
 async fn enqueue_weighted(
-    api: &str,
+    api: String,
     actions: usize,
     stores: usize,
     noisy_factor: usize,
-    rng: &mut StdRng,
+    span: Duration,
+    seed: u64,
 ) -> anyhow::Result<()> {
-    use futures::StreamExt;
+    let mut rng = StdRng::seed_from_u64(seed);
     let stores = stores.max(1);
     let weight_total = noisy_factor + stores - 1;
-    let assignment: Vec<usize> = (0..actions)
-        .map(|_| {
-            let x = rng.random_range(0..weight_total);
-            if x < noisy_factor {
-                0
-            } else {
-                x - noisy_factor + 1
-            }
-        })
-        .collect();
     let http = reqwest::Client::new();
-    let results: Vec<anyhow::Result<()>> =
-        futures::stream::iter(assignment.into_iter().enumerate())
-            .map(|(i, s)| {
-                let http = http.clone();
-                let url = format!("{api}/v1/actions");
-                async move {
-                    let body = serde_json::json!({
-                        "store": format!("store-{s:03}"),
-                        "to": format!("+1555{:07}", i),
-                        "body": format!("Order {i} has shipped."),
-                        "key": format!("order-{i}"),
-                    });
-                    let resp = http.post(&url).json(&body).send().await?;
-                    anyhow::ensure!(resp.status().is_success(), "enqueue {i}: {}", resp.status());
-                    Ok(())
+    let url = format!("{api}/v1/actions");
+    let t0 = Instant::now();
+    let mut inflight = tokio::task::JoinSet::new();
+    for i in 0..actions {
+        let due = t0 + span.mul_f64(i as f64 / actions.max(1) as f64);
+        tokio::time::sleep_until(due.into()).await;
+        let x = rng.random_range(0..weight_total);
+        let s = if x < noisy_factor {
+            0
+        } else {
+            x - noisy_factor + 1
+        };
+        let body = serde_json::json!({
+            "store": format!("store-{s:03}"),
+            "to": format!("+1555{:07}", i),
+            "body": format!("Order {i} has shipped."),
+            "key": format!("order-{i}"),
+        });
+        let http = http.clone();
+        let url = url.clone();
+        inflight.spawn(async move {
+            // The server may be briefly unable to reach a restarting
+            // database: retry (the enqueue is idempotent on its key).
+            let mut last = String::new();
+            for attempt in 0..50u64 {
+                match http.post(&url).json(&body).send().await {
+                    Ok(r) if r.status().is_success() => return Ok(()),
+                    Ok(r) => last = format!("{}", r.status()),
+                    Err(e) => last = e.to_string(),
                 }
-            })
-            .buffer_unordered(16)
-            .collect()
-            .await;
-    results.into_iter().collect()
+                tokio::time::sleep(Duration::from_millis(100 + 20 * attempt)).await;
+            }
+            anyhow::bail!("enqueue {i} kept failing: {last}")
+        });
+        while inflight.len() > 64 {
+            if let Some(r) = inflight.join_next().await {
+                r??;
+            }
+        }
+    }
+    while let Some(r) = inflight.join_next().await {
+        r??;
+    }
+    Ok(())
 }
