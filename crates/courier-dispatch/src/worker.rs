@@ -267,17 +267,19 @@ async fn heartbeat_once<P: Provider>(ctx: &Ctx<P>) {
         .action_heartbeat(&ctx.owner, &held, ctx.cfg.limits.lease_ttl_ms)
         .await
     {
-        Ok(still) => {
+        Ok(beat) => {
             let mut lost = Vec::new();
             {
                 let map = ctx.held.lock().expect("held map");
-                for (id, _) in &held {
-                    let Some(h) = map.get(id) else { continue };
-                    if still.contains(id) {
+                for id in &beat.held {
+                    if let Some(h) = map.get(id) {
                         h.deadline_ms
                             .fetch_max(before + ctx.cfg.limits.lease_ttl_ms, Ordering::Relaxed);
-                    } else {
-                        // Fenced: another worker holds it at a newer epoch.
+                    }
+                }
+                for id in &beat.fenced {
+                    if let Some(h) = map.get(id) {
+                        // Another worker holds it at a newer epoch.
                         h.fenced.cancel();
                         lost.push(*id);
                     }
@@ -302,7 +304,7 @@ async fn extend_one<P: Provider>(
     deadline_ms: &AtomicU64,
 ) -> Result<bool, StoreError> {
     let before = ctx.now_ms();
-    let still = ctx
+    let beat = ctx
         .store
         .action_heartbeat(
             &ctx.owner,
@@ -310,7 +312,7 @@ async fn extend_one<P: Provider>(
             ctx.cfg.limits.lease_ttl_ms,
         )
         .await?;
-    if still.contains(&lease.action_id) {
+    if beat.held.contains(&lease.action_id) {
         deadline_ms.fetch_max(before + ctx.cfg.limits.lease_ttl_ms, Ordering::Relaxed);
         Ok(true)
     } else {

@@ -82,6 +82,15 @@ pub enum AttemptRefused {
     LeaseShort,
 }
 
+/// What a heartbeat found.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Heartbeat {
+    /// Leases extended.
+    pub held: Vec<i64>,
+    /// Actions now held by another owner or at a newer epoch.
+    pub fenced: Vec<i64>,
+}
+
 /// What a settle did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Settled {
@@ -467,16 +476,18 @@ impl PgStore {
         })
     }
 
-    /// Extends the leases this owner still holds; returns the ids still held.
-    /// An id missing from the answer is fenced: its task must stop at once.
+    /// Extends the leases this owner still holds. Of the ids asked about,
+    /// `held` were extended and `fenced` now belong to another owner or
+    /// epoch: their tasks must stop at once. An id in neither was settled or
+    /// failed by this owner meanwhile (no longer claimed, still ours).
     pub async fn action_heartbeat(
         &self,
         owner: &str,
         held: &[(i64, i64)],
         lease_ttl_ms: u64,
-    ) -> Result<Vec<i64>, StoreError> {
+    ) -> Result<Heartbeat, StoreError> {
         if held.is_empty() {
-            return Ok(Vec::new());
+            return Ok(Heartbeat::default());
         }
         let client = self.pool.get().await?;
         let ids: Vec<i64> = held.iter().map(|(id, _)| *id).collect();
@@ -484,14 +495,29 @@ impl PgStore {
         let ttl = lease_ttl_ms as f64;
         let rows = client
             .query(
-                "UPDATE actions a SET lease_until = now() + $4 * interval '1 millisecond'
-                 FROM unnest($1::bigint[], $2::bigint[]) AS h(id, epoch)
-                 WHERE a.id = h.id AND a.epoch = h.epoch AND a.owner = $3 AND a.state = 'claimed'
-                 RETURNING a.id",
+                "WITH h AS (SELECT * FROM unnest($1::bigint[], $2::bigint[]) AS h(id, epoch)),
+                 upd AS (
+                     UPDATE actions a SET lease_until = now() + $4 * interval '1 millisecond'
+                     FROM h
+                     WHERE a.id = h.id AND a.epoch = h.epoch AND a.owner = $3 AND a.state = 'claimed'
+                     RETURNING a.id)
+                 SELECT h.id,
+                        EXISTS (SELECT 1 FROM upd WHERE upd.id = h.id) AS extended,
+                        coalesce(a.epoch = h.epoch AND a.owner = $3, false) AS ours
+                 FROM h LEFT JOIN actions a ON a.id = h.id",
                 &[&ids, &epochs, &owner, &ttl],
             )
             .await?;
-        Ok(rows.iter().map(|r| r.get(0)).collect())
+        let mut out = Heartbeat::default();
+        for r in &rows {
+            let id: i64 = r.get("id");
+            if r.get::<_, bool>("extended") {
+                out.held.push(id);
+            } else if !r.get::<_, bool>("ours") {
+                out.fenced.push(id);
+            }
+        }
+        Ok(out)
     }
 
     /// Records what the provider said (from a send or a lookup, by the owner),

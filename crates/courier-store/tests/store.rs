@@ -103,13 +103,13 @@ async fn a_worker_whose_lease_was_taken_can_write_nothing() {
         db.store.outbox_count_attempt(&old, 0).await.unwrap(),
         Err(AttemptRefused::Fenced(_))
     ));
-    assert_eq!(
-        db.store
-            .action_heartbeat(&old.owner, &[(old.action_id, old.epoch)], 60_000)
-            .await
-            .unwrap(),
-        Vec::<i64>::new()
-    );
+    let beat = db
+        .store
+        .action_heartbeat(&old.owner, &[(old.action_id, old.epoch)], 60_000)
+        .await
+        .unwrap();
+    assert_eq!(beat.held, Vec::<i64>::new());
+    assert_eq!(beat.fenced, vec![old.action_id]);
     assert!(db
         .store
         .action_settle(&old, Status::Accepted, Some("msg_1"), false, 10_000)
@@ -146,12 +146,13 @@ async fn a_heartbeat_keeps_a_slow_workers_lease() {
     // A slow worker heartbeats every 100 ms for 1 s: three lease lengths.
     let start = Instant::now();
     while start.elapsed() < Duration::from_millis(1_000) {
-        let held = db
+        let beat = db
             .store
             .action_heartbeat(&lease.owner, &[(lease.action_id, lease.epoch)], 300)
             .await
             .unwrap();
-        assert_eq!(held, vec![lease.action_id]);
+        assert_eq!(beat.held, vec![lease.action_id]);
+        assert!(beat.fenced.is_empty());
         // Nobody else can take it meanwhile.
         assert!(claim(&db.store, &owner("b"), 1, 300).await.is_empty());
         tokio::time::sleep(Duration::from_millis(100)).await;
@@ -440,6 +441,18 @@ async fn a_batch_claim_respects_the_cap_and_takes_turns() {
         .unwrap();
     assert_eq!(more.len(), 1);
     assert_eq!(more[0].store, "a");
+}
+
+#[tokio::test]
+async fn a_heartbeat_after_our_own_settle_is_not_a_fence() {
+    let db = fresh_db().await;
+    let (lease, _key) = dispatched_action(&db).await;
+    let beat = db
+        .store
+        .action_heartbeat(&lease.owner, &[(lease.action_id, lease.epoch)], 60_000)
+        .await
+        .unwrap();
+    assert!(beat.held.is_empty() && beat.fenced.is_empty(), "{beat:?}");
 }
 
 #[tokio::test]
