@@ -655,7 +655,11 @@ async fn reconcile_loop<P: Provider>(ctx: Arc<Ctx<P>>, shutdown: CancellationTok
         futures::future::join_all(lookups).await;
         if last_age_check.elapsed() > Duration::from_secs(10) {
             last_age_check = Instant::now();
-            match ctx.store.intents_older_than(limits.intent_age_alert_s()).await {
+            let old = ctx.store.intents_older_than(limits.intent_age_alert_s()).await;
+            if let Ok(n) = &old {
+                metrics::gauge!("courier_intents_older_than_alert").set(*n as f64);
+            }
+            match old {
                 Ok(0) => {}
                 Ok(n) => tracing::warn!(
                     count = n,
