@@ -12,7 +12,8 @@ echo "== cargo clippy -D warnings"
 cargo clippy --workspace --all-targets --locked -- -D warnings
 
 # The test PostgreSQL cluster is shared by the whole run and stopped at the end.
-export COURIER_TEST_PG_DIR="$PWD/target/courier-test-pg"
+# (under /tmp: PostgreSQL runs as 'postgres', which may not reach the checkout).
+export COURIER_TEST_PG_DIR="/tmp/courier-test-pg-$(printf '%s' "$PWD" | sha256sum | cut -c1-16)"
 stop_test_pg() {
   if [ -x target/debug/courier ]; then
     target/debug/courier db stop --pg-dir "$COURIER_TEST_PG_DIR" >/dev/null 2>&1 || true

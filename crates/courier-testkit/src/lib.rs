@@ -1,6 +1,6 @@
 //! Test support. `fresh_db()` gives each test its own database in a real
 //! PostgreSQL cluster that the test run starts itself: the cluster lives under
-//! `target/courier-test-pg` (or `COURIER_TEST_PG_DIR`), is started on first
+//! [`cluster_dir`], is started on first
 //! use by whichever test process comes first (under a file lock), and is
 //! shared by the rest of the run; the test script stops it at the end.
 //! `COURIER_TEST_DATABASE_URL` points the tests at an existing server instead.
@@ -9,19 +9,19 @@ use courier_store::cluster::Cluster;
 use courier_store::{PgStore, StoreConfig};
 use std::path::PathBuf;
 
-/// The directory of the shared test cluster.
+/// The directory of the shared test cluster: `COURIER_TEST_PG_DIR`, or a
+/// directory under /tmp named after this checkout. It is not inside the
+/// checkout because PostgreSQL runs as the unprivileged `postgres` user when
+/// the tests run as root, and a checkout under a private home directory is
+/// not reachable by that user.
 pub fn cluster_dir() -> PathBuf {
     if let Some(dir) = std::env::var_os("COURIER_TEST_PG_DIR") {
         return PathBuf::from(dir);
     }
-    // CARGO_MANIFEST_DIR is crates/courier-testkit: the workspace is two up.
-    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
-    let root = root
-        .parent()
-        .and_then(|p| p.parent())
-        .map(PathBuf::from)
-        .unwrap_or(root);
-    root.join("target/courier-test-pg")
+    use std::hash::{Hash, Hasher};
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    env!("CARGO_MANIFEST_DIR").hash(&mut h);
+    std::env::temp_dir().join(format!("courier-test-pg-{:016x}", h.finish()))
 }
 
 /// The URL of the server's maintenance database (`postgres`).
