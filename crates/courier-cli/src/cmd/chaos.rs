@@ -80,6 +80,7 @@ pub struct Args {
     #[arg(long, default_value_t = 120)]
     stall_s: u64,
     /// Keep the run directory (cluster, logs) instead of deleting it.
+    /// (It is always kept when the run fails.)
     #[arg(long)]
     keep: bool,
 }
@@ -146,14 +147,17 @@ pub async fn run(a: Args) -> anyhow::Result<ExitCode> {
     }
     let started = Instant::now();
     let mut rng = StdRng::seed_from_u64(seed);
-    let tmp = tempfile::Builder::new()
+    // The run directory is kept when anything fails, for the post-mortem,
+    // and removed after a passing run unless --keep.
+    let dir = tempfile::Builder::new()
         .prefix("courier-chaos-")
-        .tempdir()?;
-    std::fs::set_permissions(tmp.path(), std::fs::Permissions::from_mode(0o755))?;
-    let dir = tmp.path().to_path_buf();
+        .tempdir()?
+        .keep();
+    std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o755))?;
 
-    // PostgreSQL, throwaway.
+    // PostgreSQL, throwaway; stopped on every way out of this function.
     let cluster = Cluster::new(dir.join("pg"));
+    let _pg_guard = StopOnDrop(cluster.clone());
     let c = cluster.clone();
     let url = tokio::task::spawn_blocking(move || c.start()).await??;
     let store = PgStore::connect(&StoreConfig::new(&url)).await?;
@@ -516,15 +520,27 @@ pub async fn run(a: Args) -> anyhow::Result<ExitCode> {
     }
     let c = cluster.clone();
     tokio::task::spawn_blocking(move || c.stop(StopMode::Fast)).await??;
-    if a.keep {
-        let kept = tmp.keep();
-        println!("kept {}", kept.display());
+    if a.keep || !passed {
+        println!("run directory kept: {}", dir.display());
+    } else {
+        std::fs::remove_dir_all(&dir).ok();
     }
     Ok(if passed {
         ExitCode::SUCCESS
     } else {
         ExitCode::from(1)
     })
+}
+
+/// Stops a cluster when dropped (an error path included).
+struct StopOnDrop(Cluster);
+
+impl Drop for StopOnDrop {
+    fn drop(&mut self) {
+        if let Err(e) = self.0.stop(StopMode::Immediate) {
+            eprintln!("warning: could not stop the chaos PostgreSQL: {e}");
+        }
+    }
 }
 
 /// The worker slot whose process holds the most actions right now.

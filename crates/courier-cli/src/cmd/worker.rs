@@ -44,7 +44,23 @@ pub fn parse_unsafe(s: &str) -> Result<UnsafeResend, String> {
 pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
     let limits = args.limits.limits()?;
     let client = args.provider.client(limits.request_timeout_ms)?;
-    let store = args.db.connect(8).await?;
+    // The database may be restarting while this worker starts (a replacement
+    // started during a crash-restart): keep trying for a while.
+    let store = {
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+        let mut wait_ms = 100;
+        loop {
+            match args.db.connect(8).await {
+                Ok(s) => break s,
+                Err(e) if std::time::Instant::now() < deadline => {
+                    tracing::warn!(error = %format!("{e:#}"), "database not reachable yet; retrying");
+                    tokio::time::sleep(std::time::Duration::from_millis(wait_ms)).await;
+                    wait_ms = (wait_ms * 2).min(2_000);
+                }
+                Err(e) => return Err(e),
+            }
+        }
+    };
     let owner = courier_dispatch::owner_name();
     let seed = args.seed.unwrap_or_else(rand_seed);
     eprintln!(
