@@ -23,3 +23,6 @@ trap stop_test_pg EXIT
 
 echo "== cargo nextest run"
 cargo nextest run --workspace --locked --no-fail-fast
+
+echo "== hostile inputs (schemathesis and our own cases, smoke)"
+scripts/hostile.sh --smoke

@@ -2,7 +2,12 @@
 //!
 //! - [`worker`]: claimer, sender, heartbeat and reconciler of one worker process.
 //! - [`server`]: the enqueue API and the provider's status webhooks.
+//! - [`metrics`], [`dashboard`], [`openapi`]: operating courier: Prometheus
+//!   metrics, the live dashboard, the API's OpenAPI description.
 
+pub mod dashboard;
+pub mod metrics;
+pub mod openapi;
 pub mod server;
 pub mod worker;
 

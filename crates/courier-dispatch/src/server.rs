@@ -1,16 +1,27 @@
 //! The HTTP API of `courier serve`: enqueue, read an action, and the
-//! provider's status webhooks.
+//! provider's status webhooks; and [`serve`], the HTTP/1 loop that runs it
+//! (with the dashboard and metrics of `crate::dashboard` merged in).
+//!
+//! The request and answer types carry `utoipa` annotations: the OpenAPI
+//! document at `/openapi.json` is generated from them (`crate::openapi`),
+//! and its tests compare it with what this server really answers.
 //!
 //! # Invariants
 //! - Bad input gets a 4xx with a JSON error and changes nothing.
 //! - A webhook with a missing or wrong signature gets 401 and changes nothing;
 //!   a valid one is merged forward-only in the same transaction that records
 //!   its event id, so a duplicate is a no-op.
+//! - No client holds a connection slot for long without sending a request:
+//!   a request head must arrive within `header_read_timeout_ms` (idle
+//!   keep-alive connections included) and a whole request, body included,
+//!   within `request_timeout`. At most `connections_max` connections are
+//!   served at once; more wait in the kernel's accept queue.
 
 use axum::body::Bytes;
-use axum::extract::rejection::BytesRejection;
-use axum::extract::{DefaultBodyLimit, Path, State};
+use axum::extract::rejection::{BytesRejection, PathRejection};
+use axum::extract::{DefaultBodyLimit, Path, Request, State};
 use axum::http::{HeaderMap, StatusCode};
+use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
@@ -25,6 +36,11 @@ use serde::Deserialize;
 use serde_json::json;
 use std::sync::Arc;
 use std::time::Duration;
+use tokio::net::TcpListener;
+use tokio::sync::Semaphore;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+use utoipa::ToSchema;
 
 #[derive(Clone)]
 pub struct ServerConfig {
@@ -50,7 +66,7 @@ pub struct ApiError {
 }
 
 impl ApiError {
-    fn new(status: StatusCode, code: &'static str, message: impl Into<String>) -> Self {
+    pub fn new(status: StatusCode, code: &'static str, message: impl Into<String>) -> Self {
         ApiError {
             status,
             code,
@@ -59,6 +75,19 @@ impl ApiError {
     }
     fn bad(code: &'static str, message: impl Into<String>) -> Self {
         Self::new(StatusCode::BAD_REQUEST, code, message)
+    }
+    pub fn unauthorized() -> Self {
+        ApiError::new(
+            StatusCode::UNAUTHORIZED,
+            "unauthorized",
+            "missing or wrong bearer token",
+        )
+    }
+    pub fn status(&self) -> StatusCode {
+        self.status
+    }
+    pub fn code(&self) -> &'static str {
+        self.code
     }
 }
 
@@ -108,13 +137,27 @@ fn body_or_error(body: Result<Bytes, BytesRejection>) -> Result<Bytes, ApiError>
 }
 
 /// The enqueue request: unknown fields are refused.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct EnqueueRequest {
+    /// The tenant; fairness is across stores. Created on first use.
+    #[schema(pattern = r"^[A-Za-z0-9._-]{1,64}$", example = "store-001")]
     pub store: String,
+    /// The recipient in E.164 form.
+    #[schema(pattern = r"^\+[1-9][0-9]{7,14}$", example = "+15551234567")]
     pub to: String,
+    /// The text, 1 to 1,600 characters, without NUL.
+    #[schema(
+        min_length = 1,
+        max_length = 1600,
+        pattern = r"^[^\x00]+$",
+        example = "Your order has shipped."
+    )]
     pub body: String,
+    /// The client's idempotency key within the store: the same `(store, key)`
+    /// with the same content is the same action.
     #[serde(default)]
+    #[schema(pattern = r"^[\x20-\x7e]{1,255}$", example = "order-42")]
     pub key: Option<String>,
 }
 
@@ -145,32 +188,170 @@ pub fn validate_enqueue(req: &EnqueueRequest, limits: &Limits) -> Result<(), Api
             ),
         ));
     }
+    // PostgreSQL's text cannot hold NUL: refuse it here rather than fail the insert.
+    if req.body.contains('\0') {
+        return Err(ApiError::bad("bad_body", "body must not contain NUL"));
+    }
     if let Some(k) = &req.key {
         validate_key(k).map_err(|e| ApiError::bad("bad_key", e.to_string()))?;
     }
     Ok(())
 }
 
-fn check_token(state: &AppState, headers: &HeaderMap) -> Result<(), ApiError> {
-    let Some(token) = &state.cfg.api_token else {
-        return Ok(());
-    };
+/// Checks a webhook event's identifiers before they reach the database.
+fn validate_event(e: &WebhookEvent) -> Result<(), ApiError> {
+    validate_key(&e.key).map_err(|err| ApiError::bad("bad_event", format!("key: {err}")))?;
+    for (name, v) in [("event_id", &e.event_id), ("message_id", &e.message_id)] {
+        let ok = (1..=255).contains(&v.len()) && v.bytes().all(|b| (0x20..=0x7e).contains(&b));
+        if !ok {
+            return Err(ApiError::bad(
+                "bad_event",
+                format!("{name} must be 1..255 printable ASCII characters"),
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// Whether `headers` carry `Authorization: Bearer <expected>`, compared in
+/// constant time.
+pub fn bearer_matches(expected: &str, headers: &HeaderMap) -> bool {
     let given = headers
         .get("authorization")
         .and_then(|v| v.as_bytes().strip_prefix(b"Bearer "))
         .unwrap_or(b"");
-    let ok: bool = subtle::ConstantTimeEq::ct_eq(given, token.as_bytes()).into();
-    if ok {
-        Ok(())
-    } else {
-        Err(ApiError::new(
-            StatusCode::UNAUTHORIZED,
-            "unauthorized",
-            "missing or wrong bearer token",
-        ))
+    subtle::ConstantTimeEq::ct_eq(given, expected.as_bytes()).into()
+}
+
+/// `Ok` when no token is configured or the right one was sent.
+pub fn check_bearer(expected: Option<&str>, headers: &HeaderMap) -> Result<(), ApiError> {
+    match expected {
+        Some(token) if !bearer_matches(token, headers) => Err(ApiError::unauthorized()),
+        _ => Ok(()),
     }
 }
 
+fn check_token(state: &AppState, headers: &HeaderMap) -> Result<(), ApiError> {
+    check_bearer(state.cfg.api_token.as_deref(), headers)
+}
+
+/// The state of an action.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum ActionStateDoc {
+    Pending,
+    Claimed,
+    Dispatched,
+    Done,
+    Failed,
+}
+
+/// A message status, as the courier knows it (forward-only).
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum StatusDoc {
+    Sending,
+    Accepted,
+    Sent,
+    Delivered,
+    Failed,
+}
+
+/// An action as the API shows it (`courier_store::ActionView`; a test checks
+/// that the two agree field by field).
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+#[schema(as = Action)]
+pub struct ActionDoc {
+    pub id: i64,
+    pub store: String,
+    /// The client's key, if one was given.
+    #[schema(required = true)]
+    pub key: Option<String>,
+    pub to: String,
+    pub state: ActionStateDoc,
+    /// The fencing token: +1 at every claim.
+    pub epoch: i64,
+    /// None until the intent is written.
+    #[schema(required = true)]
+    pub status: Option<StatusDoc>,
+    /// The key every request to the provider carries (`courier-<uid>`).
+    #[schema(required = true)]
+    pub idempotency_key: Option<String>,
+    pub attempts: i32,
+    #[schema(required = true)]
+    pub message_id: Option<String>,
+    #[schema(required = true)]
+    pub fail_reason: Option<String>,
+    /// UTC, RFC 3339 with milliseconds.
+    #[schema(format = DateTime)]
+    pub enqueued_at: String,
+}
+
+/// Every error answer.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+#[schema(as = Error)]
+pub struct ErrorDoc {
+    /// A stable code (`bad_json`, `bad_store`, `unauthorized`, ...).
+    pub error: String,
+    /// A sentence for people.
+    pub message: String,
+}
+
+/// A status webhook from the provider, signed with
+/// `X-Signature: sha256=<hex HMAC-SHA256 of the raw body>`.
+#[derive(Debug, Deserialize, ToSchema)]
+#[schema(as = WebhookEvent)]
+pub struct WebhookEventDoc {
+    pub event_id: String,
+    pub message_id: String,
+    /// The idempotency key of the send.
+    pub key: String,
+    pub status: StatusDoc,
+    #[schema(format = DateTime)]
+    pub occurred_at: String,
+}
+
+/// What a webhook did.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum WebhookOutcome {
+    Advanced,
+    Same,
+    BackwardIgnored,
+    ConflictRecorded,
+    Duplicate,
+}
+
+/// The answer to an accepted webhook.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+#[schema(as = WebhookAnswer)]
+pub struct WebhookAnswerDoc {
+    pub outcome: WebhookOutcome,
+}
+
+/// Enqueue an action.
+#[utoipa::path(
+    post,
+    path = "/v1/actions",
+    tag = "actions",
+    request_body(content = EnqueueRequest, content_type = "application/json"),
+    responses(
+        (status = 201, description = "Enqueued.", body = ActionDoc),
+        (status = 200, description = "The same `(store, key)` and content was enqueued before: that action.",
+         body = ActionDoc,
+         headers(("idempotent-replayed" = String, description = "`true`"))),
+        (status = 400, description = "Malformed JSON, an unknown field, or a field out of its limits.", body = ErrorDoc),
+        (status = 401, description = "A bearer token is configured and was not sent.", body = ErrorDoc),
+        (status = 408, description = "The request took longer than the server's request time-out.", body = ErrorDoc),
+        (status = 413, description = "The body is larger than the payload limit.", body = ErrorDoc),
+        (status = 422, description = "The key was used before in this store with a different request.", body = ErrorDoc),
+        (status = 503, description = "The database is unavailable; retry.", body = ErrorDoc),
+    ),
+    security((), ("bearer" = []))
+)]
 async fn enqueue(
     State(state): State<Arc<AppState>>,
     headers: HeaderMap,
@@ -216,12 +397,29 @@ async fn enqueue(
     Ok(resp)
 }
 
+/// Read an action.
+#[utoipa::path(
+    get,
+    path = "/v1/actions/{id}",
+    tag = "actions",
+    params(("id" = i64, Path, description = "The action's id")),
+    responses(
+        (status = 200, description = "The action.", body = ActionDoc),
+        (status = 400, description = "The id is not an integer.", body = ErrorDoc),
+        (status = 401, description = "A bearer token is configured and was not sent.", body = ErrorDoc),
+        (status = 404, description = "No action has this id.", body = ErrorDoc),
+        (status = 408, description = "The request took longer than the server's request time-out.", body = ErrorDoc),
+        (status = 503, description = "The database is unavailable; retry.", body = ErrorDoc),
+    ),
+    security((), ("bearer" = []))
+)]
 async fn get_action(
     State(state): State<Arc<AppState>>,
     headers: HeaderMap,
-    Path(id): Path<String>,
+    id: Result<Path<String>, PathRejection>,
 ) -> Result<Response, ApiError> {
     check_token(&state, &headers)?;
+    let Path(id) = id.map_err(|r| ApiError::bad("bad_id", r.body_text()))?;
     let id: i64 = id
         .parse()
         .map_err(|_| ApiError::bad("bad_id", "action id must be an integer"))?;
@@ -235,6 +433,24 @@ async fn get_action(
     }
 }
 
+/// A status webhook from the provider.
+#[utoipa::path(
+    post,
+    path = "/v1/webhooks/provider",
+    tag = "webhooks",
+    params(("x-signature" = String, Header,
+            description = "`sha256=` and the hex HMAC-SHA256 of the raw body with the shared secret")),
+    request_body(content = WebhookEventDoc, content_type = "application/json"),
+    responses(
+        (status = 200, description = "Merged forward-only (or absorbed as a duplicate).", body = WebhookAnswerDoc),
+        (status = 400, description = "Signed, but not a valid event.", body = ErrorDoc),
+        (status = 401, description = "Missing or wrong signature; nothing changed.", body = ErrorDoc),
+        (status = 404, description = "No intent has this key.", body = ErrorDoc),
+        (status = 408, description = "The request took longer than the server's request time-out.", body = ErrorDoc),
+        (status = 413, description = "The body is larger than the payload limit.", body = ErrorDoc),
+        (status = 503, description = "The database is unavailable; the provider retries.", body = ErrorDoc),
+    )
+)]
 async fn webhook(
     State(state): State<Arc<AppState>>,
     headers: HeaderMap,
@@ -252,6 +468,7 @@ async fn webhook(
     }
     let event: WebhookEvent =
         serde_json::from_slice(&body).map_err(|e| ApiError::bad("bad_json", e.to_string()))?;
+    validate_event(&event)?;
     let outcome = state
         .store
         .webhook_merge(&event.event_id, &event.key, event.status, &event.message_id)
@@ -274,14 +491,66 @@ async fn webhook(
     Ok(Json(json!({"outcome": label})).into_response())
 }
 
+/// `GET /healthz`: the process answers and its database does (one cheap,
+/// read-only query; the age is a century, so the count is ~0 and no interval
+/// overflows).
 async fn healthz(State(state): State<Arc<AppState>>) -> Response {
-    match state.store.intents_older_than(u64::MAX / 4).await {
+    const CENTURY_S: u64 = 100 * 365 * 24 * 3600;
+    match state.store.intents_older_than(CENTURY_S).await {
         Ok(_) => (StatusCode::OK, Json(json!({"ok": true}))).into_response(),
         Err(e) => ApiError::from(e).into_response(),
     }
 }
 
-/// The API's router.
+async fn no_route() -> ApiError {
+    ApiError::new(StatusCode::NOT_FOUND, "no_route", "no such route")
+}
+
+async fn no_method() -> ApiError {
+    ApiError::new(
+        StatusCode::METHOD_NOT_ALLOWED,
+        "method_not_allowed",
+        "this route does not take this method",
+    )
+}
+
+/// Ends a request that takes longer than `timeout` (its body included) with
+/// a JSON 408.
+async fn deadline(timeout: Duration, req: Request, next: Next) -> Response {
+    match tokio::time::timeout(timeout, next.run(req)).await {
+        Ok(resp) => resp,
+        Err(_) => ApiError::new(
+            StatusCode::REQUEST_TIMEOUT,
+            "timeout",
+            format!("the request took longer than {} ms", timeout.as_millis()),
+        )
+        .into_response(),
+    }
+}
+
+/// Refuses a request whose declared length is over `limit` with a JSON 413
+/// at once, before any of its body is read (a chunked body is counted as it
+/// is read, by the body limit of the routes).
+async fn declared_size(limit: usize, req: Request, next: Next) -> Response {
+    let declared = req
+        .headers()
+        .get(axum::http::header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<u64>().ok());
+    match declared {
+        Some(n) if n > limit as u64 => ApiError::new(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            "payload_too_large",
+            format!("the body is {n} bytes; the limit is {limit}"),
+        )
+        .into_response(),
+        _ => next.run(req).await,
+    }
+}
+
+/// The API's router: the three API routes, `/healthz`, and JSON answers for
+/// unknown routes and methods. Merge other routers into it (they must not
+/// set a fallback of their own).
 pub fn router(store: PgStore, cfg: ServerConfig) -> Router {
     let limit = cfg.limits.payload_bytes_max as usize;
     let timeout = cfg.request_timeout;
@@ -291,10 +560,202 @@ pub fn router(store: PgStore, cfg: ServerConfig) -> Router {
         .route("/v1/actions/{id}", get(get_action))
         .route("/v1/webhooks/provider", post(webhook))
         .route("/healthz", get(healthz))
+        .fallback(no_route)
+        .method_not_allowed_fallback(no_method)
         .layer(DefaultBodyLimit::max(limit))
-        .layer(tower_http::timeout::TimeoutLayer::with_status_code(
-            StatusCode::REQUEST_TIMEOUT,
-            timeout,
-        ))
+        .layer(axum::middleware::from_fn(move |req, next| {
+            declared_size(limit, req, next)
+        }))
+        .layer(axum::middleware::from_fn(move |req, next| {
+            deadline(timeout, req, next)
+        }))
         .with_state(state)
+}
+
+/// Limits of the HTTP server itself, below the routes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HttpLimits {
+    /// A client must send a whole request head within this time, or the
+    /// connection is closed (slow clients; idle keep-alive connections).
+    pub header_read_timeout_ms: u64,
+    /// Connections served at once; more wait in the kernel's accept queue.
+    /// Lowered at start to what the open-files limit allows.
+    pub connections_max: usize,
+    /// Largest request head (request line and headers); 431 above.
+    pub header_bytes_max: usize,
+    /// Most header fields in one request; 431 above.
+    pub headers_max: usize,
+    /// How long shutdown waits for requests in progress.
+    pub shutdown_grace_ms: u64,
+}
+
+impl Default for HttpLimits {
+    fn default() -> Self {
+        HttpLimits {
+            header_read_timeout_ms: 10_000,
+            connections_max: 16_384,
+            header_bytes_max: 16 * 1024,
+            headers_max: 64,
+            shutdown_grace_ms: 5_000,
+        }
+    }
+}
+
+/// File descriptors kept free of connections (the listener, database
+/// connections, files, the runtime's own).
+pub const FDS_RESERVED: u64 = 256;
+
+impl HttpLimits {
+    pub fn validate(&self) -> Result<(), ServeError> {
+        let bad = |m: &str| Err(ServeError::Limits(m.to_string()));
+        if self.header_read_timeout_ms == 0 {
+            return bad("header_read_timeout_ms must be positive");
+        }
+        if self.connections_max == 0 {
+            return bad("connections_max must be positive");
+        }
+        if !(1024..=1024 * 1024).contains(&self.header_bytes_max) {
+            return bad("header_bytes_max must be within 1 KiB..=1 MiB");
+        }
+        if !(8..=1024).contains(&self.headers_max) {
+            return bad("headers_max must be within 8..=1024");
+        }
+        Ok(())
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ServeError {
+    #[error("invalid HTTP limits: {0}")]
+    Limits(String),
+}
+
+/// Connections the kernel may hold completed but not yet accepted (capped
+/// by `net.core.somaxconn`): room for bursts of connections.
+pub const LISTEN_BACKLOG: u32 = 4096;
+
+/// Binds `addr` (`host:port`; port 0 picks a free one) with a listen backlog
+/// of [`LISTEN_BACKLOG`] (tokio's `TcpListener::bind` uses 1024).
+pub async fn bind(addr: &str) -> std::io::Result<TcpListener> {
+    let mut last = None;
+    for a in tokio::net::lookup_host(addr).await? {
+        let socket = if a.is_ipv4() {
+            tokio::net::TcpSocket::new_v4()?
+        } else {
+            tokio::net::TcpSocket::new_v6()?
+        };
+        socket.set_reuseaddr(true)?;
+        match socket.bind(a) {
+            Ok(()) => return socket.listen(LISTEN_BACKLOG),
+            Err(e) => last = Some(e),
+        }
+    }
+    Err(last.unwrap_or_else(|| {
+        std::io::Error::new(
+            std::io::ErrorKind::InvalidInput,
+            format!("{addr} names no address"),
+        )
+    }))
+}
+
+/// Raises this process's soft limit of open files towards `want` (up to the
+/// hard limit; as root, the hard limit too) and returns the soft limit now.
+pub fn raise_fd_limit(want: u64) -> std::io::Result<u64> {
+    use nix::sys::resource::{getrlimit, setrlimit, Resource};
+    let (soft, hard) = getrlimit(Resource::RLIMIT_NOFILE)?;
+    if soft >= want {
+        return Ok(soft);
+    }
+    if want > hard && setrlimit(Resource::RLIMIT_NOFILE, want, want).is_ok() {
+        return Ok(want);
+    }
+    let soft_new = want.min(hard);
+    setrlimit(Resource::RLIMIT_NOFILE, soft_new, hard)?;
+    Ok(soft_new)
+}
+
+/// Serves `app` on `listener` over HTTP/1.1 until `shutdown` is cancelled,
+/// then lets requests in progress finish for up to `shutdown_grace_ms`.
+///
+/// Unlike `axum::serve`, it bounds how long a client may take to send a
+/// request head and how many connections are served at once, and raises the
+/// open-files limit to fit `connections_max` (lowering the cap when it cannot).
+pub async fn serve(
+    listener: TcpListener,
+    app: Router,
+    limits: &HttpLimits,
+    shutdown: CancellationToken,
+) -> Result<(), ServeError> {
+    use hyper_util::rt::{TokioIo, TokioTimer};
+    use hyper_util::service::TowerToHyperService;
+
+    limits.validate()?;
+    let want = limits.connections_max as u64 + FDS_RESERVED;
+    let fds = raise_fd_limit(want).unwrap_or(want);
+    let cap = limits
+        .connections_max
+        .min(fds.saturating_sub(FDS_RESERVED).max(1) as usize);
+    if cap < limits.connections_max {
+        tracing::warn!(
+            connections_max = limits.connections_max,
+            open_files_max = fds,
+            "the open-files limit is too low; serving at most {cap} connections"
+        );
+    }
+    let mut http = hyper::server::conn::http1::Builder::new();
+    http.timer(TokioTimer::new())
+        .header_read_timeout(Duration::from_millis(limits.header_read_timeout_ms))
+        .max_headers(limits.headers_max)
+        .max_buf_size(limits.header_bytes_max.max(8192) * 2)
+        .max_header_size(limits.header_bytes_max);
+    let permits = Arc::new(Semaphore::new(cap));
+    let tracker = TaskTracker::new();
+    loop {
+        let permit = tokio::select! {
+            p = permits.clone().acquire_owned() => p.expect("the semaphore is never closed"),
+            _ = shutdown.cancelled() => break,
+        };
+        let stream = tokio::select! {
+            r = listener.accept() => match r {
+                Ok((stream, _peer)) => stream,
+                Err(e) => {
+                    // A connection that failed before we took it, or a lack of
+                    // file descriptors: wait a little rather than spin.
+                    tracing::debug!(error = %e, "accept failed");
+                    tokio::time::sleep(Duration::from_millis(20)).await;
+                    continue;
+                }
+            },
+            _ = shutdown.cancelled() => break,
+        };
+        let _ = stream.set_nodelay(true);
+        let svc = TowerToHyperService::new(app.clone());
+        let conn = http.serve_connection(TokioIo::new(stream), svc);
+        let stop = shutdown.clone();
+        tracker.spawn(async move {
+            let _permit = permit;
+            let mut conn = std::pin::pin!(conn);
+            tokio::select! {
+                r = conn.as_mut() => {
+                    if let Err(e) = r {
+                        tracing::debug!(error = %e, "connection ended with an error");
+                    }
+                }
+                _ = stop.cancelled() => {
+                    conn.as_mut().graceful_shutdown();
+                    let _ = conn.await;
+                }
+            }
+        });
+    }
+    drop(listener);
+    tracker.close();
+    let grace = Duration::from_millis(limits.shutdown_grace_ms);
+    if tokio::time::timeout(grace, tracker.wait()).await.is_err() {
+        tracing::warn!(
+            connections = tracker.len(),
+            "requests still in progress after the shutdown grace; leaving them"
+        );
+    }
+    Ok(())
 }

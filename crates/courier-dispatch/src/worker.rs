@@ -167,7 +167,8 @@ async fn claim_loop<P: Provider>(ctx: Arc<Ctx<P>>, shutdown: CancellationToken) 
             continue;
         }
         let n = room.min(limits.claim_batch_max as usize) as u32;
-        match ctx
+        let claim_started = Instant::now();
+        let claim = ctx
             .store
             .action_claim(
                 &ctx.owner,
@@ -176,8 +177,9 @@ async fn claim_loop<P: Provider>(ctx: Arc<Ctx<P>>, shutdown: CancellationToken) 
                 limits.store_in_flight_max,
                 ctx.cfg.claim_mode,
             )
-            .await
-        {
+            .await;
+        crate::metrics::claim_observed(claim_started.elapsed());
+        match claim {
             Ok(claimed) if claimed.is_empty() => {
                 store_retry = 0;
                 let wait = ctx.cfg.idle_poll_ms / 2 + rng.random_range(0..=ctx.cfg.idle_poll_ms);
@@ -655,7 +657,10 @@ async fn reconcile_loop<P: Provider>(ctx: Arc<Ctx<P>>, shutdown: CancellationTok
         futures::future::join_all(lookups).await;
         if last_age_check.elapsed() > Duration::from_secs(10) {
             last_age_check = Instant::now();
-            let old = ctx.store.intents_older_than(limits.intent_age_alert_s()).await;
+            let old = ctx
+                .store
+                .intents_older_than(limits.intent_age_alert_s())
+                .await;
             if let Ok(n) = &old {
                 metrics::gauge!("courier_intents_older_than_alert").set(*n as f64);
             }

@@ -253,3 +253,37 @@ async fn a_forged_webhook_changes_nothing() {
     assert_eq!(view.status, Some(Status::Delivered));
     assert_eq!(view.state, "done");
 }
+
+#[tokio::test]
+async fn health_unknown_routes_and_nul_get_clear_answers() {
+    let db = fresh_db().await;
+    let api = start(db.store.clone(), None).await;
+    let http = reqwest::Client::new();
+    let r = http.get(format!("{api}/healthz")).send().await.unwrap();
+    assert_eq!(r.status().as_u16(), 200);
+    let r = http.get(format!("{api}/nope")).send().await.unwrap();
+    assert_eq!(r.status().as_u16(), 404);
+    assert_eq!(r.json::<Value>().await.unwrap()["error"], "no_route");
+    let r = http
+        .delete(format!("{api}/v1/actions"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status().as_u16(), 405);
+    assert_eq!(
+        r.json::<Value>().await.unwrap()["error"],
+        "method_not_allowed"
+    );
+    // PostgreSQL's text cannot hold NUL: a 400, not a failed insert.
+    let mut g = good();
+    g["body"] = json!("a\u{0}b");
+    let (code, v) = post_raw(&format!("{api}/v1/actions"), g.to_string()).await;
+    assert_eq!((code, v["error"].as_str()), (400, Some("bad_body")));
+    // A declared length over the limit is refused before the body is read.
+    let (code, v) = post_raw(&format!("{api}/v1/actions"), vec![b' '; 70_000]).await;
+    assert_eq!(
+        (code, v["error"].as_str()),
+        (413, Some("payload_too_large"))
+    );
+    assert_eq!(db.store.summary(1800).await.unwrap().total(), 0);
+}

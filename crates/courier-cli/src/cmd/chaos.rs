@@ -516,7 +516,15 @@ pub async fn run(a: Args) -> anyhow::Result<ExitCode> {
         };
         std::fs::write(path, serde_json::to_vec_pretty(&r)?)
             .with_context(|| format!("writing {}", path.display()))?;
-        println!("report: {}", path.display());
+        // The same report as a page, for people (the dashboard's /report
+        // opens the JSON too).
+        let html = path.with_extension("html");
+        std::fs::write(
+            &html,
+            courier_dispatch::dashboard::render_report_html(&serde_json::to_value(&r)?),
+        )
+        .with_context(|| format!("writing {}", html.display()))?;
+        println!("report: {} and {}", path.display(), html.display());
     }
     let c = cluster.clone();
     tokio::task::spawn_blocking(move || c.stop(StopMode::Fast)).await??;

@@ -1,8 +1,10 @@
-//! `courier serve`: the enqueue API and the provider's status webhooks.
+//! `courier serve`: the enqueue API, the provider's status webhooks, the
+//! live dashboard (`/`), `/metrics` and `/openapi.json`.
 
 use super::common::{shutdown_on_signal, DbArgs, LimitArgs};
 use anyhow::Context;
-use courier_dispatch::server::{router, ServerConfig};
+use courier_dispatch::metrics::SamplerConfig;
+use courier_dispatch::server::{serve, HttpLimits, ServerConfig};
 use std::io::Write;
 use std::process::ExitCode;
 use std::time::Duration;
@@ -19,35 +21,52 @@ pub struct Args {
     /// Shared secret of the provider's webhook signatures.
     #[arg(long, env = "COURIER_WEBHOOK_SECRET")]
     webhook_secret: String,
-    /// Require `Authorization: Bearer <token>` on the API.
+    /// Require `Authorization: Bearer <token>` on the API, the dashboard's
+    /// data and /metrics.
     #[arg(long, env = "COURIER_API_TOKEN")]
     api_token: Option<String>,
     /// Longest time one HTTP request may take, reading its body included.
     #[arg(long, default_value_t = 30_000)]
     http_timeout_ms: u64,
+    /// Longest time a client may take to send a request's head (slow clients,
+    /// idle keep-alive connections).
+    #[arg(long, default_value_t = HttpLimits::default().header_read_timeout_ms)]
+    header_read_timeout_ms: u64,
+    /// HTTP connections served at once (more wait in the accept queue).
+    #[arg(long, default_value_t = HttpLimits::default().connections_max)]
+    connections_max: usize,
+    /// How often the dashboard and the gauges are refreshed from the database.
+    #[arg(long, default_value_t = 2_000)]
+    sample_interval_ms: u64,
 }
 
 pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
     let limits = args.limits.limits()?;
+    let http = HttpLimits {
+        header_read_timeout_ms: args.header_read_timeout_ms,
+        connections_max: args.connections_max,
+        ..HttpLimits::default()
+    };
+    http.validate()?;
     let store = args.db.connect(16).await?;
-    let app = router(
+    let shutdown = shutdown_on_signal();
+    let app = courier_dispatch::dashboard::app(
         store,
         ServerConfig {
-            limits,
+            limits: limits.clone(),
             webhook_secret: args.webhook_secret.into_bytes(),
             api_token: args.api_token,
             request_timeout: Duration::from_millis(args.http_timeout_ms),
         },
-    );
-    let listener = tokio::net::TcpListener::bind(&args.listen)
+        SamplerConfig::for_limits(&limits, args.sample_interval_ms),
+        shutdown.clone(),
+    )?;
+    let listener = courier_dispatch::server::bind(&args.listen)
         .await
         .with_context(|| format!("binding {}", args.listen))?;
     let addr = listener.local_addr()?;
     println!("courier serve listening on http://{addr}");
     std::io::stdout().flush()?;
-    let shutdown = shutdown_on_signal();
-    axum::serve(listener, app)
-        .with_graceful_shutdown(async move { shutdown.cancelled().await })
-        .await?;
+    serve(listener, app, &http, shutdown).await?;
     Ok(ExitCode::SUCCESS)
 }

@@ -31,6 +31,10 @@ pub struct Args {
     /// verifier's negative control has something to catch.
     #[arg(long, value_parser = parse_unsafe)]
     unsafe_resend: Option<UnsafeResend>,
+    /// Serve this worker's Prometheus metrics at http://ADDR/metrics (port 0
+    /// picks a free one; stderr says which).
+    #[arg(long, value_name = "ADDR")]
+    metrics_listen: Option<String>,
 }
 
 pub fn parse_unsafe(s: &str) -> Result<UnsafeResend, String> {
@@ -70,6 +74,11 @@ pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
     if let Some(mode) = args.unsafe_resend {
         eprintln!("WARNING: --unsafe-resend {mode:?}: this worker is broken on purpose (a demonstration for the verifier)");
     }
+    let shutdown = shutdown_on_signal();
+    if let Some(listen) = &args.metrics_listen {
+        let addr = courier_dispatch::metrics::serve_standalone(listen, shutdown.clone()).await?;
+        eprintln!("courier worker metrics on http://{addr}/metrics");
+    }
     let worker = Worker::new(
         store,
         client,
@@ -83,7 +92,7 @@ pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
             unsafe_resend: args.unsafe_resend,
         },
     );
-    worker.run(shutdown_on_signal()).await;
+    worker.run(shutdown).await;
     let s = worker.stats();
     eprintln!(
         "courier worker done: claimed {} (reclaimed {}), sends {} (unknown {}), lookups {}, settled {}, failed {}, fenced {}",

@@ -1,0 +1,389 @@
+//! The dashboard in a real headless Chromium during a live run: the built
+//! `courier` binary runs `provider` (faults on, with latency), `serve` (with an
+//! API token) and a `worker` as child processes against a fresh database;
+//! actions are enqueued through the API across stores, one of them noisy.
+//! The page, given the token, must show the backlog, then the chart and the
+//! store table moving as the worker drains it, and finally every action
+//! final. Also checks both `/metrics` endpoints and the `/report` page with
+//! the verifier's real report of the run. Screenshots go to
+//! `target/tmp/dashboard-*.png` (not committed).
+
+#[path = "support/browser.rs"]
+mod browser;
+#[path = "hostile/live.rs"]
+mod live;
+
+use browser::Browser;
+use live::{fresh_db, Service};
+use serde_json::{json, Value};
+use std::time::{Duration, Instant};
+
+const TOKEN: &str = "dash-token";
+const SECRET: &str = "dash-secret";
+const API_KEY: &str = "dash-key";
+const NOISY: usize = 120;
+const QUIET_STORES: usize = 12;
+const QUIET_EACH: usize = 10;
+const TOTAL: usize = NOISY + QUIET_STORES * QUIET_EACH;
+/// How long the worker may take to make every action final.
+const DRAIN_TIMEOUT_MS: u64 = 60_000;
+
+/// Reads a figure the page shows.
+fn page(b: &Browser, script: &str) -> Value {
+    b.execute(script, vec![])
+}
+
+fn latest_point(b: &Browser) -> Option<Value> {
+    let v = page(
+        b,
+        "return document.getElementById('chart').dataset.latest || '';",
+    );
+    serde_json::from_str(v.as_str()?).ok()
+}
+
+fn store_rows(b: &Browser) -> Vec<(String, i64, i64)> {
+    let v = page(
+        b,
+        "return [...document.querySelectorAll('#stores tbody tr[data-store]')]\
+           .map(r => [r.dataset.store, Number(r.dataset.pending), Number(r.dataset.inFlight)]);",
+    );
+    v.as_array()
+        .unwrap()
+        .iter()
+        .map(|r| {
+            (
+                r[0].as_str().unwrap().to_string(),
+                r[1].as_i64().unwrap(),
+                r[2].as_i64().unwrap(),
+            )
+        })
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_dashboard_follows_a_live_run() {
+    let (url, store) = fresh_db("dash").await;
+    let run_dir = tempfile::tempdir().unwrap();
+    let log = run_dir.path().join("provider.jsonl");
+    let provider = Service::start(
+        "provider",
+        &[
+            "provider",
+            "--listen",
+            "127.0.0.1:0",
+            "--log",
+            log.to_str().unwrap(),
+            "--api-key",
+            API_KEY,
+            "--webhook-secret",
+            SECRET,
+            "--seed",
+            "3",
+            "--latency-ms",
+            "uniform:60..200",
+            "--timeout-hold-ms",
+            "600",
+        ],
+        true,
+    );
+    let mut server = Service::start(
+        "serve",
+        &[
+            "serve",
+            "--database-url",
+            &url,
+            "--listen",
+            "127.0.0.1:0",
+            "--webhook-secret",
+            SECRET,
+            "--api-token",
+            TOKEN,
+            "--sample-interval-ms",
+            "500",
+        ],
+        true,
+    );
+    let api = server.url.clone();
+
+    // The backlog: one noisy store and twelve quiet ones.
+    let http = reqwest::Client::new();
+    let mut n = 0;
+    for (s, count) in std::iter::once(("noisy".to_string(), NOISY))
+        .chain((0..QUIET_STORES).map(|i| (format!("quiet-{i:02}"), QUIET_EACH)))
+    {
+        for _ in 0..count {
+            n += 1;
+            let r = http
+                .post(format!("{api}/v1/actions"))
+                .bearer_auth(TOKEN)
+                .json(&json!({"store": s, "to": format!("+1555{n:07}"), "body": format!("hello {n}")}))
+                .send()
+                .await
+                .unwrap();
+            assert_eq!(r.status().as_u16(), 201);
+        }
+    }
+
+    let b = Browser::launch(1280, 900);
+    b.goto(&format!("{api}/dashboard"));
+    // Without the token the page asks for it.
+    b.wait_for("the page to ask for the token", 15_000, |b| {
+        let s = page(b, "return document.getElementById('status').textContent;");
+        s.as_str()?.contains("API token").then_some(())
+    });
+    let field = b.find("#token");
+    b.send_keys(&field, TOKEN);
+    b.click(&b.find("#token-form button"));
+
+    // The whole backlog, the noisy store on top.
+    b.wait_for("the backlog on the chart", 20_000, |b| {
+        let p = latest_point(b)?;
+        (p["pending"].as_i64()? == TOTAL as i64).then_some(())
+    });
+    let rows = store_rows(&b);
+    assert_eq!(rows.len(), QUIET_STORES + 1, "{rows:?}");
+    assert_eq!(rows[0], ("noisy".to_string(), NOISY as i64, 0), "{rows:?}");
+    let points_before = page(
+        &b,
+        "return Number(document.getElementById('chart').dataset.points);",
+    )
+    .as_i64()
+    .unwrap();
+
+    // A worker drains it.
+    let worker = Service::start(
+        "worker",
+        &[
+            "worker",
+            "--database-url",
+            &url,
+            "--provider-url",
+            &provider.url,
+            "--provider-api-key",
+            API_KEY,
+            "--callback-url",
+            &format!("{api}/v1/webhooks/provider"),
+            "--concurrency",
+            "8",
+            "--seed",
+            "5",
+            "--metrics-listen",
+            "127.0.0.1:0",
+        ],
+        false,
+    );
+    // The table moves: the noisy store's backlog shrinks while it has work in flight.
+    let (seen_in_flight, mid) = b.wait_for("the noisy store's backlog to shrink", 30_000, |b| {
+        let rows = store_rows(b);
+        let noisy = rows.iter().find(|r| r.0 == "noisy")?;
+        (noisy.1 < NOISY as i64).then(|| (rows.iter().any(|r| r.2 > 0), rows))
+    });
+    eprintln!(
+        "mid-run store table (top 3): {:?}",
+        &mid[..3.min(mid.len())]
+    );
+    // The workers table names the worker while it holds leases.
+    let owners = b.wait_for("the worker in the leases table", 30_000, |b| {
+        let v = page(
+            b,
+            "return [...document.querySelectorAll('#workers tbody tr[data-owner]')].map(r => r.dataset.owner);",
+        );
+        let v = v.as_array()?.clone();
+        (!v.is_empty()).then_some(v)
+    });
+    assert!(
+        owners[0].as_str().unwrap().contains(':'),
+        "owner is host:pid:suffix: {owners:?}"
+    );
+    b.execute(
+        "document.getElementById('h-states').scrollIntoView();",
+        vec![],
+    );
+    let shot = b.screenshot_full_page();
+    let dir = std::path::PathBuf::from(env!("CARGO_TARGET_TMPDIR"));
+    std::fs::write(dir.join("dashboard-mid-run.png"), &shot).unwrap();
+
+    // Every action final, on the chart.
+    let started = Instant::now();
+    let last = b.wait_for(
+        "every action to be final on the chart",
+        DRAIN_TIMEOUT_MS,
+        |b| {
+            let p = latest_point(b)?;
+            (p["done"].as_i64()? + p["failed"].as_i64()? == TOTAL as i64).then_some(p)
+        },
+    );
+    eprintln!(
+        "drained in about {:?} after mid-run; last point {last}",
+        started.elapsed()
+    );
+    let points_after = page(
+        &b,
+        "return Number(document.getElementById('chart').dataset.points);",
+    )
+    .as_i64()
+    .unwrap();
+    assert!(
+        points_after >= points_before + 3,
+        "the chart gained points: {points_before} -> {points_after}"
+    );
+    // Every line of the chart is drawn, with one vertex per point.
+    let vertices = page(
+        &b,
+        "return [...document.querySelectorAll('#state-chart polyline')]\
+           .map(p => p.getAttribute('points').trim().split(' ').length);",
+    );
+    assert_eq!(
+        vertices,
+        json!(vec![points_after; 5]),
+        "five lines, one vertex per sample"
+    );
+    let rows = store_rows(&b);
+    assert!(
+        rows.iter().all(|r| r.1 == 0 && r.2 == 0),
+        "nothing left: {rows:?}"
+    );
+
+    // Sorting by name puts noisy first; sorting again reverses.
+    b.click(&b.find("#stores th[data-key=\"store\"] button"));
+    assert_eq!(store_rows(&b)[0].0, "noisy");
+    b.click(&b.find("#stores th[data-key=\"store\"] button"));
+    assert_eq!(store_rows(&b)[0].0, "quiet-11");
+    let sort = page(&b, "return document.querySelector('#stores th[data-key=\"store\"]').getAttribute('aria-sort');");
+    assert_eq!(sort, "descending");
+    std::fs::write(dir.join("dashboard-done.png"), b.screenshot_full_page()).unwrap();
+
+    // The metrics of both processes.
+    let worker_metrics = worker_metrics_url(&worker);
+    let text = http
+        .get(&worker_metrics)
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    for name in [
+        "courier_claims_total",
+        "courier_settled_total",
+        "courier_claim_duration_seconds_bucket",
+        "courier_sends_total{answer=\"accepted\"}",
+    ] {
+        assert!(text.contains(name), "worker /metrics lacks {name}:\n{text}");
+    }
+    let r = http.get(format!("{api}/metrics")).send().await.unwrap();
+    assert_eq!(
+        r.status().as_u16(),
+        401,
+        "the server's /metrics needs the token"
+    );
+    // Accepted actions reach the histogram a settle lag after they happen.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let text = loop {
+        let text = http
+            .get(format!("{api}/metrics"))
+            .bearer_auth(TOKEN)
+            .send()
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap();
+        let count = text
+            .lines()
+            .find_map(|l| l.strip_prefix("courier_enqueue_to_accepted_seconds_count "))
+            .and_then(|v| v.trim().parse::<f64>().ok())
+            .unwrap_or(0.0);
+        if count >= TOTAL as f64 || Instant::now() > deadline {
+            assert!(
+                count >= TOTAL as f64,
+                "accepted latencies observed: {count} of {TOTAL}"
+            );
+            break text;
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    };
+    for name in [
+        "courier_actions{state=\"pending\"} 0",
+        "courier_store_pending{store=\"noisy\"}",
+        "courier_enqueued_total{created=\"true\"}",
+        "courier_webhooks_total",
+        "courier_enqueue_to_accepted_seconds_bucket",
+    ] {
+        assert!(text.contains(name), "server /metrics lacks {name}:\n{text}");
+    }
+    eprintln!("--- server /metrics (excerpt) ---");
+    for line in text.lines().filter(|l| !l.starts_with('#')).filter(|l| {
+        l.starts_with("courier_actions")
+            || l.starts_with("courier_webhooks_total")
+            || l.starts_with("courier_enqueue_to_accepted_seconds_count")
+            || l.starts_with("courier_enqueue_to_accepted_seconds_sum")
+            || l.starts_with("courier_events")
+            || l.starts_with("courier_store_pending{store=\"noisy\"}")
+    }) {
+        eprintln!("{line}");
+    }
+
+    // The verifier's report of this run, opened in /report.
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_courier"))
+        .args([
+            "verify",
+            "--provider-log",
+            log.to_str().unwrap(),
+            "--database-url",
+            &url,
+            "--json",
+        ])
+        .output()
+        .unwrap();
+    let report: Value = serde_json::from_slice(&out.stdout).expect("verify --json prints JSON");
+    assert_eq!(report["passed"], true, "{report}");
+    let report_path = run_dir.path().join("verify.json");
+    std::fs::write(&report_path, &out.stdout).unwrap();
+    b.goto(&format!("{api}/report"));
+    let input = b.find("#report-file");
+    b.send_keys(&input, report_path.to_str().unwrap());
+    let verdict = b.wait_for("the report to render", 10_000, |b| {
+        let v = page(
+            b,
+            "const v = document.getElementById('verdict'); return v ? v.textContent : null;",
+        );
+        v.as_str().map(str::to_string)
+    });
+    assert_eq!(verdict, "PASSED");
+    let shown = page(
+        &b,
+        "return [...document.querySelectorAll('#report .kv th')].map(t => t.textContent);",
+    );
+    assert!(
+        shown.as_array().unwrap().iter().any(|t| t == "exactly one"),
+        "the report shows its figures: {shown}"
+    );
+    std::fs::write(dir.join("dashboard-report.png"), b.screenshot_full_page()).unwrap();
+    let errors = page(&b, "return window.__dashboardErrors || [];");
+    assert_eq!(errors, json!([]));
+
+    server.assert_running();
+    drop(store);
+    eprintln!(
+        "screenshots: {}/dashboard-{{mid-run,done,report}}.png (in flight seen in the table: {seen_in_flight})",
+        dir.display()
+    );
+}
+
+/// The worker prints `courier worker metrics on http://ADDR/metrics` on stderr.
+fn worker_metrics_url(worker: &Service) -> String {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while Instant::now() < deadline {
+        match worker.stderr.recv_timeout(Duration::from_millis(200)) {
+            Ok(line) => {
+                if let Some(i) = line.find("metrics on ") {
+                    return line[i + "metrics on ".len()..].trim().to_string();
+                }
+            }
+            Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {}
+            Err(e) => panic!("the worker's stderr ended: {e}"),
+        }
+    }
+    panic!("the worker did not say where its metrics are");
+}

@@ -1,0 +1,742 @@
+//! Hostile input against a live `courier serve` (the built binary, a real
+//! PostgreSQL): forged, missing and replayed signatures; bodies and heads over
+//! the limits; slow clients; unknown stores, keys, routes and ids; malformed
+//! UTF-8 everywhere; wrong bearer tokens. Every case must get a clear 4xx (a
+//! JSON error where the request reached courier) or a bounded wait; the server
+//! must stay up and answer others meanwhile; and the database must show that
+//! nothing changed.
+//!
+//! The server runs with short time-outs (1 s for a request head and for a
+//! whole request) so that the slow-client cases take seconds, not minutes.
+
+#[path = "hostile/live.rs"]
+mod live;
+#[path = "hostile/raw.rs"]
+mod raw;
+
+use courier_core::{action_key, Status};
+use courier_provider::signature;
+use courier_store::{ClaimMode, PgStore};
+use live::{db_state, fresh_db, Service};
+use raw::{read_answer, request, send, trickle, Ended};
+use serde_json::{json, Value};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+const SECRET: &str = "hostile-secret";
+const TOKEN: &str = "hostile-token-0123456789";
+/// The server's head and request time-outs in these tests.
+const CUT_MS: u64 = 1_000;
+/// How long any single hostile case may take to be refused.
+const ANSWER_WITHIN: Duration = Duration::from_secs(10);
+
+struct Live {
+    server: Service,
+    store: PgStore,
+    http: reqwest::Client,
+}
+
+impl Live {
+    async fn start(tag: &str) -> Live {
+        let (url, store) = fresh_db(tag).await;
+        let cut = CUT_MS.to_string();
+        let server = Service::start(
+            "serve",
+            &[
+                "serve",
+                "--database-url",
+                &url,
+                "--listen",
+                "127.0.0.1:0",
+                "--webhook-secret",
+                SECRET,
+                "--api-token",
+                TOKEN,
+                "--http-timeout-ms",
+                &cut,
+                "--header-read-timeout-ms",
+                &cut,
+                "--sample-interval-ms",
+                "500",
+            ],
+            true,
+        );
+        Live {
+            server,
+            store,
+            http: reqwest::Client::builder()
+                .timeout(ANSWER_WITHIN)
+                .build()
+                .unwrap(),
+        }
+    }
+
+    fn url(&self, path: &str) -> String {
+        format!("{}{path}", self.server.url)
+    }
+
+    /// The server is up and its database answers.
+    async fn assert_healthy(&mut self) {
+        self.server.assert_running();
+        let r = self.http.get(self.url("/healthz")).send().await.unwrap();
+        assert_eq!(r.status().as_u16(), 200, "healthz");
+    }
+
+    async fn enqueue(&self, body: Value) -> (u16, Value) {
+        let r = self
+            .http
+            .post(self.url("/v1/actions"))
+            .bearer_auth(TOKEN)
+            .json(&body)
+            .send()
+            .await
+            .unwrap();
+        (r.status().as_u16(), r.json().await.unwrap_or(Value::Null))
+    }
+
+    /// An action whose intent is written and accepted: a key webhooks can name.
+    async fn accepted_action(&self) -> (i64, String) {
+        let (code, v) = self
+            .enqueue(json!({"store": "s1", "to": "+15551234567", "body": "hi", "key": "k1"}))
+            .await;
+        assert_eq!(code, 201, "{v}");
+        let who: Arc<str> = Arc::from("hostile-worker");
+        let c = self
+            .store
+            .action_claim(&who, 1, 60_000, 4, ClaimMode::Fair)
+            .await
+            .unwrap()
+            .remove(0);
+        let key = action_key(&c.uid);
+        self.store
+            .outbox_intent(&c.lease, &key)
+            .await
+            .unwrap()
+            .unwrap();
+        self.store
+            .action_settle(&c.lease, Status::Accepted, Some("msg_1"), false, 60_000)
+            .await
+            .unwrap()
+            .unwrap();
+        (c.lease.action_id, key)
+    }
+}
+
+fn event(id: &str, key: &str, status: &str) -> String {
+    json!({"event_id": id, "message_id": "msg_1", "key": key, "status": status,
+           "occurred_at": "2026-01-01T00:00:00Z"})
+    .to_string()
+}
+
+#[tokio::test]
+async fn forged_missing_and_replayed_signatures_change_nothing() {
+    let mut live = Live::start("sig").await;
+    let (_, key) = live.accepted_action().await;
+    let genuine = event("evt_1", &key, "delivered");
+    let good_sig = signature::sign(SECRET.as_bytes(), genuine.as_bytes());
+    let before = db_state(&live.store).await;
+
+    let other_body = event("evt_1", &key, "failed");
+    // Each case: its name, its headers, its body.
+    type Forged = (&'static str, Vec<(&'static str, Vec<u8>)>, String);
+    let forged: Vec<Forged> = vec![
+        ("no signature", vec![], genuine.clone()),
+        (
+            "empty signature",
+            vec![("X-Signature", b"".to_vec())],
+            genuine.clone(),
+        ),
+        (
+            "prefix only",
+            vec![("X-Signature", b"sha256=".to_vec())],
+            genuine.clone(),
+        ),
+        (
+            "wrong secret",
+            vec![(
+                "X-Signature",
+                signature::sign(b"guess", genuine.as_bytes()).into_bytes(),
+            )],
+            genuine.clone(),
+        ),
+        (
+            "signature of another body (replayed onto a changed status)",
+            vec![("X-Signature", good_sig.clone().into_bytes())],
+            other_body,
+        ),
+        (
+            "genuine signature, body with a trailing space",
+            vec![("X-Signature", good_sig.clone().into_bytes())],
+            format!("{genuine} "),
+        ),
+        (
+            "truncated signature",
+            vec![(
+                "X-Signature",
+                good_sig.as_bytes()[..good_sig.len() - 2].to_vec(),
+            )],
+            genuine.clone(),
+        ),
+        (
+            "another algorithm's prefix",
+            vec![(
+                "X-Signature",
+                good_sig.replacen("sha256=", "sha1=", 1).into_bytes(),
+            )],
+            genuine.clone(),
+        ),
+        (
+            "not hex",
+            vec![("X-Signature", b"sha256=zzzz".to_vec())],
+            genuine.clone(),
+        ),
+        (
+            "a wrong signature first, the right one second",
+            vec![
+                ("X-Signature", b"sha256=00".to_vec()),
+                ("X-Signature", good_sig.clone().into_bytes()),
+            ],
+            genuine.clone(),
+        ),
+        (
+            "a signature that is not UTF-8",
+            vec![("X-Signature", vec![b's', b'h', b'a', 0xff, 0xfe])],
+            genuine.clone(),
+        ),
+    ];
+    let n_forged = forged.len();
+    for (name, headers, body) in forged {
+        let hs: Vec<(&str, &[u8])> = headers.iter().map(|(k, v)| (*k, v.as_slice())).collect();
+        let a = send(
+            live.server.addr(),
+            &request("POST", b"/v1/webhooks/provider", &hs, body.as_bytes()),
+            ANSWER_WITHIN,
+        )
+        .await
+        .unwrap_or_else(|e| panic!("{name}: no answer ({e:?})"));
+        assert_eq!(
+            a.status,
+            401,
+            "{name}: {}",
+            String::from_utf8_lossy(&a.body)
+        );
+        assert_eq!(a.error_code().as_deref(), Some("bad_signature"), "{name}");
+    }
+    assert_eq!(
+        db_state(&live.store).await,
+        before,
+        "a forged webhook changed the database"
+    );
+
+    // The genuine event is merged once; its replays are absorbed.
+    let mut outcomes = Vec::new();
+    for _ in 0..3 {
+        let r = live
+            .http
+            .post(live.url("/v1/webhooks/provider"))
+            .header("x-signature", &good_sig)
+            .body(genuine.clone())
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status().as_u16(), 200);
+        outcomes.push(r.json::<Value>().await.unwrap()["outcome"].clone());
+    }
+    assert_eq!(
+        outcomes,
+        [json!("advanced"), json!("duplicate"), json!("duplicate")]
+    );
+    let client = live.store.client().await.unwrap();
+    let row = client
+        .query_one(
+            "SELECT (SELECT count(*) FROM webhook_events),
+                    (SELECT count(*) FROM events WHERE kind = 'duplicate_webhook'),
+                    (SELECT status FROM outbox)",
+            &[],
+        )
+        .await
+        .unwrap();
+    assert_eq!(row.get::<_, i64>(0), 1, "one event id recorded");
+    assert_eq!(row.get::<_, i64>(1), 2, "two replays absorbed");
+    assert_eq!(row.get::<_, String>(2), "delivered");
+    live.assert_healthy().await;
+    eprintln!("signatures: {n_forged} forged variants refused with 401, 2 replays absorbed");
+}
+
+#[tokio::test]
+async fn bodies_and_heads_over_the_limits_are_refused() {
+    let mut live = Live::start("size").await;
+    let addr = live.server.addr();
+    let auth = format!("Bearer {TOKEN}");
+    let auth = auth.as_bytes();
+    let before = db_state(&live.store).await;
+    let limit = courier_core::Limits::default().payload_bytes_max as usize;
+
+    // One byte over the payload limit, with its length declared.
+    let body = format!(
+        r#"{{"store":"s1","to":"+15551234567","body":"x","key":"{}"}}"#,
+        "k".repeat(limit)
+    );
+    let a = send(
+        addr,
+        &request(
+            "POST",
+            b"/v1/actions",
+            &[("Authorization", auth)],
+            body.as_bytes(),
+        ),
+        ANSWER_WITHIN,
+    )
+    .await
+    .unwrap();
+    assert_eq!(
+        (a.status, a.error_code().as_deref()),
+        (413, Some("payload_too_large"))
+    );
+
+    // A declared length of a terabyte, and no body: refused before reading,
+    // so well before the request time-out.
+    let t = Instant::now();
+    let head = format!(
+        "POST /v1/actions HTTP/1.1\r\nHost: c\r\nAuthorization: Bearer {TOKEN}\r\nContent-Length: 1000000000000\r\n\r\n"
+    );
+    let a = send(addr, head.as_bytes(), ANSWER_WITHIN).await.unwrap();
+    assert_eq!(a.status, 413, "{}", String::from_utf8_lossy(&a.body));
+    assert!(
+        t.elapsed() < Duration::from_millis(CUT_MS),
+        "a declared huge body must be refused at once, took {:?}",
+        t.elapsed()
+    );
+
+    // Chunked, with no declared length, running past the limit.
+    let mut chunked = b"POST /v1/webhooks/provider HTTP/1.1\r\nHost: c\r\n\
+        Transfer-Encoding: chunked\r\nX-Signature: sha256=00\r\n\r\n"
+        .to_vec();
+    for _ in 0..(limit / 8192 + 2) {
+        chunked.extend_from_slice(format!("{:x}\r\n", 8192).as_bytes());
+        chunked.extend_from_slice(&[b'a'; 8192]);
+        chunked.extend_from_slice(b"\r\n");
+    }
+    chunked.extend_from_slice(b"0\r\n\r\n");
+    let a = send(addr, &chunked, ANSWER_WITHIN).await.unwrap();
+    assert_eq!(a.status, 413, "{}", String::from_utf8_lossy(&a.body));
+
+    // A head over the limit: one huge header, and too many headers.
+    let huge = "a".repeat(64 * 1024);
+    let a = send(
+        addr,
+        &request("GET", b"/healthz", &[("X-Pad", huge.as_bytes())], b""),
+        ANSWER_WITHIN,
+    )
+    .await;
+    assert!(
+        matches!(&a, Ok(a) if a.status == 431) || matches!(a, Err(Ended::Closed)),
+        "a 64 KiB header: {a:?}"
+    );
+    let many: Vec<(String, Vec<u8>)> = (0..300)
+        .map(|i| (format!("X-H{i}"), b"v".to_vec()))
+        .collect();
+    let hs: Vec<(&str, &[u8])> = many
+        .iter()
+        .map(|(k, v)| (k.as_str(), v.as_slice()))
+        .collect();
+    let a = send(addr, &request("GET", b"/healthz", &hs, b""), ANSWER_WITHIN).await;
+    assert!(
+        matches!(&a, Ok(a) if a.status == 431) || matches!(a, Err(Ended::Closed)),
+        "300 headers: {a:?}"
+    );
+
+    // JSON nested past serde's recursion limit.
+    let deep = format!("{}{}", "[".repeat(10_000), "]".repeat(10_000));
+    let a = send(
+        addr,
+        &request(
+            "POST",
+            b"/v1/actions",
+            &[("Authorization", auth)],
+            deep.as_bytes(),
+        ),
+        ANSWER_WITHIN,
+    )
+    .await
+    .unwrap();
+    assert_eq!(
+        (a.status, a.error_code().as_deref()),
+        (400, Some("bad_json"))
+    );
+
+    assert_eq!(db_state(&live.store).await, before);
+    live.assert_healthy().await;
+}
+
+#[tokio::test]
+async fn slow_clients_are_cut_off_and_do_not_hold_the_server() {
+    let mut live = Live::start("slow").await;
+    let addr = live.server.addr();
+    let before = db_state(&live.store).await;
+    let every = Duration::from_millis(100);
+    let a_minute = Duration::from_secs(60);
+    // Bounded: the server's cut plus slack for a loaded machine.
+    let cut_within = Duration::from_millis(CUT_MS) + Duration::from_secs(4);
+
+    // 50 slow clients at once: heads trickled, bodies trickled, and idle
+    // connections that never send a byte.
+    let head = format!(
+        "POST /v1/actions HTTP/1.1\r\nHost: c\r\nAuthorization: Bearer {TOKEN}\r\nContent-Length: 500\r\n\r\n"
+    );
+    let mut slow = tokio::task::JoinSet::new();
+    for i in 0..50 {
+        let head = head.clone();
+        slow.spawn(async move {
+            match i % 3 {
+                0 => (
+                    "head",
+                    trickle(addr, head.as_bytes(), every, a_minute).await,
+                ),
+                1 => {
+                    // The head at once, then the body a byte at a time.
+                    let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
+                    use tokio::io::AsyncWriteExt;
+                    s.write_all(head.as_bytes()).await.unwrap();
+                    let t = Instant::now();
+                    let mut answer = Err(Ended::TimedOut);
+                    while t.elapsed() < a_minute {
+                        if s.write_all(b"{").await.is_err() {
+                            answer = Err(Ended::Closed);
+                            break;
+                        }
+                        match read_answer(&mut s, every).await {
+                            Err(Ended::TimedOut) => continue,
+                            other => {
+                                answer = other;
+                                break;
+                            }
+                        }
+                    }
+                    ("body", (t.elapsed(), answer))
+                }
+                _ => {
+                    let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
+                    let t = Instant::now();
+                    let answer = read_answer(&mut s, a_minute).await;
+                    ("idle", (t.elapsed(), answer))
+                }
+            }
+        });
+    }
+    // Meanwhile, ordinary requests are answered promptly.
+    let mut slowest = Duration::ZERO;
+    for _ in 0..20 {
+        let t = Instant::now();
+        let r = live
+            .http
+            .get(live.url("/v1/actions/1"))
+            .bearer_auth(TOKEN)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status().as_u16(), 404);
+        slowest = slowest.max(t.elapsed());
+    }
+    assert!(
+        slowest < Duration::from_secs(2),
+        "an ordinary request took {slowest:?} beside slow clients"
+    );
+
+    let mut by_kind = std::collections::BTreeMap::<&str, (usize, Duration)>::new();
+    while let Some(r) = slow.join_next().await {
+        let (kind, (took, answer)) = r.unwrap();
+        assert!(took < cut_within, "{kind}: held the server for {took:?}");
+        match (kind, &answer) {
+            // A body that never completes: a JSON 408.
+            ("body", Ok(a)) => {
+                assert_eq!(a.status, 408, "{}", String::from_utf8_lossy(&a.body));
+                assert_eq!(a.error_code().as_deref(), Some("timeout"));
+            }
+            // A head that never completes, or nothing at all: hyper closes
+            // the connection (it may first answer 408 without a body).
+            ("head" | "idle", Err(Ended::Closed)) => {}
+            ("head" | "idle", Ok(a)) if a.status == 408 => {}
+            other => panic!("unexpected end of a slow client: {other:?}"),
+        }
+        let e = by_kind.entry(kind).or_default();
+        e.0 += 1;
+        e.1 = e.1.max(took);
+    }
+    eprintln!(
+        "slow clients (cut at {CUT_MS} ms): {by_kind:?}; slowest ordinary request {slowest:?}"
+    );
+    assert_eq!(db_state(&live.store).await, before);
+    live.assert_healthy().await;
+}
+
+#[tokio::test]
+async fn unknown_stores_keys_routes_and_ids_get_a_json_4xx() {
+    let mut live = Live::start("unknown").await;
+    let (_, key) = live.accepted_action().await;
+    let before = db_state(&live.store).await;
+    let get = |path: &str| {
+        let r = live.http.get(live.url(path)).bearer_auth(TOKEN).send();
+        async move {
+            let r = r.await.unwrap();
+            (
+                r.status().as_u16(),
+                r.json::<Value>().await.unwrap_or(Value::Null),
+            )
+        }
+    };
+    for (path, want, code) in [
+        ("/v1/actions/424242", 404, "not_found"),
+        ("/v1/actions/-1", 404, "not_found"),
+        ("/v1/actions/0", 404, "not_found"),
+        ("/v1/actions/99999999999999999999", 400, "bad_id"),
+        ("/v1/actions/1.5", 400, "bad_id"),
+        ("/v1/actions/%00", 400, "bad_id"),
+        ("/v1/stores/nope", 404, "no_route"),
+        ("/v1/actions/1/extra", 404, "no_route"),
+        ("/admin", 404, "no_route"),
+    ] {
+        let (status, v) = get(path).await;
+        assert_eq!(
+            (status, v["error"].as_str()),
+            (want, Some(code)),
+            "{path}: {v}"
+        );
+    }
+    let r = live
+        .http
+        .delete(live.url("/v1/actions"))
+        .bearer_auth(TOKEN)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status().as_u16(), 405);
+    assert_eq!(
+        r.json::<Value>().await.unwrap()["error"],
+        "method_not_allowed"
+    );
+
+    // Stores that cannot exist, and bodies the database could not hold.
+    let base = json!({"store": "s2", "to": "+15551234567", "body": "hi"});
+    let with = |k: &str, v: Value| {
+        let mut b = base.clone();
+        b[k] = v;
+        b
+    };
+    for (name, body, code) in [
+        ("a space", with("store", json!("a b")), "bad_store"),
+        ("a path", with("store", json!("../etc")), "bad_store"),
+        ("NUL", with("store", json!("s\u{0}1")), "bad_store"),
+        (
+            "65 characters",
+            with("store", json!("s".repeat(65))),
+            "bad_store",
+        ),
+        ("not ASCII", with("store", json!("ストア")), "bad_store"),
+        ("empty", with("store", json!("")), "bad_store"),
+        ("a number", with("store", json!(7)), "bad_json"),
+        (
+            "NUL in the text",
+            with("body", json!("a\u{0}b")),
+            "bad_body",
+        ),
+        (
+            "a control character in the key",
+            with("key", json!("k\u{7}")),
+            "bad_key",
+        ),
+        ("a lone surrogate", json!(null), "bad_json"),
+    ] {
+        let (status, v) = if name == "a lone surrogate" {
+            let raw = br#"{"store":"s2","to":"+15551234567","body":"\ud800"}"#;
+            let r = live
+                .http
+                .post(live.url("/v1/actions"))
+                .bearer_auth(TOKEN)
+                .body(raw.to_vec())
+                .send()
+                .await
+                .unwrap();
+            (r.status().as_u16(), r.json::<Value>().await.unwrap())
+        } else {
+            live.enqueue(body).await
+        };
+        assert_eq!(
+            (status, v["error"].as_str()),
+            (400, Some(code)),
+            "{name}: {v}"
+        );
+    }
+
+    // A signed webhook for a key no intent has: 404, and no event id kept.
+    for (name, ev) in [
+        ("unknown key", event("evt_u", "courier-0000", "delivered")),
+        ("empty event id", event("", &key, "delivered")),
+        ("unknown status", event("evt_s", &key, "teleported")),
+    ] {
+        let r = live
+            .http
+            .post(live.url("/v1/webhooks/provider"))
+            .header(
+                "x-signature",
+                signature::sign(SECRET.as_bytes(), ev.as_bytes()),
+            )
+            .body(ev.clone())
+            .send()
+            .await
+            .unwrap();
+        let status = r.status().as_u16();
+        let v: Value = r.json().await.unwrap();
+        let want = if name == "unknown key" { 404 } else { 400 };
+        assert_eq!(status, want, "{name}: {v}");
+        assert!(v["error"].is_string(), "{name}: {v}");
+    }
+    assert_eq!(db_state(&live.store).await, before);
+    live.assert_healthy().await;
+}
+
+#[tokio::test]
+async fn malformed_utf8_anywhere_is_refused() {
+    let mut live = Live::start("utf").await;
+    let addr = live.server.addr();
+    let (_, key) = live.accepted_action().await;
+    let before = db_state(&live.store).await;
+    let auth = format!("Bearer {TOKEN}");
+    let auth = auth.as_bytes();
+    let bad_json = b"{\"store\":\"s\xff1\",\"to\":\"+15551234567\",\"body\":\"hi\"}";
+    let signed_bad = {
+        let mut e = event("evt_x", &key, "delivered").into_bytes();
+        e.insert(10, 0xc3);
+        e
+    };
+    let sig = signature::sign(SECRET.as_bytes(), &signed_bad);
+    let cases: Vec<(&str, Vec<u8>, u16)> = vec![
+        (
+            "in the JSON of an enqueue",
+            request("POST", b"/v1/actions", &[("Authorization", auth)], bad_json),
+            400,
+        ),
+        (
+            "a whole body of garbage",
+            request(
+                "POST",
+                b"/v1/actions",
+                &[("Authorization", auth)],
+                &[0xff, 0xfe, 0xfd],
+            ),
+            400,
+        ),
+        (
+            "in a percent-encoded id",
+            request(
+                "GET",
+                b"/v1/actions/%FF%FE",
+                &[("Authorization", auth)],
+                b"",
+            ),
+            400,
+        ),
+        (
+            "in the bearer token",
+            request(
+                "GET",
+                b"/v1/actions/1",
+                &[("Authorization", b"Bearer \xff\xfe")],
+                b"",
+            ),
+            401,
+        ),
+        (
+            "in a correctly signed webhook",
+            request(
+                "POST",
+                b"/v1/webhooks/provider",
+                &[("X-Signature", sig.as_bytes())],
+                &signed_bad,
+            ),
+            400,
+        ),
+    ];
+    for (name, bytes, want) in cases {
+        let a = send(addr, &bytes, ANSWER_WITHIN)
+            .await
+            .unwrap_or_else(|e| panic!("{name}: {e:?}"));
+        assert_eq!(
+            a.status,
+            want,
+            "{name}: {}",
+            String::from_utf8_lossy(&a.body)
+        );
+        assert!(
+            a.error_code().is_some(),
+            "{name}: no JSON error: {}",
+            String::from_utf8_lossy(&a.body)
+        );
+    }
+    // Raw bytes in the request line never reach courier: hyper refuses them.
+    let a = send(
+        addr,
+        b"GET /v1/actions/\xff HTTP/1.1\r\nHost: c\r\n\r\n",
+        ANSWER_WITHIN,
+    )
+    .await;
+    assert!(
+        matches!(&a, Ok(a) if a.status == 400) || matches!(a, Err(Ended::Closed)),
+        "a raw 0xff in the path: {a:?}"
+    );
+    assert_eq!(db_state(&live.store).await, before);
+    live.assert_healthy().await;
+}
+
+#[tokio::test]
+async fn wrong_bearer_tokens_are_refused_everywhere() {
+    let mut live = Live::start("token").await;
+    let before = db_state(&live.store).await;
+    let good = json!({"store": "s1", "to": "+15551234567", "body": "hi"});
+    let variants: Vec<Option<String>> = vec![
+        None,
+        Some(String::new()),
+        Some("Bearer".into()),
+        Some("Bearer ".into()),
+        Some(format!("Bearer {}", &TOKEN[..TOKEN.len() - 1])),
+        Some(format!("Bearer {TOKEN}x")),
+        Some(format!("Bearer  {TOKEN}")),
+        Some(format!("Basic {TOKEN}")),
+        Some(TOKEN.to_string()),
+    ];
+    for path in [
+        "/v1/actions",
+        "/v1/actions/1",
+        "/v1/ops/snapshot",
+        "/metrics",
+    ] {
+        for v in &variants {
+            let mut req = if path == "/v1/actions" {
+                live.http.post(live.url(path)).json(&good)
+            } else {
+                live.http.get(live.url(path))
+            };
+            if let Some(v) = v {
+                req = req.header("authorization", v);
+            }
+            let r = req.send().await.unwrap();
+            assert_eq!(r.status().as_u16(), 401, "{path} with {v:?}");
+            assert_eq!(r.json::<Value>().await.unwrap()["error"], "unauthorized");
+        }
+    }
+    assert_eq!(db_state(&live.store).await, before);
+    // The right token works, and the pages themselves need none.
+    let (code, _) = live.enqueue(good).await;
+    assert_eq!(code, 201);
+    for path in [
+        "/",
+        "/dashboard",
+        "/report",
+        "/openapi.json",
+        "/dashboard/app.js",
+    ] {
+        let r = live.http.get(live.url(path)).send().await.unwrap();
+        assert_eq!(r.status().as_u16(), 200, "{path}");
+    }
+    live.assert_healthy().await;
+}

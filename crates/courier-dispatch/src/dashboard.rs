@@ -1,0 +1,255 @@
+//! The operator's pages of `courier serve`, and [`app`], the whole router of
+//! `courier serve`: the API, `/openapi.json`, `/metrics`, the dashboard.
+//!
+//! - `GET /` and `GET /dashboard`: the live dashboard (assets from
+//!   `web/dashboard/`, compiled in; no CDN): actions by state over the last
+//!   minutes, stores by backlog and in-flight, workers with their leases,
+//!   the oldest open intents against the key retention, the latest fenced
+//!   writes and backward reports.
+//! - `GET /v1/ops/snapshot`: the data behind it, as JSON: the sampler's latest
+//!   sample (see [`crate::metrics::Sampler`]) and its history.
+//! - `GET /report`: opens a JSON report chosen by the user (chaos, bench,
+//!   verify) in the browser; [`render_report_html`] writes the same view as
+//!   one self-contained HTML file.
+//!
+//! # Invariants
+//! - Read-only: nothing here writes to the database; the snapshot is read in
+//!   a read-only transaction by the sampler, never per request.
+//! - With an API token configured, the data (`/v1/ops/snapshot`, `/metrics`)
+//!   needs it as a bearer token; the static pages hold no data and do not.
+//! - Text from the database reaches the page through `textContent` only, and
+//!   the pages are served with a `Content-Security-Policy` of `'self'`.
+
+use crate::metrics::{recorder, HistoryPoint, MetricsError, Sampler, SamplerConfig};
+use crate::server::{check_bearer, router as api_router, ServerConfig};
+use axum::extract::State;
+use axum::http::{header, HeaderMap, HeaderValue};
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use axum::{Json, Router};
+use courier_store::{OpsSnapshot, PgStore};
+use serde::Serialize;
+use std::sync::Arc;
+use tokio_util::sync::CancellationToken;
+
+const INDEX_HTML: &str = include_str!("../../../web/dashboard/index.html");
+const APP_JS: &str = include_str!("../../../web/dashboard/app.js");
+const STYLE_CSS: &str = include_str!("../../../web/dashboard/style.css");
+const REPORT_HTML: &str = include_str!("../../../web/dashboard/report.html");
+const REPORT_JS: &str = include_str!("../../../web/dashboard/report.js");
+const FAVICON_SVG: &str = include_str!("../../../web/dashboard/favicon.svg");
+
+const CSP: &str = "default-src 'self'; img-src 'self' data:; style-src 'self'; \
+                   script-src 'self'; connect-src 'self'; frame-ancestors 'none'; base-uri 'none'";
+
+/// Everything `courier serve` answers: the API (with its body limit and
+/// request time-out), `/openapi.json`, `/metrics` and the dashboard. It
+/// installs the process's metrics recorder and starts the database sampler,
+/// which runs until `shutdown`.
+pub fn app(
+    store: PgStore,
+    cfg: ServerConfig,
+    sampler_cfg: SamplerConfig,
+    shutdown: CancellationToken,
+) -> Result<Router, MetricsError> {
+    let handle = recorder()?;
+    let token = cfg.api_token.clone();
+    let sampler = Sampler::start(store.clone(), sampler_cfg, shutdown)?;
+    Ok(api_router(store, cfg)
+        .merge(crate::openapi::router())
+        .merge(crate::metrics::router(handle, token.clone()))
+        .merge(router(sampler, token)))
+}
+
+#[derive(Clone)]
+struct DashState {
+    sampler: Sampler,
+    token: Option<Arc<str>>,
+}
+
+/// The dashboard's routes alone (no fallback, so it merges into the API's).
+pub fn router(sampler: Sampler, token: Option<String>) -> Router {
+    Router::new()
+        .route("/", get(index))
+        .route("/dashboard", get(index))
+        .route("/dashboard/", get(index))
+        .route(
+            "/dashboard/app.js",
+            get(|| asset(APP_JS, "text/javascript")),
+        )
+        .route(
+            "/dashboard/report.js",
+            get(|| asset(REPORT_JS, "text/javascript")),
+        )
+        .route("/dashboard/style.css", get(|| asset(STYLE_CSS, "text/css")))
+        .route(
+            "/dashboard/favicon.svg",
+            get(|| asset(FAVICON_SVG, "image/svg+xml")),
+        )
+        .route("/report", get(|| page(REPORT_HTML)))
+        .route("/v1/ops/snapshot", get(snapshot))
+        .with_state(DashState {
+            sampler,
+            token: token.map(Arc::from),
+        })
+}
+
+async fn index() -> Response {
+    page(INDEX_HTML).await
+}
+
+async fn page(html: &'static str) -> Response {
+    let mut r = asset(html, "text/html").await;
+    r.headers_mut().insert(
+        header::CONTENT_SECURITY_POLICY,
+        HeaderValue::from_static(CSP),
+    );
+    r
+}
+
+async fn asset(body: &'static str, content_type: &'static str) -> Response {
+    let ct = format!("{content_type}; charset=utf-8");
+    (
+        [
+            (header::CONTENT_TYPE, ct),
+            (header::X_CONTENT_TYPE_OPTIONS, "nosniff".to_string()),
+            (header::CACHE_CONTROL, "no-cache".to_string()),
+        ],
+        body,
+    )
+        .into_response()
+}
+
+/// `GET /v1/ops/snapshot`.
+#[derive(Debug, Serialize)]
+pub struct SnapshotAnswer<'a> {
+    /// The latest sample, or None before the first one.
+    pub snapshot: Option<&'a OpsSnapshot>,
+    /// How old the sample is.
+    pub sample_age_ms: Option<u64>,
+    /// Why the latest attempt to sample failed (the sample shown is older).
+    pub error: Option<String>,
+    pub interval_ms: u64,
+    pub history: Vec<HistoryPoint>,
+    pub lease_ttl_ms: u64,
+    pub key_retention_s: u64,
+    pub intent_alert_s: u64,
+}
+
+async fn snapshot(State(s): State<DashState>, headers: HeaderMap) -> Response {
+    if let Err(e) = check_bearer(s.token.as_deref(), &headers) {
+        return e.into_response();
+    }
+    let cfg = s.sampler.config();
+    let latest = s.sampler.latest();
+    let answer = SnapshotAnswer {
+        sample_age_ms: latest
+            .as_ref()
+            .map(|(_, age)| u64::try_from(age.as_millis()).unwrap_or(u64::MAX)),
+        snapshot: latest.as_ref().map(|(snap, _)| snap.as_ref()),
+        error: s.sampler.last_error(),
+        interval_ms: cfg.interval_ms,
+        history: s.sampler.history(),
+        lease_ttl_ms: cfg.query.lease_ttl_ms,
+        key_retention_s: cfg.key_retention_s,
+        intent_alert_s: cfg.query.intent_alert_s,
+    };
+    let mut r = Json(answer).into_response();
+    r.headers_mut()
+        .insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    r
+}
+
+/// Escapes JSON text for a `<script type="application/json">` element: no
+/// `<`, `>` or `&` can end the element or open a comment.
+fn json_for_script(v: &serde_json::Value) -> String {
+    serde_json::to_string(v)
+        .unwrap_or_else(|_| "null".to_string())
+        .replace('<', "\\u003c")
+        .replace('>', "\\u003e")
+        .replace('&', "\\u0026")
+}
+
+fn html_escape(s: &str) -> String {
+    s.replace('&', "&amp;")
+        .replace('<', "&lt;")
+        .replace('>', "&gt;")
+        .replace('"', "&quot;")
+}
+
+/// A self-contained HTML page showing a JSON report (chaos, bench, verify)
+/// with the same tables and charts as `/report`: styles, script and data
+/// inlined, nothing fetched. Write it next to the JSON file.
+pub fn render_report_html(json: &serde_json::Value) -> String {
+    let title = match json.get("passed").and_then(|p| p.as_bool()) {
+        Some(true) => "courier report: PASSED",
+        Some(false) => "courier report: FAILED",
+        None => "courier report",
+    };
+    format!(
+        "<!doctype html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n\
+         <meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\n\
+         <title>{title}</title>\n<style>\n{STYLE_CSS}\n</style>\n</head>\n<body>\n\
+         <main class=\"wrap\">\n<div id=\"report\" data-name=\"{name}\"></div>\n\
+         <noscript><p>This report needs JavaScript; its data is the JSON file next to it.</p></noscript>\n\
+         </main>\n<script type=\"application/json\" id=\"report-data\">{data}</script>\n\
+         <script>\n{REPORT_JS}\n</script>\n</body>\n</html>\n",
+        title = html_escape(title),
+        name = "",
+        data = json_for_script(json),
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn the_report_file_is_self_contained_and_cannot_be_broken_out_of() {
+        let hostile = json!({
+            "passed": false,
+            "note": "</script><script>alert(1)</script><!--",
+            "done": {"kills_sent": 3}
+        });
+        let html = render_report_html(&hostile);
+        // One closing tag per script element: the data cannot close its own.
+        assert_eq!(html.matches("</script>").count(), 2, "{html}");
+        assert!(!html.contains("<!--"));
+        assert!(html.contains("courier report: FAILED"));
+        assert!(!html.contains("src=\"/"), "nothing may be fetched");
+        // The data survives the escaping.
+        let start = html.find("id=\"report-data\">").unwrap() + "id=\"report-data\">".len();
+        let end = start + html[start..].find("</script>").unwrap();
+        let back: serde_json::Value = serde_json::from_str(&html[start..end]).unwrap();
+        assert_eq!(back, hostile);
+    }
+
+    #[test]
+    fn assets_use_no_inline_script_and_no_remote_resource() {
+        for (name, text) in [
+            ("index.html", INDEX_HTML),
+            ("report.html", REPORT_HTML),
+            ("app.js", APP_JS),
+            ("report.js", REPORT_JS),
+            ("style.css", STYLE_CSS),
+        ] {
+            // The SVG namespace is a name, not a resource.
+            let text_ = text.replace("http://www.w3.org/2000/svg", "");
+            assert!(
+                !text_.contains("http://") && !text_.contains("https://"),
+                "{name} refers to a remote resource"
+            );
+            assert!(!text.contains("innerHTML"), "{name} sets innerHTML");
+        }
+        // The report file inlines these: they must not end its script element.
+        for (name, text) in [("report.js", REPORT_JS), ("style.css", STYLE_CSS)] {
+            assert!(!text.contains("</script"), "{name} contains </script");
+            assert!(!text.contains("</style"), "{name} contains </style");
+        }
+        // The pages load their scripts from files (the CSP forbids inline ones).
+        for html in [INDEX_HTML, REPORT_HTML] {
+            assert!(!html.contains("<script>"), "inline script in a page");
+        }
+    }
+}

@@ -1,0 +1,414 @@
+//! Read-only views of the courier database for operators: the dashboard's
+//! snapshot, the metric gauges, and the enqueue-to-accepted latencies.
+//!
+//! Nothing here writes. Each snapshot runs in one `REPEATABLE READ READ ONLY`
+//! transaction with a statement time-out, so its figures agree with each other,
+//! the database refuses any write made through it by mistake, and a slow
+//! database cannot hold a dashboard request for long.
+//!
+//! The schema has no heartbeat column: a worker's last heartbeat is derived
+//! from its leases. A claim or a heartbeat sets `lease_until = now() + ttl`, so
+//! the last one happened at `max(lease_until) - ttl`, where `ttl` is the lease
+//! time-to-live the caller passes (the workers' `lease_ttl_ms`).
+//!
+//! # Invariants
+//! - Every list has a row limit chosen by the caller and checked here
+//!   ([`VIEW_ROWS_MAX`]); counts are exact.
+//! - A latency is read once: [`PgStore::accepted_latencies`] walks a cursor
+//!   over `(accepted_at, action_id)` and only reads rows settled more than
+//!   [`ACCEPTED_SETTLE_LAG_MS`] ago, so a transaction that committed late
+//!   (its `now()` is its start) is not skipped.
+
+use crate::{PgStore, StoreError};
+use chrono::{DateTime, Utc};
+use serde::Serialize;
+
+/// The most rows any one list of a view may ask for.
+pub const VIEW_ROWS_MAX: u32 = 1_000;
+/// How long a view's statement may run before the database cancels it.
+pub const VIEW_STATEMENT_TIMEOUT_MS: u64 = 3_000;
+/// Accepted actions are read this long after their settle, so that every
+/// transaction stamped before the cursor has committed.
+pub const ACCEPTED_SETTLE_LAG_MS: u64 = 2_000;
+
+/// The action states, in the order of an action's life.
+pub const ACTION_STATES: [&str; 5] = ["pending", "claimed", "dispatched", "done", "failed"];
+
+/// What a snapshot should contain.
+#[derive(Debug, Clone)]
+pub struct SnapshotQuery {
+    /// Stores listed (the busiest first); the total is counted apart.
+    pub stores_max: u32,
+    /// Lease owners listed (the ones holding most first).
+    pub owners_max: u32,
+    /// Open intents listed (the oldest first).
+    pub intents_max: u32,
+    /// Events listed (the newest first).
+    pub events_max: u32,
+    /// Kinds of the events listed (e.g. `fenced`, `backward`).
+    pub event_kinds: Vec<String>,
+    /// Open intents older than this are counted as alerts.
+    pub intent_alert_s: u64,
+    /// The workers' lease time-to-live, to derive the last heartbeat.
+    pub lease_ttl_ms: u64,
+}
+
+impl SnapshotQuery {
+    fn check(&self) -> Result<(), StoreError> {
+        for (name, n) in [
+            ("stores_max", self.stores_max),
+            ("owners_max", self.owners_max),
+            ("intents_max", self.intents_max),
+            ("events_max", self.events_max),
+        ] {
+            if n > VIEW_ROWS_MAX {
+                return Err(StoreError::Query(format!(
+                    "{name} = {n} is above the view limit of {VIEW_ROWS_MAX} rows"
+                )));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// One store's load.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct StoreLoad {
+    pub store: String,
+    /// Actions waiting to be claimed.
+    pub pending: i64,
+    /// Actions held by workers (the store row's counter).
+    pub in_flight: i32,
+    /// Age of the oldest pending action, in seconds.
+    pub oldest_pending_s: Option<f64>,
+}
+
+/// The leases one owner (a worker process) holds.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct OwnerLeases {
+    pub owner: String,
+    /// Claimed actions whose lease this owner holds (live or expired).
+    pub held: i64,
+    /// Of those, leases that ran out (awaiting a reclaim).
+    pub expired: i64,
+    pub epoch_min: i64,
+    pub epoch_max: i64,
+    /// Time left on its longest lease, in seconds (negative: all ran out).
+    pub lease_left_s: f64,
+    /// Seconds since its last claim or heartbeat (`max(lease_until) - ttl`).
+    pub heartbeat_age_s: f64,
+}
+
+/// An intent without a final status.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct OpenIntent {
+    pub action_id: i64,
+    pub store: String,
+    pub key: String,
+    pub status: String,
+    pub state: String,
+    pub attempts: i32,
+    pub age_s: f64,
+}
+
+/// A row of the `events` table.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct EventRow {
+    pub id: i64,
+    /// RFC 3339, UTC.
+    pub at: String,
+    pub kind: String,
+    pub action_id: Option<i64>,
+    pub detail: String,
+}
+
+/// Everything the dashboard and the gauges show, read at one instant.
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct OpsSnapshot {
+    /// The database's clock when the snapshot was taken (ms since the epoch).
+    pub db_now_ms: i64,
+    /// Actions by state, every state present (zero included), in life order.
+    pub by_state: Vec<(String, i64)>,
+    pub stores: Vec<StoreLoad>,
+    pub stores_total: i64,
+    pub owners: Vec<OwnerLeases>,
+    pub oldest_intents: Vec<OpenIntent>,
+    pub open_intents: i64,
+    pub intents_older_than_alert: i64,
+    pub events: Vec<EventRow>,
+    /// Every event kind with its count.
+    pub event_counts: Vec<(String, i64)>,
+}
+
+impl OpsSnapshot {
+    pub fn state(&self, s: &str) -> i64 {
+        self.by_state
+            .iter()
+            .find(|(k, _)| k == s)
+            .map_or(0, |(_, v)| *v)
+    }
+    pub fn event_count(&self, kind: &str) -> i64 {
+        self.event_counts
+            .iter()
+            .find(|(k, _)| k == kind)
+            .map_or(0, |(_, v)| *v)
+    }
+}
+
+/// Where the walk over accepted actions stands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct AcceptedCursor {
+    pub accepted_at: DateTime<Utc>,
+    pub action_id: i64,
+}
+
+/// A page of enqueue-to-accepted latencies and the cursor after it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct AcceptedPage {
+    /// Seconds from enqueue to the provider's acceptance, one per action.
+    pub latencies_s: Vec<f64>,
+    pub next: AcceptedCursor,
+}
+
+impl PgStore {
+    /// The operator's view, in one read-only transaction.
+    pub async fn ops_snapshot(&self, q: &SnapshotQuery) -> Result<OpsSnapshot, StoreError> {
+        q.check()?;
+        let mut client = self.client().await?;
+        let tx = client
+            .build_transaction()
+            .isolation_level(tokio_postgres::IsolationLevel::RepeatableRead)
+            .read_only(true)
+            .start()
+            .await?;
+        tx.batch_execute(&format!(
+            "SET LOCAL statement_timeout = {VIEW_STATEMENT_TIMEOUT_MS}"
+        ))
+        .await?;
+
+        let db_now_ms: i64 = tx
+            .query_one("SELECT (extract(epoch FROM now()) * 1000)::bigint", &[])
+            .await?
+            .get(0);
+
+        let counted: Vec<(String, i64)> = tx
+            .query("SELECT state, count(*) FROM actions GROUP BY state", &[])
+            .await?
+            .iter()
+            .map(|r| (r.get(0), r.get(1)))
+            .collect();
+        let by_state = ACTION_STATES
+            .iter()
+            .map(|s| {
+                let n = counted.iter().find(|(k, _)| k == s).map_or(0, |(_, v)| *v);
+                (s.to_string(), n)
+            })
+            .collect();
+
+        let stores = tx
+            .query(
+                "SELECT s.store, s.in_flight, coalesce(p.pending, 0) AS pending,
+                        extract(epoch FROM now() - p.oldest)::float8 AS oldest_pending_s
+                 FROM stores s
+                 LEFT JOIN (SELECT store, count(*) AS pending, min(enqueued_at) AS oldest
+                            FROM actions WHERE state = 'pending' GROUP BY store) p
+                        ON p.store = s.store
+                 ORDER BY coalesce(p.pending, 0) + s.in_flight DESC, s.store
+                 LIMIT $1",
+                &[&i64::from(q.stores_max)],
+            )
+            .await?
+            .iter()
+            .map(|r| StoreLoad {
+                store: r.get("store"),
+                in_flight: r.get("in_flight"),
+                pending: r.get("pending"),
+                oldest_pending_s: r.get("oldest_pending_s"),
+            })
+            .collect();
+        let stores_total: i64 = tx
+            .query_one("SELECT count(*) FROM stores", &[])
+            .await?
+            .get(0);
+
+        let ttl_ms = q.lease_ttl_ms as f64;
+        let owners = tx
+            .query(
+                "SELECT owner, count(*) AS held,
+                        count(*) FILTER (WHERE lease_until < now()) AS expired,
+                        min(epoch) AS epoch_min, max(epoch) AS epoch_max,
+                        extract(epoch FROM max(lease_until) - now())::float8 AS lease_left_s,
+                        extract(epoch FROM now() - (max(lease_until)
+                                - $2 * interval '1 millisecond'))::float8 AS heartbeat_age_s
+                 FROM actions WHERE state = 'claimed'
+                 GROUP BY owner
+                 ORDER BY count(*) DESC, owner
+                 LIMIT $1",
+                &[&i64::from(q.owners_max), &ttl_ms],
+            )
+            .await?
+            .iter()
+            .map(|r| OwnerLeases {
+                owner: r.get("owner"),
+                held: r.get("held"),
+                expired: r.get("expired"),
+                epoch_min: r.get("epoch_min"),
+                epoch_max: r.get("epoch_max"),
+                lease_left_s: r.get("lease_left_s"),
+                heartbeat_age_s: r.get("heartbeat_age_s"),
+            })
+            .collect();
+
+        let oldest_intents = tx
+            .query(
+                "SELECT o.action_id, a.store, o.idem_key, o.status, a.state, o.attempts,
+                        extract(epoch FROM now() - o.created_at)::float8 AS age_s
+                 FROM outbox o JOIN actions a ON a.id = o.action_id
+                 WHERE o.status NOT IN ('delivered', 'failed')
+                 ORDER BY o.created_at, o.action_id
+                 LIMIT $1",
+                &[&i64::from(q.intents_max)],
+            )
+            .await?
+            .iter()
+            .map(|r| OpenIntent {
+                action_id: r.get("action_id"),
+                store: r.get("store"),
+                key: r.get("idem_key"),
+                status: r.get("status"),
+                state: r.get("state"),
+                attempts: r.get("attempts"),
+                age_s: r.get("age_s"),
+            })
+            .collect();
+        let alert = q.intent_alert_s as f64;
+        let row = tx
+            .query_one(
+                "SELECT count(*),
+                        count(*) FILTER (WHERE created_at < now() - $1 * interval '1 second')
+                 FROM outbox WHERE status NOT IN ('delivered', 'failed')",
+                &[&alert],
+            )
+            .await?;
+        let (open_intents, intents_older_than_alert): (i64, i64) = (row.get(0), row.get(1));
+
+        let events = tx
+            .query(
+                "SELECT id, to_char(at AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS.MS\"Z\"') AS at,
+                        kind, action_id, detail
+                 FROM events WHERE kind = ANY($1)
+                 ORDER BY id DESC
+                 LIMIT $2",
+                &[&q.event_kinds, &i64::from(q.events_max)],
+            )
+            .await?
+            .iter()
+            .map(|r| EventRow {
+                id: r.get("id"),
+                at: r.get("at"),
+                kind: r.get("kind"),
+                action_id: r.get("action_id"),
+                detail: r.get("detail"),
+            })
+            .collect();
+        let event_counts = tx
+            .query(
+                "SELECT kind, count(*) FROM events GROUP BY kind ORDER BY kind",
+                &[],
+            )
+            .await?
+            .iter()
+            .map(|r| (r.get(0), r.get(1)))
+            .collect();
+        tx.commit().await?;
+        Ok(OpsSnapshot {
+            db_now_ms,
+            by_state,
+            stores,
+            stores_total,
+            owners,
+            oldest_intents,
+            open_intents,
+            intents_older_than_alert,
+            events,
+            event_counts,
+        })
+    }
+
+    /// Where a walk over accepted actions starts when it should skip the
+    /// past: the database's clock, less the settle lag.
+    pub async fn accepted_cursor_now(&self) -> Result<AcceptedCursor, StoreError> {
+        let client = self.client().await?;
+        let lag = ACCEPTED_SETTLE_LAG_MS as f64;
+        let at: DateTime<Utc> = client
+            .query_one("SELECT now() - $1 * interval '1 millisecond'", &[&lag])
+            .await?
+            .get(0);
+        Ok(AcceptedCursor {
+            accepted_at: at,
+            action_id: i64::MAX,
+        })
+    }
+
+    /// Enqueue-to-accepted latencies of actions accepted after `after` (and
+    /// at least [`ACCEPTED_SETTLE_LAG_MS`] ago), oldest first, at most `limit`.
+    pub async fn accepted_latencies(
+        &self,
+        after: AcceptedCursor,
+        limit: u32,
+    ) -> Result<AcceptedPage, StoreError> {
+        if limit > VIEW_ROWS_MAX * 10 {
+            return Err(StoreError::Query(format!(
+                "limit {limit} is above {} rows",
+                VIEW_ROWS_MAX * 10
+            )));
+        }
+        let client = self.client().await?;
+        let lag = ACCEPTED_SETTLE_LAG_MS as f64;
+        let rows = client
+            .query(
+                "SELECT o.accepted_at, o.action_id,
+                        greatest(extract(epoch FROM o.accepted_at - a.enqueued_at), 0)::float8
+                 FROM outbox o JOIN actions a ON a.id = o.action_id
+                 WHERE o.accepted_at IS NOT NULL
+                   AND (o.accepted_at, o.action_id) > ($1, $2)
+                   AND o.accepted_at <= now() - $3 * interval '1 millisecond'
+                 ORDER BY o.accepted_at, o.action_id
+                 LIMIT $4",
+                &[
+                    &after.accepted_at,
+                    &after.action_id,
+                    &lag,
+                    &i64::from(limit),
+                ],
+            )
+            .await?;
+        let next = rows.last().map_or(after, |r| AcceptedCursor {
+            accepted_at: r.get(0),
+            action_id: r.get(1),
+        });
+        Ok(AcceptedPage {
+            latencies_s: rows.iter().map(|r| r.get(2)).collect(),
+            next,
+        })
+    }
+
+    /// Rows in every courier table: tests use it to show that refused
+    /// requests changed nothing.
+    pub async fn table_rows(&self) -> Result<Vec<(String, i64)>, StoreError> {
+        let client = self.client().await?;
+        let row = client
+            .query_one(
+                "SELECT (SELECT count(*) FROM stores), (SELECT count(*) FROM actions),
+                        (SELECT count(*) FROM outbox), (SELECT count(*) FROM webhook_events),
+                        (SELECT count(*) FROM events)",
+                &[],
+            )
+            .await?;
+        Ok(["stores", "actions", "outbox", "webhook_events", "events"]
+            .iter()
+            .enumerate()
+            .map(|(i, t)| (t.to_string(), row.get::<_, i64>(i)))
+            .collect())
+    }
+}

@@ -1,0 +1,330 @@
+// The live dashboard of `courier serve`: it polls GET /v1/ops/snapshot (the
+// server's latest database sample; the server reads the database once per
+// interval whatever the number of viewers) and redraws. Read-only. When the
+// server has an API token, the page sends it as a bearer token; it is kept in
+// this browser's localStorage. Text from the server is set with textContent.
+"use strict";
+
+(function () {
+  const NS = "http://www.w3.org/2000/svg";
+  const STATES = ["pending", "claimed", "dispatched", "done", "failed"];
+  const COLORS = {
+    pending: "#8a94a0",
+    claimed: "#b7791f",
+    dispatched: "#2b6cb0",
+    done: "#2f7d4f",
+    failed: "#b4442c",
+  };
+  const TOKEN_KEY = "courier.apiToken";
+  const POLL_MIN_MS = 1000;
+
+  let token = "";
+  try {
+    token = localStorage.getItem(TOKEN_KEY) || "";
+  } catch (e) {
+    token = "";
+  }
+  let sort = { key: "load", dir: "desc" };
+  let last = null;
+  let timer = null;
+  let busy = false;
+  window.__dashboardErrors = [];
+  window.addEventListener("error", (e) => window.__dashboardErrors.push(String(e.message)));
+
+  function h(tag, attrs, ...children) {
+    const node = document.createElement(tag);
+    for (const [k, v] of Object.entries(attrs || {})) {
+      if (v === undefined || v === null) continue;
+      if (k === "class") node.className = v;
+      else if (k === "dataset") Object.assign(node.dataset, v);
+      else node.setAttribute(k, String(v));
+    }
+    for (const c of children) {
+      if (c === undefined || c === null) continue;
+      node.append(c instanceof Node ? c : document.createTextNode(String(c)));
+    }
+    return node;
+  }
+
+  function svg(tag, attrs, text) {
+    const node = document.createElementNS(NS, tag);
+    for (const [k, v] of Object.entries(attrs || {})) node.setAttribute(k, String(v));
+    if (text !== undefined) node.textContent = text;
+    return node;
+  }
+
+  function fmtInt(n) {
+    return Number(n || 0).toLocaleString("en-US");
+  }
+
+  function fmtSecs(s) {
+    if (s === null || s === undefined || !isFinite(s)) return "–";
+    const a = Math.abs(s);
+    const sign = s < 0 ? "−" : "";
+    if (a < 1) return sign + Math.round(a * 1000) + " ms";
+    if (a < 90) return sign + a.toFixed(1) + " s";
+    if (a < 5400) return sign + (a / 60).toFixed(1) + " min";
+    if (a < 172800) return sign + (a / 3600).toFixed(1) + " h";
+    return sign + (a / 86400).toFixed(1) + " d";
+  }
+
+  function setStatus(text, state) {
+    const s = document.getElementById("status");
+    s.textContent = text;
+    s.dataset.state = state;
+  }
+
+  function td(value, cls) {
+    return h("td", { class: cls }, value);
+  }
+
+  function emptyRow(tbody, cols, text) {
+    tbody.replaceChildren(h("tr", {}, h("td", { colspan: cols, class: "empty" }, text)));
+  }
+
+  // Counts by state, plus the alert figures.
+  function renderCards(data) {
+    const snap = data.snapshot;
+    const host = document.getElementById("cards");
+    const cards = STATES.map((st) => {
+      const n = (snap.by_state.find((p) => p[0] === st) || [st, 0])[1];
+      const c = h("div", { class: "card", dataset: { state: st, value: n } },
+        h("div", { class: "k" }, st), h("div", { class: "v" }, fmtInt(n)));
+      c.style.setProperty("--c", COLORS[st]);
+      return c;
+    });
+    const alert = snap.intents_older_than_alert;
+    const fenced = eventCount(snap, "fenced");
+    const backward = eventCount(snap, "backward");
+    cards.push(h("div", { class: "card" + (alert > 0 ? " alert" : ""), dataset: { value: alert } },
+      h("div", { class: "k" }, "intents past alert"), h("div", { class: "v" }, fmtInt(alert))));
+    cards.push(h("div", { class: "card", dataset: { value: fenced } },
+      h("div", { class: "k" }, "fenced writes"), h("div", { class: "v" }, fmtInt(fenced))));
+    cards.push(h("div", { class: "card", dataset: { value: backward } },
+      h("div", { class: "k" }, "backward reports"), h("div", { class: "v" }, fmtInt(backward))));
+    host.replaceChildren(...cards);
+  }
+
+  function eventCount(snap, kind) {
+    const p = snap.event_counts.find((e) => e[0] === kind);
+    return p ? p[1] : 0;
+  }
+
+  function niceMax(v) {
+    if (!(v > 0)) return 1;
+    const p = Math.pow(10, Math.floor(Math.log10(v)));
+    for (const m of [1, 2, 2.5, 5, 10]) if (m * p >= v) return m * p;
+    return 10 * p;
+  }
+
+  // Lines of actions by state over the kept history, drawn at the host's width.
+  function renderChart(history) {
+    const host = document.getElementById("chart");
+    const width = Math.max(280, Math.floor(host.clientWidth || 800));
+    const height = 240;
+    const pad = { l: 52, r: 14, t: 10, b: 26 };
+    const legend = h("div", { class: "chart-legend" }, ...STATES.map((st) => {
+      const latest = history.length ? history[history.length - 1][st] : 0;
+      const sw = h("span", { class: "swatch" });
+      sw.style.setProperty("--c", COLORS[st]);
+      return h("span", { class: "legend-item" }, sw, `${st} ${fmtInt(latest)}`);
+    }));
+    const root = svg("svg", { width, height, viewBox: `0 0 ${width} ${height}`, id: "state-chart" });
+    host.dataset.points = String(history.length);
+    host.dataset.latest = history.length ? JSON.stringify(history[history.length - 1]) : "";
+    if (history.length === 0) {
+      root.append(svg("text", { x: width / 2, y: height / 2, "text-anchor": "middle" }, "waiting for the first sample…"));
+      host.replaceChildren(legend, root);
+      return;
+    }
+    // The kept window, but at least half a minute, so a short run is not a sliver.
+    const t1 = history[history.length - 1].t_ms;
+    const t0 = Math.min(history[0].t_ms, t1 - 30000);
+    let yMax = 0;
+    for (const p of history) for (const st of STATES) yMax = Math.max(yMax, p[st]);
+    yMax = niceMax(yMax);
+    const x = (t) => pad.l + ((t - t0) / Math.max(1, t1 - t0)) * (width - pad.l - pad.r);
+    const y = (v) => pad.t + (1 - v / yMax) * (height - pad.t - pad.b);
+    // Five steps when they fall on whole numbers (250 -> 50s), else four.
+    const steps = Number.isInteger(yMax / 5) ? 5 : 4;
+    for (let i = 0; i <= steps; i++) {
+      const v = (yMax * i) / steps;
+      const label = Number.isInteger(v) ? fmtInt(v) : v.toFixed(2);
+      root.append(svg("line", { x1: pad.l, x2: width - pad.r, y1: y(v), y2: y(v), stroke: "#eeede7" }));
+      root.append(svg("text", { x: pad.l - 6, y: y(v) + 4, "text-anchor": "end" }, label));
+    }
+    // Time ticks back from now: 10 s apart for a short window, then minutes.
+    const spanS = (t1 - t0) / 1000;
+    const stepS = [10, 30, 60, 120, 300].find((s) => spanS / s <= 8) || 600;
+    for (let back = 0; back <= spanS + 1e-9; back += stepS) {
+      const t = t1 - back * 1000;
+      const text = back === 0 ? "now" : back < 60 ? `−${back} s` : `−${back / 60} min`;
+      root.append(svg("text", { x: x(t), y: height - 8, "text-anchor": "middle" }, text));
+    }
+    for (const st of STATES) {
+      const pts = history.map((p) => `${x(p.t_ms).toFixed(1)},${y(p[st]).toFixed(1)}`).join(" ");
+      root.append(svg("polyline", {
+        points: pts, fill: "none", stroke: COLORS[st], "stroke-width": 2,
+        "stroke-linejoin": "round", "data-state": st,
+      }));
+    }
+    host.replaceChildren(legend, root);
+  }
+
+  function storeValue(s, key) {
+    if (key === "load") return s.pending + s.in_flight;
+    if (key === "oldest_pending_s") return s.oldest_pending_s === null ? -1 : s.oldest_pending_s;
+    return s[key];
+  }
+
+  function renderStores(snap) {
+    const tbody = document.querySelector("#stores tbody");
+    const rows = snap.stores.slice();
+    const dir = sort.dir === "asc" ? 1 : -1;
+    rows.sort((a, b) => {
+      const va = storeValue(a, sort.key);
+      const vb = storeValue(b, sort.key);
+      if (va < vb) return -dir;
+      if (va > vb) return dir;
+      return a.store < b.store ? -1 : a.store > b.store ? 1 : 0;
+    });
+    for (const th of document.querySelectorAll("#stores th")) {
+      if (th.dataset.key === sort.key) th.setAttribute("aria-sort", sort.dir === "asc" ? "ascending" : "descending");
+      else th.removeAttribute("aria-sort");
+    }
+    document.getElementById("stores-note").textContent =
+      `${fmtInt(snap.stores.length)} busiest of ${fmtInt(snap.stores_total)} stores; click a column to sort.`;
+    if (rows.length === 0) return emptyRow(tbody, 5, "no stores yet");
+    tbody.replaceChildren(...rows.map((s) => h("tr", {
+      dataset: { store: s.store, pending: s.pending, inFlight: s.in_flight },
+    }, td(s.store, "mono"), td(fmtInt(s.pending), "num"), td(fmtInt(s.in_flight), "num"),
+      td(fmtInt(s.pending + s.in_flight), "num"), td(fmtSecs(s.oldest_pending_s), "num"))));
+  }
+
+  function renderWorkers(data) {
+    const tbody = document.querySelector("#workers tbody");
+    document.getElementById("ttl").textContent = fmtSecs(data.lease_ttl_ms / 1000);
+    const owners = data.snapshot.owners;
+    if (owners.length === 0) return emptyRow(tbody, 6, "no worker holds a lease");
+    tbody.replaceChildren(...owners.map((o) => {
+      const live = o.lease_left_s > 0 && o.expired < o.held;
+      const state = live
+        ? (o.expired > 0 ? h("span", { class: "badge warn" }, `${o.expired} expired`) : h("span", { class: "badge" }, "live"))
+        : h("span", { class: "badge bad" }, "lease ran out");
+      const epochs = o.epoch_min === o.epoch_max ? String(o.epoch_min) : `${o.epoch_min}–${o.epoch_max}`;
+      return h("tr", { dataset: { owner: o.owner } }, td(o.owner, "mono"), td(fmtInt(o.held), "num"),
+        td(epochs), td(fmtSecs(o.lease_left_s), "num"), td(fmtSecs(o.heartbeat_age_s) + " ago", "num"), h("td", {}, state));
+    }));
+  }
+
+  function renderIntents(data) {
+    const tbody = document.querySelector("#intents tbody");
+    const snap = data.snapshot;
+    const retention = data.key_retention_s;
+    document.getElementById("intents-note").textContent =
+      `${fmtInt(snap.open_intents)} open; key retention ${fmtSecs(retention)}, alert past ${fmtSecs(data.intent_alert_s)} ` +
+      `(${fmtInt(snap.intents_older_than_alert)} past it).`;
+    if (snap.oldest_intents.length === 0) return emptyRow(tbody, 6, "every intent has its final status");
+    tbody.replaceChildren(...snap.oldest_intents.map((i) => {
+      const share = retention > 0 ? i.age_s / retention : 0;
+      const bar = h("span", { class: "bar" + (i.age_s >= data.intent_alert_s ? " bad" : share > 0.25 ? " warn" : "") });
+      const fill = h("span", {});
+      fill.style.width = Math.min(100, share * 100).toFixed(1) + "%";
+      const mark = h("i", {});
+      mark.style.left = Math.min(100, (data.intent_alert_s / Math.max(1, retention)) * 100).toFixed(1) + "%";
+      bar.append(fill, mark);
+      return h("tr", { title: `${i.key} · action ${i.state}` }, td(String(i.action_id), "num"), td(i.store, "mono"), td(i.status),
+        td(fmtInt(i.attempts), "num"), td(fmtSecs(i.age_s), "num"),
+        h("td", {}, bar, ` ${(share * 100).toFixed(share < 0.01 ? 2 : 0)}%`));
+    }));
+  }
+
+  function renderEvents(snap) {
+    const tbody = document.querySelector("#events tbody");
+    if (snap.events.length === 0) return emptyRow(tbody, 4, "none yet");
+    tbody.replaceChildren(...snap.events.map((e) => h("tr", { dataset: { kind: e.kind } },
+      td(e.at.replace("T", " ").replace("Z", "")),
+      h("td", {}, h("span", { class: "badge" + (e.kind === "fenced" || e.kind === "conflict" ? " warn" : "") }, e.kind)),
+      td(e.action_id === null ? "–" : String(e.action_id), "num"), td(e.detail, "wrap-cell"))));
+  }
+
+  function render(data) {
+    last = data;
+    if (!data.snapshot) {
+      setStatus(data.error || "waiting for the first database sample…", "wait");
+      renderChart(data.history || []);
+      return;
+    }
+    renderCards(data);
+    renderChart(data.history);
+    renderStores(data.snapshot);
+    renderWorkers(data);
+    renderIntents(data);
+    renderEvents(data.snapshot);
+    const age = data.sample_age_ms === null ? "" : ` · sample ${fmtSecs(data.sample_age_ms / 1000)} old`;
+    const when = new Date().toLocaleTimeString();
+    if (data.error) setStatus(`database: ${data.error} (showing the last sample)`, "error");
+    else setStatus(`updated ${when}${age} · every ${fmtSecs(data.interval_ms / 1000)}`, "ok");
+    document.body.dataset.updates = String(Number(document.body.dataset.updates || 0) + 1);
+  }
+
+  async function refresh() {
+    if (busy) return;
+    busy = true;
+    try {
+      const headers = token ? { Authorization: "Bearer " + token } : {};
+      const resp = await fetch("/v1/ops/snapshot", { headers, cache: "no-store" });
+      if (resp.status === 401) {
+        setStatus("This server needs its API token: enter it above.", "error");
+        document.getElementById("token").focus();
+        return;
+      }
+      if (!resp.ok) {
+        setStatus(`the server answered ${resp.status}`, "error");
+        return;
+      }
+      render(await resp.json());
+    } catch (e) {
+      setStatus(`cannot reach the server (${e.message}); retrying`, "error");
+    } finally {
+      busy = false;
+      schedule();
+    }
+  }
+
+  function schedule() {
+    clearTimeout(timer);
+    const every = Math.max(POLL_MIN_MS, (last && last.interval_ms) || 2000);
+    timer = setTimeout(refresh, every);
+  }
+
+  document.getElementById("token-form").addEventListener("submit", (ev) => {
+    ev.preventDefault();
+    token = document.getElementById("token").value.trim();
+    try {
+      if (token) localStorage.setItem(TOKEN_KEY, token);
+      else localStorage.removeItem(TOKEN_KEY);
+    } catch (e) {
+      // Private windows may refuse storage; the token still works for this page.
+    }
+    refresh();
+  });
+  document.getElementById("token").value = token;
+
+  for (const th of document.querySelectorAll("#stores th")) {
+    th.querySelector("button").addEventListener("click", () => {
+      const key = th.dataset.key;
+      if (sort.key === key) sort.dir = sort.dir === "asc" ? "desc" : "asc";
+      else sort = { key, dir: th.dataset.type === "text" ? "asc" : "desc" };
+      if (last && last.snapshot) renderStores(last.snapshot);
+    });
+  }
+
+  let resizeTimer = null;
+  window.addEventListener("resize", () => {
+    clearTimeout(resizeTimer);
+    resizeTimer = setTimeout(() => last && renderChart(last.history || []), 150);
+  });
+
+  refresh();
+})();
