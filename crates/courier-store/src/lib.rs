@@ -3,6 +3,7 @@
 //! - [`cluster`]: the managed local PostgreSQL cluster.
 //! - [`migrate`]: versioned SQL migrations (`migrations/*.sql`), applied on start.
 //! - [`PgStore`]: every query, named entity-then-verb.
+//! - `views`: read-only views for operators (the dashboard, the gauges).
 //!
 //! # Invariants
 //! - Every write after a claim checks `(owner, epoch)`; zero rows is
@@ -12,11 +13,14 @@
 //! - A report is merged forward only (courier-core's `merge`), in the same
 //!   transaction as the webhook event id that carried it.
 
+pub mod bench_views;
 pub mod cluster;
 pub mod migrate;
 mod queries;
+mod views;
 
 pub use queries::*;
+pub use views::*;
 
 use std::time::Duration;
 

@@ -1,0 +1,322 @@
+//! The benchmarks' SQL (`courier bench`, crate `courier-bench`): read views of
+//! finished runs, bulk enqueue, the pgbench ceiling's job table, and the
+//! server's own counters (commits, statement statistics, backends).
+//!
+//! Nothing here is used by the courier at run time. It lives in this crate
+//! because this is the only crate that speaks SQL.
+//!
+//! # Invariants
+//! - Read views only read: they never change an action, an outbox row or a store.
+//! - Bulk enqueue writes exactly what [`crate::action_enqueue`] writes for an
+//!   action without a client key (a store row if missing, one pending action
+//!   with a fresh uid), so the worker cannot tell the two apart.
+//! - Server-level functions name their database explicitly and refuse names
+//!   outside `[a-z0-9_]`, like [`crate::database_recreate`].
+
+use crate::{PgStore, StoreError};
+use serde::Serialize;
+
+/// One accepted action, as the fairness benchmark reads it.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct ActionLatency {
+    pub store: String,
+    /// When it was enqueued, in milliseconds after the first enqueue of the database.
+    pub enqueued_ms: f64,
+    /// Enqueue to the provider's accepted answer being recorded
+    /// (`outbox.accepted_at - actions.enqueued_at`), in microseconds.
+    pub latency_us: u64,
+    /// How long a worker held it: claim to settle
+    /// (`actions.dispatched_at - actions.claimed_at`), in microseconds.
+    pub hold_us: u64,
+}
+
+/// Counts of actions by whether a worker still has something to do.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct ActionProgress {
+    pub total: i64,
+    /// Pending or claimed.
+    pub open: i64,
+    /// Settled: dispatched, done or failed.
+    pub settled: i64,
+    pub done: i64,
+}
+
+/// One row of `pg_stat_statements`.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct StatementStat {
+    /// The normalised statement, whitespace collapsed.
+    pub query: String,
+    pub calls: i64,
+    pub total_exec_ms: f64,
+    pub mean_exec_us: f64,
+    pub rows: i64,
+}
+
+/// The largest bulk enqueue in one statement.
+pub const BULK_ENQUEUE_MAX: u32 = 1_000_000;
+
+/// The pgbench ceiling's transaction: claim the oldest pending job with
+/// `FOR UPDATE SKIP LOCKED` and mark it done, in one statement (one
+/// transaction, one round trip): the least a claim-and-complete can cost.
+pub const PGBENCH_JOB_CLAIM_SCRIPT: &str = "UPDATE jobs SET state = 'done', done_at = now() \
+WHERE id = (SELECT id FROM jobs WHERE state = 'pending' ORDER BY id LIMIT 1 FOR UPDATE SKIP LOCKED);\n";
+
+fn check_database_name(name: &str) -> Result<(), StoreError> {
+    if name.is_empty()
+        || !name
+            .bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_')
+    {
+        return Err(StoreError::Query(format!("bad database name {name:?}")));
+    }
+    Ok(())
+}
+
+async fn server_client(server_url: &str) -> Result<tokio_postgres::Client, StoreError> {
+    let (client, conn) = tokio_postgres::connect(server_url, tokio_postgres::NoTls).await?;
+    tokio::spawn(async move {
+        if let Err(e) = conn.await {
+            tracing::debug!(error = %e, "bench server connection ended");
+        }
+    });
+    Ok(client)
+}
+
+/// Committed and rolled-back transactions of database `name` so far
+/// (`pg_stat_database`). Read over a connection to another database
+/// (`server_url`), so the reading does not count itself. Backends publish
+/// their counts when they go idle (at most once a second) or exit: close
+/// the pools and wait for [`database_backends`] to reach zero first.
+pub async fn database_xact_counts(server_url: &str, name: &str) -> Result<(i64, i64), StoreError> {
+    check_database_name(name)?;
+    let client = server_client(server_url).await?;
+    let row = client
+        .query_opt(
+            "SELECT xact_commit, xact_rollback FROM pg_stat_database WHERE datname = $1",
+            &[&name],
+        )
+        .await?;
+    row.map(|r| (r.get(0), r.get(1)))
+        .ok_or_else(|| StoreError::Query(format!("no statistics for database {name:?}")))
+}
+
+/// Backends connected to database `name` now.
+pub async fn database_backends(server_url: &str, name: &str) -> Result<i64, StoreError> {
+    check_database_name(name)?;
+    let client = server_client(server_url).await?;
+    let row = client
+        .query_one(
+            "SELECT count(*) FROM pg_stat_activity WHERE datname = $1",
+            &[&name],
+        )
+        .await?;
+    Ok(row.get(0))
+}
+
+/// Sets `synchronous_commit` for every later connection to database `name`.
+pub async fn database_synchronous_commit_set(
+    server_url: &str,
+    name: &str,
+    on: bool,
+) -> Result<(), StoreError> {
+    check_database_name(name)?;
+    let client = server_client(server_url).await?;
+    let value = if on { "on" } else { "off" };
+    client
+        .batch_execute(&format!(
+            "ALTER DATABASE {name} SET synchronous_commit = {value}"
+        ))
+        .await?;
+    Ok(())
+}
+
+/// Creates `pg_stat_statements` in the database of `server_url` if the server
+/// loaded it (`shared_preload_libraries`); false when it is not available.
+pub async fn statements_enable(server_url: &str) -> Result<bool, StoreError> {
+    let client = server_client(server_url).await?;
+    let loaded: String = client
+        .query_one("SELECT current_setting('shared_preload_libraries')", &[])
+        .await?
+        .get(0);
+    if !loaded.split(',').any(|l| l.trim() == "pg_stat_statements") {
+        return Ok(false);
+    }
+    client
+        .batch_execute("CREATE EXTENSION IF NOT EXISTS pg_stat_statements")
+        .await?;
+    Ok(true)
+}
+
+/// Forgets every statement statistic of the server.
+pub async fn statements_reset(server_url: &str) -> Result<(), StoreError> {
+    let client = server_client(server_url).await?;
+    client
+        .batch_execute("SELECT pg_stat_statements_reset()")
+        .await?;
+    Ok(())
+}
+
+/// The statements of database `name` that took the most execution time.
+pub async fn statements_top(
+    server_url: &str,
+    name: &str,
+    limit: i64,
+) -> Result<Vec<StatementStat>, StoreError> {
+    check_database_name(name)?;
+    let client = server_client(server_url).await?;
+    let rows = client
+        .query(
+            "SELECT regexp_replace(s.query, '\\s+', ' ', 'g'), s.calls, s.total_exec_time,
+                    s.mean_exec_time * 1000, s.rows
+             FROM pg_stat_statements s JOIN pg_database d ON d.oid = s.dbid
+             WHERE d.datname = $1
+             ORDER BY s.total_exec_time DESC
+             LIMIT $2",
+            &[&name, &limit],
+        )
+        .await?;
+    Ok(rows
+        .iter()
+        .map(|r| StatementStat {
+            query: r.get(0),
+            calls: r.get(1),
+            total_exec_ms: r.get(2),
+            mean_exec_us: r.get(3),
+            rows: r.get(4),
+        })
+        .collect())
+}
+
+impl PgStore {
+    /// Every accepted action's enqueue-to-accepted latency and claim-to-settle
+    /// hold, oldest enqueue first.
+    pub async fn latencies_enqueue_to_accepted(&self) -> Result<Vec<ActionLatency>, StoreError> {
+        let client = self.client().await?;
+        let rows = client
+            .query(
+                "SELECT a.store,
+                        (extract(epoch FROM a.enqueued_at - t.first) * 1000)::float8,
+                        greatest(round(extract(epoch FROM o.accepted_at - a.enqueued_at) * 1e6), 0)::bigint,
+                        greatest(round(extract(epoch FROM coalesce(a.dispatched_at, o.accepted_at)
+                                                         - coalesce(a.claimed_at, a.enqueued_at)) * 1e6), 0)::bigint
+                 FROM actions a
+                 JOIN outbox o ON o.action_id = a.id
+                 CROSS JOIN (SELECT min(enqueued_at) AS first FROM actions) t
+                 WHERE o.accepted_at IS NOT NULL
+                 ORDER BY a.enqueued_at, a.id",
+                &[],
+            )
+            .await?;
+        Ok(rows
+            .iter()
+            .map(|r| ActionLatency {
+                store: r.get(0),
+                enqueued_ms: r.get(1),
+                latency_us: u64::try_from(r.get::<_, i64>(2)).unwrap_or(0),
+                hold_us: u64::try_from(r.get::<_, i64>(3)).unwrap_or(0),
+            })
+            .collect())
+    }
+
+    /// How many actions there are, how many are still open, settled and done.
+    pub async fn actions_progress(&self) -> Result<ActionProgress, StoreError> {
+        let client = self.client().await?;
+        let row = client
+            .query_one(
+                "SELECT count(*),
+                        count(*) FILTER (WHERE state IN ('pending', 'claimed')),
+                        count(*) FILTER (WHERE state IN ('dispatched', 'done', 'failed')),
+                        count(*) FILTER (WHERE state = 'done')
+                 FROM actions",
+                &[],
+            )
+            .await?;
+        Ok(ActionProgress {
+            total: row.get(0),
+            open: row.get(1),
+            settled: row.get(2),
+            done: row.get(3),
+        })
+    }
+
+    /// Enqueues `n` actions at once in one transaction, spread round-robin
+    /// over `stores`, each with a fresh uid, no client key, a valid phone
+    /// number and a short body. Returns how many it enqueued.
+    pub async fn actions_enqueue_bulk(&self, stores: &[String], n: u32) -> Result<u64, StoreError> {
+        if stores.is_empty() || n == 0 {
+            return Ok(0);
+        }
+        if n > BULK_ENQUEUE_MAX {
+            return Err(StoreError::Query(format!(
+                "bulk enqueue of {n} actions is above {BULK_ENQUEUE_MAX}"
+            )));
+        }
+        let mut client = self.client().await?;
+        let tx = client.transaction().await?;
+        tx.execute(
+            "INSERT INTO stores (store) SELECT unnest($1::text[]) ON CONFLICT (store) DO NOTHING",
+            &[&stores],
+        )
+        .await?;
+        let count = tx
+            .execute(
+                "INSERT INTO actions (uid, store, recipient, body)
+                 SELECT gen_random_uuid(),
+                        ($1::text[])[1 + (g % array_length($1::text[], 1))],
+                        '+1555' || lpad((g % 10000000)::text, 7, '0'),
+                        'bench message ' || g
+                 FROM generate_series(0, $2::bigint - 1) AS g",
+                &[&stores, &i64::from(n)],
+            )
+            .await?;
+        tx.commit().await?;
+        Ok(count)
+    }
+
+    /// Refreshes the planner's statistics of every table (after a bulk load).
+    pub async fn tables_analyze(&self) -> Result<(), StoreError> {
+        self.client().await?.batch_execute("ANALYZE").await?;
+        Ok(())
+    }
+
+    /// Creates the pgbench ceiling's job table with `rows` pending jobs
+    /// (dropping an earlier one) and a partial index on the pending ones,
+    /// the same shape as `actions_pending_fifo`.
+    pub async fn pgbench_jobs_create(&self, rows: u32) -> Result<(), StoreError> {
+        if rows > BULK_ENQUEUE_MAX * 10 {
+            return Err(StoreError::Query(format!(
+                "{rows} jobs is above {}",
+                BULK_ENQUEUE_MAX * 10
+            )));
+        }
+        let client = self.client().await?;
+        client
+            .batch_execute(
+                "DROP TABLE IF EXISTS jobs;
+                 CREATE TABLE jobs (
+                     id      bigserial PRIMARY KEY,
+                     state   text NOT NULL DEFAULT 'pending' CHECK (state IN ('pending', 'done')),
+                     payload text NOT NULL,
+                     done_at timestamptz);
+                 CREATE INDEX jobs_pending ON jobs (id) WHERE state = 'pending';",
+            )
+            .await?;
+        client
+            .execute(
+                "INSERT INTO jobs (payload) SELECT 'job ' || g FROM generate_series(1, $1::bigint) AS g",
+                &[&i64::from(rows)],
+            )
+            .await?;
+        client.batch_execute("VACUUM ANALYZE jobs").await?;
+        Ok(())
+    }
+
+    /// Jobs marked done so far.
+    pub async fn pgbench_jobs_done(&self) -> Result<i64, StoreError> {
+        let client = self.client().await?;
+        let row = client
+            .query_one("SELECT count(*) FROM jobs WHERE state = 'done'", &[])
+            .await?;
+        Ok(row.get(0))
+    }
+}
