@@ -562,7 +562,8 @@ impl PgStore {
                     conflict = $4,
                     accepted_at = coalesce(accepted_at, now()),
                     final_at = CASE WHEN $2 IN ('delivered', 'failed') THEN coalesce(final_at, now()) END,
-                    next_check_at = CASE WHEN $2 IN ('delivered', 'failed') AND NOT $4 THEN NULL
+                    next_check_at = CASE WHEN $4 THEN now()
+                                         WHEN $2 IN ('delivered', 'failed') THEN NULL
                                          ELSE now() + $5 * interval '1 millisecond' END
              WHERE action_id = $1",
             &[
