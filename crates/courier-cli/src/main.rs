@@ -32,6 +32,9 @@ enum Command {
     /// A fault run of real processes (SIGKILLs, a PostgreSQL crash-restart,
     /// frozen workers), judged by the provider's log.
     Chaos(cmd::chaos::Args),
+    /// Benchmarks: fairness across stores, and throughput against the
+    /// PostgreSQL ceiling.
+    Bench(cmd::bench::Args),
     /// Counts by state, per-store backlog, oldest open intent.
     Status(cmd::status::Args),
     /// The managed local PostgreSQL: start | stop | status | url.
@@ -71,6 +74,7 @@ fn main() -> ExitCode {
             Command::Serve(a) => cmd::serve::run(a).await,
             Command::Worker(a) => cmd::worker::run(a).await,
             Command::Chaos(a) => cmd::chaos::run(a).await,
+            Command::Bench(a) => cmd::bench::run(a).await,
             Command::Status(a) => cmd::status::run(a).await,
             Command::Db(a) => cmd::db::run(a).await,
             Command::Provider(a) => cmd::provider::run(a).await,

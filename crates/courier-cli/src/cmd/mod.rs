@@ -1,5 +1,6 @@
 //! One module per subcommand: each has `Args` (clap) and `run(args)`.
 
+pub mod bench;
 pub mod chaos;
 pub mod common;
 pub mod db;

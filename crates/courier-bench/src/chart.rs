@@ -1,0 +1,254 @@
+//! The fairness chart (SVG, plotters): on the left the quiet stores' p95 per
+//! scenario, fair next to FIFO, with the target line; on the right the quiet
+//! stores' p95 over time in the bulk scenario, with the bursts marked. Both
+//! latency axes are logarithmic, so FIFO's harm and fair's flatness show on
+//! one scale.
+
+use crate::fairness::{claim_name, FairnessReport, FAIR_RATIO_MAX};
+use crate::schedule::Scenario;
+use crate::BenchError;
+use courier_store::ClaimMode;
+use plotters::prelude::*;
+use std::path::Path;
+
+const FAIR: RGBColor = RGBColor(31, 119, 180);
+const FIFO: RGBColor = RGBColor(214, 39, 40);
+const TARGET: RGBColor = RGBColor(120, 120, 120);
+const BURST: RGBColor = RGBColor(255, 150, 0);
+const GRID_LIGHT: RGBColor = RGBColor(242, 242, 242);
+const GRID_BOLD: RGBColor = RGBColor(215, 215, 215);
+
+fn color(c: ClaimMode) -> RGBColor {
+    match c {
+        ClaimMode::Fair => FAIR,
+        ClaimMode::Fifo => FIFO,
+    }
+}
+
+/// Writes the chart to `path` (an `.svg` file).
+pub fn fairness_svg(report: &FairnessReport, path: &Path) -> Result<(), BenchError> {
+    let out = |e: String| BenchError::Output {
+        path: path.to_path_buf(),
+        detail: e,
+    };
+    if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+        std::fs::create_dir_all(dir).map_err(|e| out(e.to_string()))?;
+    }
+    draw(report, path).map_err(out)
+}
+
+fn draw(report: &FairnessReport, path: &Path) -> Result<(), String> {
+    let e = |e: &dyn std::fmt::Display| e.to_string();
+    let root = SVGBackend::new(path, (1160, 470)).into_drawing_area();
+    root.fill(&WHITE).map_err(|x| e(&x))?;
+    let (title, body) = root.split_vertically(34);
+    let s = &report.settings;
+    title
+        .draw(&Text::new(
+            format!(
+                "Quiet stores' p95 latency, enqueue to accepted · {} stores, {} noisy at {}x · {} workers x {} · seed {}",
+                s.stores,
+                s.noisy_stores,
+                s.noise_factor,
+                s.calibration.workers,
+                s.calibration.concurrency,
+                report.seed
+            ),
+            (14, 10),
+            ("sans-serif", 16).into_font(),
+        ))
+        .map_err(|x| e(&x))?;
+    let (left, right) = body.split_horizontally(540);
+    bars(report, &left)?;
+    timeline(report, &right)?;
+    root.present().map_err(|x| e(&x))?;
+    Ok(())
+}
+
+/// The bounds of a log axis around `values` (positive), with some room.
+fn log_bounds(values: impl Iterator<Item = f64>) -> (f64, f64) {
+    let (lo, hi) = values
+        .filter(|v| v.is_finite() && *v > 0.0)
+        .fold((f64::INFINITY, 0f64), |(lo, hi), v| (lo.min(v), hi.max(v)));
+    if !lo.is_finite() || hi <= 0.0 {
+        return (1.0, 10.0);
+    }
+    (lo / 1.6, (hi * 2.2).max(lo * 2.0))
+}
+
+fn bars(
+    report: &FairnessReport,
+    area: &DrawingArea<SVGBackend, plotters::coord::Shift>,
+) -> Result<(), String> {
+    let e = |e: &dyn std::fmt::Display| e.to_string();
+    let base = report
+        .run(Scenario::Baseline, ClaimMode::Fair)
+        .map_or(f64::NAN, |r| r.quiet.p95_ms);
+    let (lo, hi) = log_bounds(
+        report
+            .runs
+            .iter()
+            .map(|r| r.quiet.p95_ms)
+            .chain([base * FAIR_RATIO_MAX]),
+    );
+    let mut chart = ChartBuilder::on(area)
+        .caption("p95 per scenario (lower is better)", ("sans-serif", 15))
+        .margin(12)
+        .x_label_area_size(36)
+        .y_label_area_size(56)
+        .build_cartesian_2d(0f64..3f64, (lo..hi).log_scale())
+        .map_err(|x| e(&x))?;
+    chart
+        .configure_mesh()
+        .disable_x_mesh()
+        .x_labels(0)
+        .light_line_style(GRID_LIGHT)
+        .bold_line_style(GRID_BOLD)
+        .y_desc("ms (log)")
+        .y_label_formatter(&|v| format!("{v:.0}"))
+        .draw()
+        .map_err(|x| e(&x))?;
+    for (i, scenario) in Scenario::ALL.into_iter().enumerate() {
+        let x = i as f64;
+        let label = report
+            .run(scenario, ClaimMode::Fair)
+            .or_else(|| report.run(scenario, ClaimMode::Fifo))
+            .map_or_else(String::new, |r| r.label.clone());
+        chart
+            .draw_series(std::iter::once(
+                EmptyElement::at((x + 0.5, lo))
+                    + Text::new(
+                        label.clone(),
+                        (-(label.len() as i32) * 3, 8),
+                        ("sans-serif", 13).into_font(),
+                    ),
+            ))
+            .map_err(|x| e(&x))?;
+        for (j, claim) in [ClaimMode::Fair, ClaimMode::Fifo].into_iter().enumerate() {
+            let Some(run) = report.run(scenario, claim) else {
+                continue;
+            };
+            let x0 = x + 0.12 + 0.38 * j as f64;
+            let x1 = x0 + 0.36;
+            let v = run.quiet.p95_ms.max(lo);
+            let series = chart
+                .draw_series(std::iter::once(Rectangle::new(
+                    [(x0, lo), (x1, v)],
+                    color(claim).filled(),
+                )))
+                .map_err(|x| e(&x))?;
+            if i == 0 {
+                series.label(claim_name(claim)).legend(move |(x, y)| {
+                    Rectangle::new([(x, y - 5), (x + 12, y + 5)], color(claim).filled())
+                });
+            }
+            // Two short lines centred over the bar: the p95, then the ratio.
+            let mut lines = vec![format!("{:.0} ms", run.quiet.p95_ms)];
+            if run.quiet_p95_ratio.is_finite() {
+                lines.push(format!("{:.2}x", run.quiet_p95_ratio));
+            }
+            let n = lines.len() as i32;
+            for (k, line) in lines.into_iter().enumerate() {
+                let dx = -(line.len() as i32) * 3;
+                let dy = -14 * (n - k as i32) - 2;
+                chart
+                    .draw_series(std::iter::once(
+                        EmptyElement::at(((x0 + x1) / 2.0, v))
+                            + Text::new(line, (dx, dy), ("sans-serif", 11).into_font()),
+                    ))
+                    .map_err(|x| e(&x))?;
+            }
+        }
+    }
+    if base.is_finite() {
+        let target = base * FAIR_RATIO_MAX;
+        chart
+            .draw_series(LineSeries::new(
+                [(0.0, target), (3.0, target)],
+                TARGET.stroke_width(1),
+            ))
+            .map_err(|x| e(&x))?
+            .label(format!("target: fair baseline x {FAIR_RATIO_MAX:.2}"))
+            .legend(|(x, y)| PathElement::new([(x, y), (x + 12, y)], TARGET));
+    }
+    chart
+        .configure_series_labels()
+        .position(SeriesLabelPosition::UpperLeft)
+        .background_style(WHITE.mix(0.85))
+        .border_style(BLACK.mix(0.3))
+        .draw()
+        .map_err(|x| e(&x))?;
+    Ok(())
+}
+
+fn timeline(
+    report: &FairnessReport,
+    area: &DrawingArea<SVGBackend, plotters::coord::Shift>,
+) -> Result<(), String> {
+    let e = |e: &dyn std::fmt::Display| e.to_string();
+    let runs: Vec<_> = [ClaimMode::Fair, ClaimMode::Fifo]
+        .into_iter()
+        .filter_map(|c| report.run(Scenario::Bulk, c))
+        .collect();
+    let (lo, hi) = log_bounds(
+        runs.iter()
+            .flat_map(|r| r.timeline.iter().map(|p| p.p95_ms)),
+    );
+    let t_max = runs
+        .iter()
+        .flat_map(|r| r.timeline.iter().map(|p| p.t_s + 1.0))
+        .fold(report.settings.duration_s as f64, f64::max);
+    let caption = runs
+        .first()
+        .map_or_else(|| "bulk".to_string(), |r| r.label.clone());
+    let mut chart = ChartBuilder::on(area)
+        .caption(
+            format!("{caption}: quiet stores' p95 over time"),
+            ("sans-serif", 15),
+        )
+        .margin(12)
+        .x_label_area_size(36)
+        .y_label_area_size(56)
+        .build_cartesian_2d(0f64..t_max, (lo..hi).log_scale())
+        .map_err(|x| e(&x))?;
+    chart
+        .configure_mesh()
+        .x_desc("enqueued at (s)")
+        .light_line_style(GRID_LIGHT)
+        .bold_line_style(GRID_BOLD)
+        .y_desc("ms (log)")
+        .y_label_formatter(&|v| format!("{v:.0}"))
+        .draw()
+        .map_err(|x| e(&x))?;
+    if let Some(first) = runs.first() {
+        for (k, b) in first.bursts_s.iter().enumerate() {
+            let series = chart
+                .draw_series(LineSeries::new([(*b, lo), (*b, hi)], BURST.stroke_width(2)))
+                .map_err(|x| e(&x))?;
+            if k == 0 {
+                series.label("burst enqueued").legend(|(x, y)| {
+                    PathElement::new([(x + 6, y - 6), (x + 6, y + 6)], BURST.stroke_width(2))
+                });
+            }
+        }
+    }
+    for run in &runs {
+        let c = color(run.claim);
+        chart
+            .draw_series(LineSeries::new(
+                run.timeline.iter().map(|p| (p.t_s, p.p95_ms.max(lo))),
+                c.stroke_width(2),
+            ))
+            .map_err(|x| e(&x))?
+            .label(claim_name(run.claim))
+            .legend(move |(x, y)| PathElement::new([(x, y), (x + 12, y)], c.stroke_width(2)));
+    }
+    chart
+        .configure_series_labels()
+        .position(SeriesLabelPosition::UpperRight)
+        .background_style(WHITE.mix(0.85))
+        .border_style(BLACK.mix(0.3))
+        .draw()
+        .map_err(|x| e(&x))?;
+    Ok(())
+}

@@ -1,0 +1,1042 @@
+//! `courier bench fairness`: will one noisy store hurt the others?
+//!
+//! One PostgreSQL cluster of its own (in a temporary directory, with
+//! `synchronous_commit=off`: it measures the scheduler, not the disk), the
+//! fake provider in-process (faults off, log-normal latency), and in-process
+//! workers ([`Worker`] with the real [`ProviderClient`]) sized so the
+//! baseline keeps them about 60% busy: headroom is part of fairness.
+//!
+//! Three scenarios, each with fair and with FIFO claiming, each on a fresh
+//! database, each fed by the same open-loop schedule for both claim modes:
+//! every store equal; the noisy stores at `factor` times the rate, steadily;
+//! the same total in bursts of thousands. The latency of an action is from
+//! its enqueue to the provider's accepted answer, as the database recorded
+//! them. The reference is the fair baseline of the same run.
+//!
+//! # Invariants
+//! - Fair and FIFO runs of a scenario see the same arrival schedule.
+//! - The quiet stores are the same stores in every scenario (every store but
+//!   the noisy ones), so their percentiles compare like with like.
+//! - Every action enqueued is accepted before a run is measured, or the run
+//!   fails with a time-out: a percentile never silently leaves out the slow tail.
+
+use crate::schedule::{arrivals, Arrival, Scenario, Shape};
+use crate::stats::{calibrate, latency_mean_ms, ratio, timeline_p95, Calibration, Percentiles};
+use crate::{bar, run_dir, BenchError};
+use courier_core::Limits;
+use courier_dispatch::worker::{Worker, WorkerConfig};
+use courier_provider::fake::{FakeConfig, FaultRates, Latency};
+use courier_provider::{ClientConfig, ProviderClient};
+use courier_store::cluster::{Cluster, StopMode};
+use courier_store::{ClaimMode, NewAction, PgStore, StoreConfig};
+use serde::Serialize;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use tokio::sync::Semaphore;
+use tokio_util::sync::CancellationToken;
+
+/// The per-action database time assumed when planning capacity (claim share,
+/// intent, attempt and settle on loopback with asynchronous commit).
+pub const DB_ALLOWANCE_MS: f64 = 3.0;
+/// The worker count when neither `--workers` nor `--concurrency` is given.
+pub const WORKERS_DEFAULT: u32 = 4;
+/// The quiet stores' p95 may grow by this factor in a noisy scenario with
+/// fair claiming (the target).
+pub const FAIR_RATIO_MAX: f64 = 1.10;
+
+const API_KEY: &str = "bench-api-key";
+const SECRET: &str = "bench-webhook-secret";
+const DATABASE: &str = "courier_bench_fairness";
+
+/// Everything a fairness run needs; checked by [`FairnessConfig::validate`].
+#[derive(Debug, Clone)]
+pub struct FairnessConfig {
+    pub stores: u32,
+    /// How many of the stores are noisy in the noisy scenarios.
+    pub noisy_stores: u32,
+    /// How many times the ordinary rate a noisy store sends.
+    pub noise_factor: u32,
+    /// Arrivals per second of each ordinary store.
+    pub rate_per_store_hz: f64,
+    /// Length of each scenario's load in each round.
+    pub duration_s: u64,
+    /// How many times every scenario and claim mode is run, in alternating
+    /// order (forwards, then backwards), their latencies pooled: drift of a
+    /// shared machine then weighs on every column alike.
+    pub rounds: u32,
+    /// Actions enqueued in the first seconds of a scenario are not measured.
+    pub warmup_s: u64,
+    pub seed: u64,
+    /// Worker count; sized from the target utilisation when not given.
+    pub workers: Option<u32>,
+    /// Actions each worker works on at once; sized when not given.
+    pub concurrency: Option<u32>,
+    pub store_in_flight_max: u32,
+    pub claim_batch_max: u32,
+    pub idle_poll_ms: u64,
+    /// The share of worker capacity the baseline should keep busy.
+    pub utilisation_target: f64,
+    /// Length of the calibration run that measures the time an action holds
+    /// a worker slot, from which the capacity is sized; 0 plans from the
+    /// provider's mean latency plus [`DB_ALLOWANCE_MS`] instead.
+    pub calibration_s: u64,
+    /// The provider's latency for each send.
+    pub latency: Latency,
+    /// A bulk store's bursts are at least this large.
+    pub burst_actions_min: u32,
+    /// How long the queue may take to drain after a scenario's load ends.
+    pub drain_timeout_s: u64,
+    /// Enqueues in flight at once; an arrival beyond it waits (and the wait
+    /// is reported as lag).
+    pub enqueue_in_flight_max: usize,
+    /// Where to write the SVG chart.
+    pub chart: Option<PathBuf>,
+    /// Progress bars on stderr.
+    pub progress: bool,
+}
+
+impl FairnessConfig {
+    /// The full benchmark's defaults.
+    pub fn new(seed: u64) -> Self {
+        FairnessConfig {
+            stores: 100,
+            noisy_stores: 1,
+            noise_factor: 10,
+            rate_per_store_hz: 2.0,
+            duration_s: 50,
+            rounds: 2,
+            warmup_s: 2,
+            seed,
+            workers: None,
+            concurrency: None,
+            store_in_flight_max: 1,
+            claim_batch_max: 16,
+            idle_poll_ms: 10,
+            utilisation_target: 0.6,
+            calibration_s: 10,
+            latency: Latency::LogNormal {
+                median_ms: 25.0,
+                sigma: 0.5,
+            },
+            burst_actions_min: 1000,
+            drain_timeout_s: 300,
+            enqueue_in_flight_max: 64,
+            chart: None,
+            progress: true,
+        }
+    }
+
+    /// Seconds, a tiny load: checks that everything runs, judges nothing.
+    pub fn smoke(seed: u64) -> Self {
+        FairnessConfig {
+            stores: 10,
+            rate_per_store_hz: 5.0,
+            duration_s: 3,
+            rounds: 1,
+            warmup_s: 0,
+            calibration_s: 2,
+            burst_actions_min: 50,
+            drain_timeout_s: 60,
+            ..FairnessConfig::new(seed)
+        }
+    }
+
+    pub fn validate(&self) -> Result<(), String> {
+        if !(2..=10_000).contains(&self.stores) {
+            return Err("--stores must be within 2..=10000".into());
+        }
+        if self.noisy_stores == 0 || self.noisy_stores >= self.stores {
+            return Err("--noisy-stores must be at least 1 and fewer than --stores".into());
+        }
+        if !(1..=1000).contains(&self.noise_factor) {
+            return Err("--noise-factor must be within 1..=1000".into());
+        }
+        let rate_ok = self.rate_per_store_hz.is_finite()
+            && self.rate_per_store_hz > 0.0
+            && self.rate_per_store_hz * f64::from(self.stores) <= 20_000.0;
+        if !rate_ok {
+            return Err(
+                "--rate-per-store must be positive, and --stores times it at most 20000 per second"
+                    .into(),
+            );
+        }
+        if !(1..=3600).contains(&self.duration_s) {
+            return Err("--duration-s must be within 1..=3600".into());
+        }
+        if !(1..=20).contains(&self.rounds) {
+            return Err("--rounds must be within 1..=20".into());
+        }
+        if self.warmup_s >= self.duration_s {
+            return Err("--warmup-s must be shorter than --duration-s".into());
+        }
+        if self.workers.is_some_and(|w| !(1..=64).contains(&w)) {
+            return Err("--workers must be within 1..=64".into());
+        }
+        if self.concurrency.is_some_and(|c| !(1..=1024).contains(&c)) {
+            return Err("--concurrency must be within 1..=1024".into());
+        }
+        if !(1..=10_000).contains(&self.store_in_flight_max) {
+            return Err("--store-in-flight-max must be within 1..=10000".into());
+        }
+        if !(1..=1000).contains(&self.claim_batch_max) {
+            return Err("--claim-batch-max must be within 1..=1000".into());
+        }
+        if !(1..=10_000).contains(&self.idle_poll_ms) {
+            return Err("--idle-poll-ms must be within 1..=10000".into());
+        }
+        let target_ok = self.utilisation_target > 0.0 && self.utilisation_target < 1.0;
+        if !target_ok {
+            return Err("--utilisation-target must be within (0, 1)".into());
+        }
+        if self.calibration_s > 600 {
+            return Err("--calibration-s must be within 0..=600".into());
+        }
+        if !(1..=1_000_000).contains(&self.burst_actions_min) {
+            return Err("--burst-actions-min must be within 1..=1000000".into());
+        }
+        if !(1..=3600).contains(&self.drain_timeout_s) {
+            return Err("--drain-timeout-s must be within 1..=3600".into());
+        }
+        if !(1..=4096).contains(&self.enqueue_in_flight_max) {
+            return Err("enqueue_in_flight_max must be within 1..=4096".into());
+        }
+        Ok(())
+    }
+
+    fn shape(&self) -> Shape {
+        Shape {
+            stores: self.stores,
+            noisy_stores: self.noisy_stores,
+            noise_factor: self.noise_factor,
+            rate_per_store_hz: self.rate_per_store_hz,
+            duration_ms: self.duration_s as f64 * 1000.0,
+            burst_actions_min: self.burst_actions_min,
+        }
+    }
+
+    /// The worker capacity planned from the provider's mean latency plus
+    /// [`DB_ALLOWANCE_MS`] (before any calibration run).
+    pub fn calibration(&self) -> Result<Calibration, String> {
+        self.calibration_for(
+            latency_mean_ms(&self.latency) + DB_ALLOWANCE_MS,
+            self.utilisation_target,
+        )
+    }
+
+    /// The worker capacity for a service time and a utilisation target.
+    pub fn calibration_for(&self, service_ms: f64, target: f64) -> Result<Calibration, String> {
+        calibrate(
+            self.shape().offered_hz(Scenario::Baseline),
+            service_ms,
+            target,
+            self.workers,
+            self.concurrency,
+            WORKERS_DEFAULT,
+        )
+    }
+
+    /// True when the calibration run is skipped (fixed capacity or asked for).
+    fn skips_calibration_run(&self) -> bool {
+        self.calibration_s == 0 || (self.workers.is_some() && self.concurrency.is_some())
+    }
+}
+
+/// The settings a report was produced with.
+#[derive(Debug, Clone, Serialize)]
+pub struct FairnessSettings {
+    pub stores: u32,
+    pub noisy_stores: u32,
+    pub noise_factor: u32,
+    pub rate_per_store_hz: f64,
+    pub duration_s: u64,
+    pub rounds: u32,
+    pub warmup_s: u64,
+    pub store_in_flight_max: u32,
+    pub claim_batch_max: u32,
+    pub idle_poll_ms: u64,
+    pub provider_latency: String,
+    pub provider_latency_mean_ms: f64,
+    pub synchronous_commit: &'static str,
+    /// The time an action holds a slot as assumed before calibrating.
+    pub service_ms_assumed: f64,
+    /// The mean claim-to-settle time measured by the calibration run, from
+    /// which the capacity was sized (None: no calibration run).
+    pub service_ms_measured: Option<f64>,
+    pub calibration_s: u64,
+    /// The capacity every scenario ran with.
+    pub calibration: Calibration,
+}
+
+/// One scenario with one claim mode, every round pooled.
+#[derive(Debug, Clone, Serialize)]
+pub struct FairnessRun {
+    pub scenario: Scenario,
+    pub label: String,
+    pub claim: ClaimMode,
+    /// Every store but the noisy ones, enqueued after the warm-up.
+    pub quiet: Percentiles,
+    /// The quiet stores' p95 over the fair baseline's.
+    pub quiet_p95_ratio: f64,
+    /// The noisy stores' own latency (in the baseline: the same stores,
+    /// sending like everyone else).
+    pub noisy: Option<Percentiles>,
+    pub actions: u64,
+    /// Arrivals per second offered (actions enqueued over the load's length).
+    pub offered_per_s: f64,
+    /// Actions accepted per second, first enqueue to last acceptance.
+    pub throughput_per_s: f64,
+    /// Claim-to-settle time over worker capacity during the run.
+    pub utilisation_measured: f64,
+    /// Mean claim-to-settle time of an action.
+    pub hold_mean_ms: f64,
+    /// The latest an arrival was enqueued after its scheduled time.
+    pub enqueue_lag_max_ms: f64,
+    /// The quiet stores' p95 over time, by enqueue time, in the first round.
+    pub timeline: Vec<crate::stats::TimePoint>,
+    /// When the bursts were enqueued (bulk scenario), seconds after the start.
+    pub bursts_s: Vec<f64>,
+}
+
+/// The verdict against the targets; the figures decide, not this crate.
+#[derive(Debug, Clone, Serialize)]
+pub struct FairnessVerdict {
+    /// Fair claiming kept the quiet stores' p95 within 10% of the fair
+    /// baseline in every noisy scenario.
+    pub fair_within_target: bool,
+    /// The worst fair ratio of a noisy scenario.
+    pub fair_ratio_worst: f64,
+    /// FIFO's ratio in the bulk scenario (the harm fair claiming prevents).
+    pub fifo_bulk_ratio: f64,
+    /// The fair baseline could not keep up (accepted under 90% of the
+    /// offered rate, or busier than 85%): the machine was too slow or too
+    /// loaded for the planned load, and no figure of this run means much.
+    pub overloaded: bool,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct FairnessReport {
+    pub seed: u64,
+    pub settings: FairnessSettings,
+    pub runs: Vec<FairnessRun>,
+    pub verdict: FairnessVerdict,
+    pub chart: Option<PathBuf>,
+    pub wall_time_s: f64,
+}
+
+impl FairnessReport {
+    pub fn run(&self, scenario: Scenario, claim: ClaimMode) -> Option<&FairnessRun> {
+        self.runs
+            .iter()
+            .find(|r| r.scenario == scenario && r.claim == claim)
+    }
+
+    /// The results as a text table.
+    pub fn table(&self) -> String {
+        let mut out = String::new();
+        let s = &self.settings;
+        let c = &s.calibration;
+        out.push_str(&format!(
+            "capacity: {} workers x {} = {} slots · {:.0}/s offered x {:.1} ms per action ({}) = {:.0}% planned utilisation\n",
+            c.workers,
+            c.concurrency,
+            c.slots,
+            c.offered_hz,
+            c.service_ms,
+            match s.service_ms_measured {
+                Some(_) => format!("measured by a {} s calibration run", s.calibration_s),
+                None => format!("provider mean + {DB_ALLOWANCE_MS} ms allowance"),
+            },
+            c.utilisation_planned * 100.0
+        ));
+        out.push_str(&format!(
+            "store_in_flight_max {} · claim batch {} · idle poll {} ms · synchronous_commit {}\n\n",
+            s.store_in_flight_max, s.claim_batch_max, s.idle_poll_ms, s.synchronous_commit
+        ));
+        out.push_str(&format!(
+            "{:<26} {:<5} {:>9} {:>9} {:>9} {:>8} {:>10} {:>9} {:>6}\n",
+            "scenario",
+            "claim",
+            "quiet p50",
+            "quiet p95",
+            "quiet p99",
+            "p95 vs",
+            "noisy p95",
+            "accepted",
+            "busy"
+        ));
+        out.push_str(&format!(
+            "{:<26} {:<5} {:>9} {:>9} {:>9} {:>8} {:>10} {:>9} {:>6}\n",
+            "", "", "ms", "ms", "ms", "fair base", "ms", "per s", ""
+        ));
+        for r in &self.runs {
+            out.push_str(&format!(
+                "{:<26} {:<5} {:>9.1} {:>9.1} {:>9.1} {:>7.2}x {:>10} {:>9.0} {:>5.0}%\n",
+                r.label,
+                claim_name(r.claim),
+                r.quiet.p50_ms,
+                r.quiet.p95_ms,
+                r.quiet.p99_ms,
+                r.quiet_p95_ratio,
+                r.noisy
+                    .map_or("-".to_string(), |n| format!("{:.1}", n.p95_ms)),
+                r.throughput_per_s,
+                r.utilisation_measured * 100.0
+            ));
+        }
+        let v = &self.verdict;
+        if v.overloaded {
+            out.push_str(
+                "\nWARNING: the fair baseline did not keep up with its load (overloaded): \
+                 lower --rate-per-store or raise --concurrency; these figures measure a queue, not fairness\n",
+            );
+        }
+        out.push_str(&format!(
+            "\nfair claiming, noisy scenarios: worst quiet p95 ratio {:.2}x (target <= {:.2}x): {}\n",
+            v.fair_ratio_worst,
+            FAIR_RATIO_MAX,
+            if v.fair_within_target { "met" } else { "NOT met" }
+        ));
+        out.push_str(&format!(
+            "FIFO, bulk: quiet p95 ratio {:.2}x (the harm fair claiming prevents)\n",
+            v.fifo_bulk_ratio
+        ));
+        out
+    }
+}
+
+pub fn claim_name(c: ClaimMode) -> &'static str {
+    match c {
+        ClaimMode::Fair => "fair",
+        ClaimMode::Fifo => "FIFO",
+    }
+}
+
+/// Runs every scenario with both claim modes and writes the chart.
+pub async fn run(cfg: &FairnessConfig) -> Result<FairnessReport, BenchError> {
+    cfg.validate().map_err(BenchError::Settings)?;
+    let assumed = cfg.calibration().map_err(BenchError::Settings)?;
+    Plan::new(cfg, assumed, cfg.duration_s)?;
+    let started = Instant::now();
+    let dir = run_dir("courier-bench-fairness-")?;
+    let cluster = Cluster::new(dir.path().join("pg")).setting("synchronous_commit", "off");
+    let c = cluster.clone();
+    let url = tokio::task::spawn_blocking(move || c.start()).await??;
+    let result = async {
+        let mut fake = FakeConfig::new(dir.path().join("provider.jsonl"), API_KEY, SECRET);
+        fake.faults = FaultRates::NONE;
+        fake.latency = cfg.latency;
+        fake.seed = cfg.seed;
+        let provider = courier_provider::fake::start(fake).await?;
+        let ctx = Ctx {
+            cfg,
+            server_url: url.clone(),
+            provider_url: provider.url(),
+        };
+        let runs = async {
+            let (calibration, measured) = calibration_run(&ctx, assumed).await?;
+            let plan = Plan::new(cfg, calibration, cfg.duration_s)?;
+            Ok::<_, BenchError>((all_runs(&ctx, &plan).await?, calibration, measured))
+        }
+        .await;
+        provider.shutdown().await?;
+        runs
+    }
+    .await;
+    let c = cluster.clone();
+    let stopped = tokio::task::spawn_blocking(move || c.stop(StopMode::Fast)).await?;
+    let (runs, calibration, service_ms_measured) = result?;
+    stopped?;
+    let settings = FairnessSettings {
+        stores: cfg.stores,
+        noisy_stores: cfg.noisy_stores,
+        noise_factor: cfg.noise_factor,
+        rate_per_store_hz: cfg.rate_per_store_hz,
+        duration_s: cfg.duration_s,
+        rounds: cfg.rounds,
+        warmup_s: cfg.warmup_s,
+        store_in_flight_max: cfg.store_in_flight_max,
+        claim_batch_max: cfg.claim_batch_max,
+        idle_poll_ms: cfg.idle_poll_ms,
+        provider_latency: cfg.latency.to_string(),
+        provider_latency_mean_ms: latency_mean_ms(&cfg.latency),
+        synchronous_commit: "off",
+        service_ms_assumed: assumed.service_ms,
+        service_ms_measured,
+        calibration_s: if cfg.skips_calibration_run() {
+            0
+        } else {
+            cfg.calibration_s
+        },
+        calibration,
+    };
+    let verdict = verdict(&runs);
+    let mut report = FairnessReport {
+        seed: cfg.seed,
+        settings,
+        runs,
+        verdict,
+        chart: None,
+        wall_time_s: 0.0,
+    };
+    if let Some(path) = &cfg.chart {
+        crate::chart::fairness_svg(&report, path)?;
+        report.chart = Some(path.clone());
+    }
+    report.wall_time_s = started.elapsed().as_secs_f64();
+    Ok(report)
+}
+
+fn verdict(runs: &[FairnessRun]) -> FairnessVerdict {
+    let fair_noisy: Vec<f64> = runs
+        .iter()
+        .filter(|r| r.claim == ClaimMode::Fair && r.scenario != Scenario::Baseline)
+        .map(|r| r.quiet_p95_ratio)
+        .collect();
+    let worst = fair_noisy.iter().copied().fold(f64::NAN, f64::max);
+    let overloaded = runs
+        .iter()
+        .find(|r| r.scenario == Scenario::Baseline && r.claim == ClaimMode::Fair)
+        .is_some_and(|r| {
+            r.throughput_per_s < 0.9 * r.offered_per_s || r.utilisation_measured > 0.85
+        });
+    FairnessVerdict {
+        overloaded,
+        fair_within_target: !fair_noisy.is_empty()
+            && fair_noisy.iter().all(|r| *r <= FAIR_RATIO_MAX),
+        fair_ratio_worst: worst,
+        fifo_bulk_ratio: runs
+            .iter()
+            .find(|r| r.claim == ClaimMode::Fifo && r.scenario == Scenario::Bulk)
+            .map_or(f64::NAN, |r| r.quiet_p95_ratio),
+    }
+}
+
+struct Ctx<'a> {
+    cfg: &'a FairnessConfig,
+    server_url: String,
+    provider_url: String,
+}
+
+/// The capacity and length of a run.
+struct Plan {
+    calibration: Calibration,
+    limits: Limits,
+    duration_s: u64,
+}
+
+impl Plan {
+    fn new(cfg: &FairnessConfig, c: Calibration, duration_s: u64) -> Result<Plan, BenchError> {
+        let limits = Limits {
+            store_in_flight_max: cfg.store_in_flight_max,
+            claim_batch_max: cfg.claim_batch_max,
+            worker_concurrency_max: c.concurrency,
+            ..Limits::default()
+        };
+        limits
+            .validate()
+            .map_err(|e| BenchError::Settings(e.to_string()))?;
+        if c.workers > 64 || c.concurrency > 1024 {
+            return Err(BenchError::Settings(format!(
+                "the load needs {} workers x {} actions, above 64 x 1024: lower --rate-per-store",
+                c.workers, c.concurrency
+            )));
+        }
+        Ok(Plan {
+            calibration: c,
+            limits,
+            duration_s,
+        })
+    }
+}
+
+/// Measures the time an action holds a slot under the baseline load, with
+/// room to spare (about 40% busy as assumed), and sizes the capacity from
+/// it. Returns the capacity and the measured service time.
+async fn calibration_run(
+    ctx: &Ctx<'_>,
+    assumed: Calibration,
+) -> Result<(Calibration, Option<f64>), BenchError> {
+    let cfg = ctx.cfg;
+    if cfg.skips_calibration_run() {
+        return Ok((assumed, None));
+    }
+    let roomy = cfg
+        .calibration_for(
+            assumed.service_ms,
+            (cfg.utilisation_target * 0.66).max(0.05),
+        )
+        .map_err(BenchError::Settings)?;
+    let plan = Plan::new(cfg, roomy, cfg.calibration_s)?;
+    let shape = Shape {
+        duration_ms: cfg.calibration_s as f64 * 1000.0,
+        ..cfg.shape()
+    };
+    let schedule = arrivals(&shape, Scenario::Baseline, cfg.seed ^ 0x00ca_11b7);
+    let run = run_one(
+        ctx,
+        &plan,
+        ClaimMode::Fair,
+        &schedule,
+        "[calibration] fair · every store equal",
+    )
+    .await?;
+    let service_ms = (run.hold_us_total as f64 / 1000.0 / run.actions.max(1) as f64).max(0.1);
+    let c = cfg
+        .calibration_for(service_ms, cfg.utilisation_target)
+        .map_err(BenchError::Settings)?;
+    Ok((c, Some(service_ms)))
+}
+
+fn store_name(i: u32) -> String {
+    format!("store-{i:03}")
+}
+
+async fn all_runs(ctx: &Ctx<'_>, plan: &Plan) -> Result<Vec<FairnessRun>, BenchError> {
+    let cfg = ctx.cfg;
+    let shape = cfg.shape();
+    let mut order: Vec<(Scenario, ClaimMode)> = Vec::new();
+    for scenario in Scenario::ALL {
+        order.push((scenario, ClaimMode::Fair));
+        order.push((scenario, ClaimMode::Fifo));
+    }
+    let total_runs = order.len() * cfg.rounds as usize;
+    let mut pooled: Vec<Vec<Samples>> = vec![Vec::new(); order.len()];
+    let mut n = 0;
+    for round in 0..cfg.rounds {
+        // Forwards, then backwards: a drift of the machine over the run
+        // weighs on every column alike.
+        let mut indices: Vec<usize> = (0..order.len()).collect();
+        if round % 2 == 1 {
+            indices.reverse();
+        }
+        for i in indices {
+            let (scenario, claim) = order[i];
+            // The same schedule for both claim modes of a scenario and round.
+            let si = Scenario::ALL
+                .iter()
+                .position(|s| *s == scenario)
+                .unwrap_or(0) as u64;
+            let seed = cfg
+                .seed
+                .wrapping_add((si + 1 + 8 * u64::from(round)).wrapping_mul(0x9e37_79b9_7f4a_7c15));
+            let schedule = arrivals(&shape, scenario, seed);
+            n += 1;
+            let label = scenario.label(cfg.noisy_stores, cfg.noise_factor);
+            let title = format!("[{n}/{total_runs}] {} · {label}", claim_name(claim));
+            pooled[i].push(run_one(ctx, plan, claim, &schedule, &title).await?);
+        }
+    }
+    let mut runs = Vec::new();
+    let mut baseline_p95 = f64::NAN;
+    for ((scenario, claim), samples) in order.into_iter().zip(pooled) {
+        let mut run = summarise(cfg, plan, scenario, claim, samples)?;
+        if scenario == Scenario::Baseline && claim == ClaimMode::Fair {
+            baseline_p95 = run.quiet.p95_ms;
+        }
+        run.quiet_p95_ratio = ratio(run.quiet.p95_ms, baseline_p95);
+        runs.push(run);
+    }
+    Ok(runs)
+}
+
+/// What one run measured, before rounds are pooled.
+#[derive(Debug, Clone, Default)]
+struct Samples {
+    /// Quiet stores' latencies after the warm-up, in microseconds.
+    quiet_us: Vec<u64>,
+    /// Quiet stores' `(enqueued_ms, latency_us)`, warm-up included.
+    quiet_timeline: Vec<(f64, u64)>,
+    noisy_us: Vec<u64>,
+    actions: u64,
+    hold_us_total: u64,
+    /// First enqueue to last acceptance.
+    window_ms: f64,
+    lag_max_ms: f64,
+}
+
+/// Pools the rounds of one scenario and claim mode.
+fn summarise(
+    cfg: &FairnessConfig,
+    plan: &Plan,
+    scenario: Scenario,
+    claim: ClaimMode,
+    rounds: Vec<Samples>,
+) -> Result<FairnessRun, BenchError> {
+    let label = scenario.label(cfg.noisy_stores, cfg.noise_factor);
+    let bin_ms = (plan.duration_s as f64 * 1000.0 / 60.0).max(1000.0);
+    let timeline = rounds
+        .first()
+        .map(|r| timeline_p95(&r.quiet_timeline, bin_ms, 5))
+        .unwrap_or_default();
+    let quiet = Percentiles::from_us(rounds.iter().flat_map(|r| r.quiet_us.iter().copied()))
+        .ok_or_else(|| {
+            BenchError::Settings(format!(
+                "{label} ({}): no quiet-store action was measured; lengthen --duration-s or raise the rate",
+                claim_name(claim)
+            ))
+        })?;
+    let noisy = Percentiles::from_us(rounds.iter().flat_map(|r| r.noisy_us.iter().copied()));
+    let actions: u64 = rounds.iter().map(|r| r.actions).sum();
+    let hold_us: u64 = rounds.iter().map(|r| r.hold_us_total).sum();
+    let window_ms: f64 = rounds.iter().map(|r| r.window_ms).sum::<f64>().max(1.0);
+    let load_s = (plan.duration_s * rounds.len().max(1) as u64) as f64;
+    let bursts_s = if scenario == Scenario::Bulk {
+        (0..cfg.noisy_stores)
+            .flat_map(|i| cfg.shape().bursts(i))
+            .map(|(at, _)| at / 1000.0)
+            .collect()
+    } else {
+        Vec::new()
+    };
+    Ok(FairnessRun {
+        scenario,
+        label,
+        claim,
+        quiet,
+        quiet_p95_ratio: f64::NAN,
+        noisy,
+        actions,
+        offered_per_s: actions as f64 / load_s,
+        throughput_per_s: actions as f64 * 1000.0 / window_ms,
+        utilisation_measured: hold_us as f64
+            / 1000.0
+            / (f64::from(plan.calibration.slots) * window_ms),
+        hold_mean_ms: hold_us as f64 / 1000.0 / actions.max(1) as f64,
+        enqueue_lag_max_ms: rounds.iter().map(|r| r.lag_max_ms).fold(0.0, f64::max),
+        timeline,
+        bursts_s,
+    })
+}
+
+/// One scenario with one claim mode, on a fresh database.
+async fn run_one(
+    ctx: &Ctx<'_>,
+    plan: &Plan,
+    claim: ClaimMode,
+    schedule: &[Arrival],
+    title: &str,
+) -> Result<Samples, BenchError> {
+    let cfg = ctx.cfg;
+    let url = courier_store::database_recreate(&ctx.server_url, DATABASE).await?;
+    let mut sc = StoreConfig::new(&url);
+    sc.pool_size_max = 16;
+    let store = PgStore::connect(&sc).await?;
+
+    // The workers, each with its own pool and provider client, like processes.
+    let shutdown = CancellationToken::new();
+    let mut workers = Vec::new();
+    let mut worker_tasks = tokio::task::JoinSet::new();
+    for i in 0..plan.calibration.workers {
+        let mut wc = StoreConfig::new(&url);
+        wc.migrate = false;
+        wc.pool_size_max = (plan.calibration.concurrency as usize + 2).min(16);
+        let wstore = PgStore::connect(&wc).await?;
+        let client = ProviderClient::new(ClientConfig {
+            base_url: ctx.provider_url.clone(),
+            api_key: API_KEY.into(),
+            status_callback: None,
+            timeout: Duration::from_millis(plan.limits.request_timeout_ms),
+        })
+        .map_err(|e| BenchError::Settings(e.to_string()))?;
+        let worker = Arc::new(Worker::new(
+            wstore,
+            client,
+            WorkerConfig {
+                limits: plan.limits.clone(),
+                claim_mode: claim,
+                owner: format!("{}-w{i}", courier_dispatch::owner_name()),
+                idle_poll_ms: cfg.idle_poll_ms,
+                reconcile: false,
+                seed: cfg.seed.wrapping_add(u64::from(i)),
+                unsafe_resend: None,
+            },
+        ));
+        workers.push(worker.clone());
+        let token = shutdown.clone();
+        worker_tasks.spawn(async move { worker.run(token).await });
+    }
+
+    let bar = bar(
+        cfg.progress,
+        plan.duration_s,
+        "{prefix} [{bar:30}] {pos}/{len} s {msg}",
+    );
+    bar.set_prefix(title.to_string());
+    let enqueued = Arc::new(AtomicU64::new(0));
+    let accepted = || -> u64 {
+        workers
+            .iter()
+            .map(|w| w.stats().settled.load(Ordering::Relaxed))
+            .sum()
+    };
+
+    // The open-loop load.
+    let load_started = Instant::now();
+    let generated = {
+        let load = generate(&store, schedule, cfg, plan.duration_s, enqueued.clone());
+        tokio::pin!(load);
+        let mut tick = tokio::time::interval(Duration::from_millis(250));
+        loop {
+            tokio::select! {
+                r = &mut load => break r,
+                _ = tick.tick() => {
+                    bar.set_position(load_started.elapsed().as_secs().min(plan.duration_s));
+                    bar.set_message(format!(
+                        "enqueued {} · accepted {}",
+                        enqueued.load(Ordering::Relaxed),
+                        accepted()
+                    ));
+                }
+            }
+        }
+    };
+    let lag_max_ms = match generated {
+        Ok(v) => v,
+        Err(e) => {
+            shutdown.cancel();
+            while worker_tasks.join_next().await.is_some() {}
+            bar.abandon();
+            return Err(e);
+        }
+    };
+    bar.set_position(plan.duration_s);
+
+    // Let the queue drain, then stop the workers.
+    let limit = Duration::from_secs(cfg.drain_timeout_s);
+    let deadline = Instant::now() + limit;
+    let drained = loop {
+        let p = store.actions_progress().await?;
+        bar.set_message(format!(
+            "draining: {} open · accepted {}",
+            p.open,
+            accepted()
+        ));
+        if p.open == 0 {
+            break Ok(());
+        }
+        if Instant::now() >= deadline {
+            break Err(BenchError::Timeout {
+                what: format!("draining the queue of {title}"),
+                limit,
+                detail: format!("{} of {} actions still open", p.open, p.total),
+            });
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    shutdown.cancel();
+    while let Some(r) = worker_tasks.join_next().await {
+        r?;
+    }
+    bar.finish_with_message(format!("done · accepted {}", accepted()));
+    drained?;
+
+    let rows = store.latencies_enqueue_to_accepted().await?;
+    let warmup_ms = cfg.warmup_s as f64 * 1000.0;
+    let is_noisy = |s: &str| (0..cfg.noisy_stores).any(|i| store_name(i) == s);
+    let mut quiet_us = Vec::new();
+    let mut quiet_timeline = Vec::new();
+    let mut noisy_us = Vec::new();
+    let (mut hold_us_total, mut last_ms) = (0u64, 0f64);
+    for r in &rows {
+        hold_us_total += r.hold_us;
+        last_ms = last_ms.max(r.enqueued_ms + r.latency_us as f64 / 1000.0);
+        if is_noisy(&r.store) {
+            noisy_us.push(r.latency_us);
+        } else {
+            quiet_timeline.push((r.enqueued_ms, r.latency_us));
+            if r.enqueued_ms >= warmup_ms {
+                quiet_us.push(r.latency_us);
+            }
+        }
+    }
+    Ok(Samples {
+        quiet_us,
+        quiet_timeline,
+        noisy_us,
+        actions: rows.len() as u64,
+        hold_us_total,
+        window_ms: last_ms.max(1.0),
+        lag_max_ms,
+    })
+}
+
+/// Enqueues the schedule open-loop: each arrival at its time, without
+/// waiting for earlier ones (up to `enqueue_in_flight_max` at once). Returns
+/// the largest lag behind schedule, in ms.
+async fn generate(
+    store: &PgStore,
+    schedule: &[Arrival],
+    cfg: &FairnessConfig,
+    duration_s: u64,
+    enqueued: Arc<AtomicU64>,
+) -> Result<f64, BenchError> {
+    let permits = Arc::new(Semaphore::new(cfg.enqueue_in_flight_max));
+    let mut tasks = tokio::task::JoinSet::new();
+    let start = tokio::time::Instant::now();
+    let mut lag_max_ms = 0f64;
+    for (i, a) in schedule.iter().enumerate() {
+        let due = start + Duration::from_secs_f64(a.at_ms / 1000.0);
+        tokio::time::sleep_until(due).await;
+        let permit = permits
+            .clone()
+            .acquire_owned()
+            .await
+            .map_err(|e| BenchError::Task(e.to_string()))?;
+        lag_max_ms = lag_max_ms.max(due.elapsed().as_secs_f64() * 1000.0);
+        // Collect finished enqueues as we go, so errors surface early.
+        while let Some(done) = tasks.try_join_next() {
+            done??;
+        }
+        let store = store.clone();
+        let name = store_name(a.store);
+        let count = a.count;
+        let enqueued = enqueued.clone();
+        tasks.spawn(async move {
+            let _permit = permit;
+            if count == 1 {
+                let new = NewAction {
+                    store: name,
+                    to: format!("+1555{:07}", i % 10_000_000),
+                    body: format!("bench message {i}"),
+                    key: None,
+                };
+                store.action_enqueue(&new).await.map_err(|e| match e {
+                    courier_store::EnqueueError::Store(s) => BenchError::Store(s),
+                    other => BenchError::Task(other.to_string()),
+                })?;
+            } else {
+                store.actions_enqueue_bulk(&[name], count).await?;
+            }
+            enqueued.fetch_add(u64::from(count), Ordering::Relaxed);
+            Ok::<(), BenchError>(())
+        });
+    }
+    // The load lasts the whole duration even when the last arrival is early.
+    tokio::time::sleep_until(start + Duration::from_secs(duration_s)).await;
+    while let Some(done) = tasks.join_next().await {
+        done??;
+    }
+    Ok(lag_max_ms)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn defaults_and_smoke_settings_are_valid() {
+        assert_eq!(FairnessConfig::new(1).validate(), Ok(()));
+        assert_eq!(FairnessConfig::smoke(1).validate(), Ok(()));
+        let c = FairnessConfig::new(1).calibration().unwrap();
+        assert!(
+            c.utilisation_planned <= 0.6 && c.utilisation_planned > 0.45,
+            "{c:?}"
+        );
+    }
+
+    #[test]
+    fn bad_settings_name_their_flag() {
+        let base = FairnessConfig::new(1);
+        let cases = [
+            (
+                FairnessConfig {
+                    stores: 1,
+                    ..base.clone()
+                },
+                "--stores",
+            ),
+            (
+                FairnessConfig {
+                    noisy_stores: 100,
+                    ..base.clone()
+                },
+                "--noisy-stores",
+            ),
+            (
+                FairnessConfig {
+                    noise_factor: 0,
+                    ..base.clone()
+                },
+                "--noise-factor",
+            ),
+            (
+                FairnessConfig {
+                    duration_s: 0,
+                    ..base.clone()
+                },
+                "--duration-s",
+            ),
+            (
+                FairnessConfig {
+                    workers: Some(0),
+                    ..base.clone()
+                },
+                "--workers",
+            ),
+            (
+                FairnessConfig {
+                    store_in_flight_max: 0,
+                    ..base.clone()
+                },
+                "--store-in-flight-max",
+            ),
+            (
+                FairnessConfig {
+                    rate_per_store_hz: f64::NAN,
+                    ..base.clone()
+                },
+                "--rate-per-store",
+            ),
+        ];
+        for (cfg, flag) in cases {
+            let err = cfg.validate().expect_err(flag);
+            assert!(err.contains(flag), "{err:?} does not name {flag}");
+        }
+    }
+
+    fn run_of(scenario: Scenario, claim: ClaimMode, ratio: f64) -> FairnessRun {
+        let p = Percentiles {
+            count: 10,
+            p50_ms: 1.0,
+            p95_ms: 2.0,
+            p99_ms: 3.0,
+            max_ms: 4.0,
+        };
+        FairnessRun {
+            scenario,
+            label: String::new(),
+            claim,
+            quiet: p,
+            quiet_p95_ratio: ratio,
+            noisy: None,
+            actions: 10,
+            offered_per_s: 1.0,
+            throughput_per_s: 1.0,
+            utilisation_measured: 0.5,
+            hold_mean_ms: 1.0,
+            enqueue_lag_max_ms: 0.0,
+            timeline: Vec::new(),
+            bursts_s: Vec::new(),
+        }
+    }
+
+    #[test]
+    fn the_verdict_takes_the_worst_noisy_fair_ratio() {
+        let runs = vec![
+            run_of(Scenario::Baseline, ClaimMode::Fair, 1.0),
+            run_of(Scenario::Baseline, ClaimMode::Fifo, 0.9),
+            run_of(Scenario::Steady, ClaimMode::Fair, 1.05),
+            run_of(Scenario::Steady, ClaimMode::Fifo, 1.3),
+            run_of(Scenario::Bulk, ClaimMode::Fair, 1.08),
+            run_of(Scenario::Bulk, ClaimMode::Fifo, 4.0),
+        ];
+        let v = verdict(&runs);
+        assert!(v.fair_within_target);
+        assert_eq!((v.fair_ratio_worst, v.fifo_bulk_ratio), (1.08, 4.0));
+        let mut runs = runs;
+        runs[4].quiet_p95_ratio = 1.2;
+        assert!(!verdict(&runs).fair_within_target);
+    }
+}

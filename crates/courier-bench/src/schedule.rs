@@ -1,0 +1,259 @@
+//! Open-loop arrival schedules, a pure function of the settings and a seed.
+//!
+//! Arrivals do not wait for earlier actions to finish (that would be a closed
+//! loop, which hides queueing: a slow system would simply be offered less).
+//! Each store's arrivals form a Poisson process (exponential gaps); a bulk
+//! store instead enqueues the same expected total in a few bursts of
+//! thousands at once.
+//!
+//! # Invariants
+//! - Arrivals are sorted by time and lie within `[0, duration_ms)`.
+//! - A bulk store's bursts add up to exactly `round(rate * factor * duration)`
+//!   actions, the expected total of the steady scenario.
+//! - The same seed gives the same schedule.
+
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+use serde::Serialize;
+
+/// How the noisy stores send.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Scenario {
+    /// Every store sends at the same rate.
+    Baseline,
+    /// The noisy stores send `factor` times the others' rate, evenly (Poisson).
+    Steady,
+    /// The noisy stores send the steady scenario's total in bursts of
+    /// thousands at once.
+    Bulk,
+}
+
+impl Scenario {
+    pub const ALL: [Scenario; 3] = [Scenario::Baseline, Scenario::Steady, Scenario::Bulk];
+
+    /// A short label for tables and charts.
+    pub fn label(&self, noisy: u32, factor: u32) -> String {
+        let who = if noisy == 1 {
+            "one store".to_string()
+        } else {
+            format!("{noisy} stores")
+        };
+        match self {
+            Scenario::Baseline => "every store equal".to_string(),
+            Scenario::Steady => format!("{who} {factor}x, steady"),
+            Scenario::Bulk => format!("{who} {factor}x, bulk"),
+        }
+    }
+}
+
+/// One enqueue: a single action, or a burst of `count` at once.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Arrival {
+    /// Milliseconds after the start of the run.
+    pub at_ms: f64,
+    /// The store's index: `0..noisy` are the noisy stores.
+    pub store: u32,
+    pub count: u32,
+}
+
+/// What shapes a schedule.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Shape {
+    pub stores: u32,
+    pub noisy_stores: u32,
+    pub noise_factor: u32,
+    /// Arrivals per second of each ordinary store.
+    pub rate_per_store_hz: f64,
+    pub duration_ms: f64,
+    /// A bulk store's bursts are at least this large (fewer, larger bursts
+    /// when the total allows fewer); a total below it is one burst.
+    pub burst_actions_min: u32,
+}
+
+impl Shape {
+    /// The rate of a noisy store in the steady scenario.
+    pub fn noisy_rate_hz(&self) -> f64 {
+        self.rate_per_store_hz * f64::from(self.noise_factor)
+    }
+
+    /// Actions per second offered on average in a scenario.
+    pub fn offered_hz(&self, scenario: Scenario) -> f64 {
+        let quiet = f64::from(self.stores - self.noisy_stores) * self.rate_per_store_hz;
+        match scenario {
+            Scenario::Baseline => f64::from(self.stores) * self.rate_per_store_hz,
+            Scenario::Steady | Scenario::Bulk => {
+                quiet + f64::from(self.noisy_stores) * self.noisy_rate_hz()
+            }
+        }
+    }
+
+    /// A bulk store's total: the steady scenario's expected total.
+    pub fn bulk_total(&self) -> u32 {
+        let total = self.noisy_rate_hz() * self.duration_ms / 1000.0;
+        total.round().clamp(0.0, f64::from(u32::MAX)) as u32
+    }
+
+    /// The times (ms) and sizes of one bulk store's bursts.
+    pub fn bursts(&self, noisy_index: u32) -> Vec<(f64, u32)> {
+        let total = self.bulk_total();
+        if total == 0 {
+            return Vec::new();
+        }
+        let k = (total / self.burst_actions_min.max(1)).max(1);
+        let base = total / k;
+        let extra = total % k;
+        // Bursts start a fifth of the way into their slot, so the backlog
+        // of the last one drains inside the measured window; several noisy
+        // stores take turns within a slot rather than bursting together.
+        let slot = self.duration_ms / f64::from(k);
+        let offset = 0.2 + 0.6 * f64::from(noisy_index) / f64::from(self.noisy_stores.max(1));
+        (0..k)
+            .map(|i| {
+                let size = base + u32::from(i < extra);
+                (slot * (f64::from(i) + offset), size)
+            })
+            .collect()
+    }
+}
+
+/// The arrivals of one scenario, sorted by time.
+pub fn arrivals(shape: &Shape, scenario: Scenario, seed: u64) -> Vec<Arrival> {
+    let mut rng = StdRng::seed_from_u64(seed);
+    let mut out = Vec::new();
+    for store in 0..shape.stores {
+        let noisy = store < shape.noisy_stores && scenario != Scenario::Baseline;
+        if noisy && scenario == Scenario::Bulk {
+            out.extend(
+                shape
+                    .bursts(store)
+                    .into_iter()
+                    .map(|(at_ms, count)| Arrival {
+                        at_ms,
+                        store,
+                        count,
+                    }),
+            );
+            continue;
+        }
+        let rate = if noisy {
+            shape.noisy_rate_hz()
+        } else {
+            shape.rate_per_store_hz
+        };
+        poisson(&mut rng, rate, shape.duration_ms, |at_ms| {
+            out.push(Arrival {
+                at_ms,
+                store,
+                count: 1,
+            })
+        });
+    }
+    out.sort_by(|a, b| a.at_ms.total_cmp(&b.at_ms).then(a.store.cmp(&b.store)));
+    out
+}
+
+/// Calls `f` at the times of a Poisson process of `rate_hz` in `[0, duration_ms)`.
+fn poisson(rng: &mut StdRng, rate_hz: f64, duration_ms: f64, mut f: impl FnMut(f64)) {
+    if rate_hz.is_nan() || rate_hz <= 0.0 {
+        return;
+    }
+    let mean_gap_ms = 1000.0 / rate_hz;
+    let mut t = 0.0;
+    loop {
+        // 1 - u is in (0, 1]: the logarithm is finite.
+        let u: f64 = rng.random();
+        t += -(1.0 - u).ln() * mean_gap_ms;
+        if t >= duration_ms {
+            return;
+        }
+        f(t);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn shape() -> Shape {
+        Shape {
+            stores: 100,
+            noisy_stores: 1,
+            noise_factor: 10,
+            rate_per_store_hz: 3.0,
+            duration_ms: 60_000.0,
+            burst_actions_min: 1000,
+        }
+    }
+
+    #[test]
+    fn poisson_arrivals_match_their_rate_and_stay_sorted() {
+        let s = shape();
+        let a = arrivals(&s, Scenario::Baseline, 7);
+        // 100 stores * 3/s * 60 s = 18,000 expected; sd ~134.
+        assert!((17_400..=18_600).contains(&a.len()), "{}", a.len());
+        assert!(a.windows(2).all(|w| w[0].at_ms <= w[1].at_ms));
+        assert!(a.iter().all(|x| x.at_ms >= 0.0 && x.at_ms < s.duration_ms));
+        assert!(a.iter().all(|x| x.count == 1));
+        // Every store gets about its share.
+        let store0 = a.iter().filter(|x| x.store == 0).count();
+        assert!((120..=240).contains(&store0), "{store0}");
+    }
+
+    #[test]
+    fn the_same_seed_gives_the_same_schedule() {
+        let s = shape();
+        assert_eq!(
+            arrivals(&s, Scenario::Steady, 3),
+            arrivals(&s, Scenario::Steady, 3)
+        );
+        assert_ne!(
+            arrivals(&s, Scenario::Steady, 3),
+            arrivals(&s, Scenario::Steady, 4)
+        );
+    }
+
+    #[test]
+    fn steady_noise_is_factor_times_the_rate() {
+        let s = shape();
+        let a = arrivals(&s, Scenario::Steady, 11);
+        let noisy = a.iter().filter(|x| x.store == 0).count() as f64;
+        // Expected 1,800; sd ~42.
+        assert!((1_650.0..=1_950.0).contains(&noisy), "{noisy}");
+        assert!((s.offered_hz(Scenario::Steady) - 327.0).abs() < 1e-9);
+    }
+
+    #[test]
+    fn bulk_sends_the_steady_total_in_bursts_of_thousands() {
+        let s = Shape {
+            duration_ms: 120_000.0,
+            ..shape()
+        };
+        let a = arrivals(&s, Scenario::Bulk, 5);
+        let bursts: Vec<_> = a.iter().filter(|x| x.store == 0).collect();
+        assert_eq!(bursts.len(), 3);
+        assert_eq!(bursts.iter().map(|b| b.count).sum::<u32>(), 3_600);
+        assert!(bursts.iter().all(|b| b.count >= 1_000));
+        assert!(bursts.iter().all(|b| b.at_ms < s.duration_ms));
+        // The quiet stores are as in the baseline.
+        assert!(a.iter().filter(|x| x.store != 0).all(|x| x.count == 1));
+        // A total below the minimum is one burst of that total.
+        let small = Shape {
+            burst_actions_min: 5_000,
+            ..s
+        };
+        assert_eq!(small.bursts(0), vec![(small.duration_ms * 0.2, 3_600)]);
+    }
+
+    #[test]
+    fn several_noisy_stores_take_turns() {
+        let s = Shape {
+            noisy_stores: 2,
+            ..shape()
+        };
+        let b0 = s.bursts(0);
+        let b1 = s.bursts(1);
+        assert_eq!(b0.len(), 1);
+        assert!(b1[0].0 > b0[0].0);
+    }
+}

@@ -1,0 +1,907 @@
+//! `courier bench throughput`: how fast is it, and how far from what this
+//! PostgreSQL can do on this machine?
+//!
+//! In one run, for `synchronous_commit` on (the default) and off, on a
+//! PostgreSQL cluster of its own:
+//! - **ceiling**: `pgbench` with a claim-and-complete script (a table of
+//!   jobs; each transaction claims the oldest pending job `FOR UPDATE SKIP
+//!   LOCKED` and marks it done);
+//! - **claim to settle**: a backlog worked by in-process workers whose
+//!   provider is an in-process stub that accepts at once (claim, intent,
+//!   attempt, send, settle; no HTTP);
+//! - **end to end**: the same backlog through the whole protocol: the fake
+//!   provider over HTTP (faults off, latency zero) and its status webhooks
+//!   merged by the webhook API until every action is done.
+//!
+//! For each path: actions per second, transactions per action (commits of
+//! the database counted by the server, `pg_stat_database`), where the
+//! database time goes (`pg_stat_statements`, when the server can load it),
+//! and the peak resident memory of this process.
+//!
+//! # Invariants
+//! - Transaction counts are read only when no backend of the database is
+//!   connected, so every backend has published its counts.
+//! - A path is measured only when every action of its backlog reached the
+//!   state it measures; otherwise the run fails with a time-out.
+
+use crate::memory;
+use crate::pgbench::{self, PgbenchResult, PgbenchRun};
+use crate::stub::StubProvider;
+use crate::{bar, run_dir, BenchError};
+use courier_core::Limits;
+use courier_dispatch::server::{router, ServerConfig};
+use courier_dispatch::worker::{Provider, Worker, WorkerConfig};
+use courier_provider::fake::{FakeConfig, FaultRates, Latency, MsRange};
+use courier_provider::{ClientConfig, ProviderClient};
+use courier_store::bench_views::{
+    database_backends, database_synchronous_commit_set, database_xact_counts, statements_enable,
+    statements_reset, statements_top, StatementStat, PGBENCH_JOB_CLAIM_SCRIPT,
+};
+use courier_store::cluster::{find_binary, Cluster, StopMode};
+use courier_store::{ClaimMode, PgStore, StoreConfig};
+use serde::Serialize;
+use std::path::Path;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use tokio_util::sync::CancellationToken;
+
+/// Claim-to-settle actions per second the protocol should reach with
+/// synchronous commit on.
+pub const CLAIM_TO_SETTLE_TARGET_PER_S: f64 = 10_000.0;
+/// End-to-end actions per second the protocol should reach.
+pub const END_TO_END_TARGET_PER_S: f64 = 2_000.0;
+/// A worker's resident memory should stay below this.
+pub const WORKER_RSS_TARGET_KIB: u64 = 50 * 1024;
+
+const API_KEY: &str = "bench-api-key";
+const SECRET: &str = "bench-webhook-secret";
+const STATEMENTS_SHOWN: i64 = 8;
+
+/// Everything a throughput run needs; checked by [`ThroughputConfig::validate`].
+#[derive(Debug, Clone)]
+pub struct ThroughputConfig {
+    /// The backlog of each path.
+    pub actions: u32,
+    pub stores: u32,
+    pub workers: u32,
+    /// Actions each worker works on at once.
+    pub concurrency: u32,
+    pub claim_batch_max: u32,
+    pub store_in_flight_max: u32,
+    /// Connections of each worker's pool.
+    pub pool_size_max: usize,
+    pub claim: ClaimMode,
+    pub pgbench_clients: u32,
+    pub pgbench_seconds: u64,
+    /// Which `synchronous_commit` settings to measure, in order.
+    pub synchronous_commit: Vec<bool>,
+    pub seed: u64,
+    /// How long one path may take.
+    pub timeout_s: u64,
+    pub progress: bool,
+}
+
+impl ThroughputConfig {
+    pub fn new(seed: u64) -> Self {
+        ThroughputConfig {
+            actions: 20_000,
+            stores: 100,
+            workers: 4,
+            concurrency: 32,
+            claim_batch_max: 16,
+            store_in_flight_max: Limits::default().store_in_flight_max,
+            pool_size_max: 4,
+            claim: ClaimMode::Fair,
+            pgbench_clients: 8,
+            pgbench_seconds: 10,
+            synchronous_commit: vec![true, false],
+            seed,
+            timeout_s: 600,
+            progress: true,
+        }
+    }
+
+    /// Seconds, a tiny load: checks that everything runs, judges nothing.
+    pub fn smoke(seed: u64) -> Self {
+        ThroughputConfig {
+            actions: 300,
+            stores: 10,
+            workers: 2,
+            concurrency: 8,
+            pgbench_clients: 2,
+            pgbench_seconds: 1,
+            timeout_s: 120,
+            ..ThroughputConfig::new(seed)
+        }
+    }
+
+    pub fn validate(&self) -> Result<(), String> {
+        if !(1..=1_000_000).contains(&self.actions) {
+            return Err("--actions must be within 1..=1000000".into());
+        }
+        if !(1..=10_000).contains(&self.stores) {
+            return Err("--stores must be within 1..=10000".into());
+        }
+        if !(1..=64).contains(&self.workers) {
+            return Err("--workers must be within 1..=64".into());
+        }
+        if !(1..=1024).contains(&self.concurrency) {
+            return Err("--concurrency must be within 1..=1024".into());
+        }
+        if !(1..=1000).contains(&self.claim_batch_max) {
+            return Err("--claim-batch-max must be within 1..=1000".into());
+        }
+        if !(1..=10_000).contains(&self.store_in_flight_max) {
+            return Err("--store-in-flight-max must be within 1..=10000".into());
+        }
+        if !(1..=64).contains(&self.pool_size_max) {
+            return Err("--pool-size must be within 1..=64".into());
+        }
+        if self.workers as usize * self.pool_size_max > 256 {
+            return Err("--workers times --pool-size must be at most 256 connections".into());
+        }
+        if !(1..=256).contains(&self.pgbench_clients) {
+            return Err("--pgbench-clients must be within 1..=256".into());
+        }
+        if !(1..=600).contains(&self.pgbench_seconds) {
+            return Err("--pgbench-seconds must be within 1..=600".into());
+        }
+        if self.synchronous_commit.is_empty() || self.synchronous_commit.len() > 2 {
+            return Err("measure synchronous commit on, off, or both".into());
+        }
+        if !(1..=3600).contains(&self.timeout_s) {
+            return Err("--timeout-s must be within 1..=3600".into());
+        }
+        Ok(())
+    }
+
+    fn limits(&self) -> Result<Limits, String> {
+        let l = Limits {
+            worker_concurrency_max: self.concurrency,
+            claim_batch_max: self.claim_batch_max,
+            store_in_flight_max: self.store_in_flight_max,
+            ..Limits::default()
+        };
+        l.validate().map_err(|e| e.to_string())?;
+        Ok(l)
+    }
+
+    /// Jobs for pgbench: enough for 40,000 transactions a second.
+    fn pgbench_jobs(&self) -> u32 {
+        (self.pgbench_seconds as u32)
+            .saturating_mul(40_000)
+            .max(10_000)
+    }
+}
+
+/// One path's figures.
+#[derive(Debug, Clone, Serialize)]
+pub struct PathResult {
+    pub actions: u64,
+    pub elapsed_s: f64,
+    pub actions_per_s: f64,
+    /// Commits in the database during the path, the benchmark's own
+    /// progress reads taken out.
+    pub transactions: i64,
+    pub rollbacks: i64,
+    pub transactions_per_action: f64,
+    /// Where the database time went (empty without pg_stat_statements).
+    pub statements: Vec<StatementStat>,
+    /// Execution time of all statements of the path, per action.
+    pub db_exec_us_per_action: Option<f64>,
+    /// Peak resident memory of this process during the path.
+    pub peak_rss_kib: Option<u64>,
+}
+
+/// Everything measured with one `synchronous_commit` setting.
+#[derive(Debug, Clone, Serialize)]
+pub struct SyncResult {
+    pub synchronous_commit: bool,
+    pub pgbench: PgbenchResult,
+    /// True when pgbench ran out of pending jobs (its figure is then too high).
+    pub pgbench_exhausted: bool,
+    pub claim_to_settle: PathResult,
+    pub end_to_end: PathResult,
+    /// Claim-to-settle actions per second over pgbench transactions per second.
+    pub claim_to_settle_vs_pgbench: f64,
+    pub end_to_end_vs_pgbench: f64,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct ThroughputSettings {
+    pub actions: u32,
+    pub stores: u32,
+    pub workers: u32,
+    pub concurrency: u32,
+    pub claim_batch_max: u32,
+    pub store_in_flight_max: u32,
+    pub pool_size_max: usize,
+    pub claim: ClaimMode,
+    pub pgbench_clients: u32,
+    pub pgbench_seconds: u64,
+    pub statement_statistics: bool,
+}
+
+/// The targets, met or not; the lead decides what to change.
+#[derive(Debug, Clone, Serialize)]
+pub struct ThroughputTargets {
+    pub claim_to_settle_sync_on_per_s: Option<f64>,
+    pub claim_to_settle_met: Option<bool>,
+    pub end_to_end_best_per_s: f64,
+    pub end_to_end_met: bool,
+    /// The peak resident memory of the claim-to-settle path, all workers of
+    /// this process together.
+    pub worker_rss_kib: Option<u64>,
+    pub worker_rss_met: Option<bool>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct ThroughputReport {
+    pub seed: u64,
+    pub settings: ThroughputSettings,
+    pub results: Vec<SyncResult>,
+    pub targets: ThroughputTargets,
+    /// The largest peak resident memory of any path.
+    pub peak_rss_kib_run: Option<u64>,
+    pub wall_time_s: f64,
+}
+
+impl ThroughputReport {
+    /// The results as text: figures, ratios, where the time goes, targets.
+    pub fn table(&self) -> String {
+        let mut out = String::new();
+        let s = &self.settings;
+        out.push_str(&format!(
+            "{} actions over {} stores · {} workers x {} (claim {:?}, batch {}, pool {}) · pgbench {} clients x {} s\n\n",
+            s.actions, s.stores, s.workers, s.concurrency, s.claim, s.claim_batch_max,
+            s.pool_size_max, s.pgbench_clients, s.pgbench_seconds
+        ));
+        out.push_str(&format!(
+            "{:<22} {:<26} {:>11} {:>10} {:>9} {:>10}\n",
+            "synchronous_commit", "path", "per s", "vs ceiling", "tx/action", "peak RSS"
+        ));
+        for r in &self.results {
+            let sc = if r.synchronous_commit { "on" } else { "off" };
+            out.push_str(&format!(
+                "{:<22} {:<26} {:>11.0} {:>10} {:>9} {:>10}\n",
+                sc, "pgbench claim+complete", r.pgbench.tps, "1.00x", "1", "-"
+            ));
+            for (name, p, vs) in [
+                (
+                    "claim to settle (stub)",
+                    &r.claim_to_settle,
+                    r.claim_to_settle_vs_pgbench,
+                ),
+                (
+                    "end to end (HTTP+hooks)",
+                    &r.end_to_end,
+                    r.end_to_end_vs_pgbench,
+                ),
+            ] {
+                out.push_str(&format!(
+                    "{:<22} {:<26} {:>11.0} {:>9.2}x {:>9.1} {:>10}\n",
+                    "",
+                    name,
+                    p.actions_per_s,
+                    vs,
+                    p.transactions_per_action,
+                    p.peak_rss_kib
+                        .map_or("-".to_string(), |k| format!("{:.1} MiB", k as f64 / 1024.0))
+                ));
+            }
+            if r.pgbench_exhausted {
+                out.push_str("  (pgbench ran out of pending jobs: its figure is too high)\n");
+            }
+        }
+        for r in &self.results {
+            let sc = if r.synchronous_commit { "on" } else { "off" };
+            for (name, p) in [
+                ("claim to settle", &r.claim_to_settle),
+                ("end to end", &r.end_to_end),
+            ] {
+                if p.statements.is_empty() {
+                    continue;
+                }
+                out.push_str(&format!(
+                    "\nwhere the database time goes: {name}, synchronous_commit {sc} ({}):\n",
+                    p.db_exec_us_per_action.map_or("-".into(), |u| format!(
+                        "{u:.0} us of statement time per action"
+                    ))
+                ));
+                out.push_str(&format!(
+                    "  {:>8} {:>9} {:>9}  statement\n",
+                    "calls/act", "mean us", "share"
+                ));
+                let total: f64 = p.statements.iter().map(|s| s.total_exec_ms).sum();
+                for st in &p.statements {
+                    let q: String = st.query.chars().take(88).collect();
+                    out.push_str(&format!(
+                        "  {:>8.2} {:>9.0} {:>8.0}%  {}\n",
+                        st.calls as f64 / p.actions.max(1) as f64,
+                        st.mean_exec_us,
+                        100.0 * st.total_exec_ms / total.max(1e-9),
+                        q
+                    ));
+                }
+            }
+        }
+        let t = &self.targets;
+        let met = |m: Option<bool>| match m {
+            Some(true) => "met",
+            Some(false) => "NOT met",
+            None => "not measured",
+        };
+        out.push_str("\ntargets:\n");
+        out.push_str(&format!(
+            "  claim to settle >= {:.0}/s with synchronous commit on: {} ({})\n",
+            CLAIM_TO_SETTLE_TARGET_PER_S,
+            t.claim_to_settle_sync_on_per_s
+                .map_or("-".into(), |v| format!("{v:.0}/s")),
+            met(t.claim_to_settle_met)
+        ));
+        out.push_str(&format!(
+            "  end to end >= {:.0}/s: {:.0}/s best ({})\n",
+            END_TO_END_TARGET_PER_S,
+            t.end_to_end_best_per_s,
+            met(Some(t.end_to_end_met))
+        ));
+        out.push_str(&format!(
+            "  worker resident memory < {} MiB: {} ({}; all {} in-process workers of this process together, with the benchmark itself)\n",
+            WORKER_RSS_TARGET_KIB / 1024,
+            t.worker_rss_kib
+                .map_or("-".into(), |k| format!("{:.1} MiB peak", k as f64 / 1024.0)),
+            met(t.worker_rss_met),
+            self.settings.workers
+        ));
+        out
+    }
+}
+
+/// Runs the ceiling and both paths for each `synchronous_commit` setting.
+pub async fn run(cfg: &ThroughputConfig) -> Result<ThroughputReport, BenchError> {
+    cfg.validate().map_err(BenchError::Settings)?;
+    let limits = cfg.limits().map_err(BenchError::Settings)?;
+    let started = Instant::now();
+    let dir = run_dir("courier-bench-throughput-")?;
+    let stat_statements = statements_library_present();
+    let mut cluster = Cluster::new(dir.path().join("pg"));
+    if stat_statements {
+        cluster = cluster
+            .setting("shared_preload_libraries", "pg_stat_statements")
+            .setting("pg_stat_statements.track", "all");
+    }
+    let c = cluster.clone();
+    let server_url = tokio::task::spawn_blocking(move || c.start()).await??;
+    let result = async {
+        let port = {
+            let c = cluster.clone();
+            tokio::task::spawn_blocking(move || c.running_port())
+                .await??
+                .ok_or_else(|| BenchError::Task("the cluster stopped".into()))?
+        };
+        let statements = stat_statements && statements_enable(&server_url).await?;
+        let ctx = Ctx {
+            cfg,
+            limits,
+            server_url: server_url.clone(),
+            port,
+            dir: dir.path(),
+            statements,
+        };
+        // The ceilings and the claim-to-settle paths first, the end-to-end
+        // paths last: the process's peak memory can only be reset to what
+        // it holds, and the allocator keeps what the larger end-to-end
+        // path took, which would otherwise count as the workers'.
+        let mut first = Vec::new();
+        for &sync in &cfg.synchronous_commit {
+            let (pgbench, exhausted) = ceiling(&ctx, sync).await?;
+            let c2s = claim_to_settle(&ctx, sync).await?;
+            first.push((sync, pgbench, exhausted, c2s));
+        }
+        let mut results = Vec::new();
+        for (sync, pgbench, pgbench_exhausted, claim_to_settle) in first {
+            let end_to_end = end_to_end(&ctx, sync).await?;
+            results.push(SyncResult {
+                synchronous_commit: sync,
+                claim_to_settle_vs_pgbench: crate::stats::ratio(
+                    claim_to_settle.actions_per_s,
+                    pgbench.tps,
+                ),
+                end_to_end_vs_pgbench: crate::stats::ratio(end_to_end.actions_per_s, pgbench.tps),
+                pgbench,
+                pgbench_exhausted,
+                claim_to_settle,
+                end_to_end,
+            });
+        }
+        Ok::<_, BenchError>((results, statements))
+    }
+    .await;
+    let c = cluster.clone();
+    let stopped = tokio::task::spawn_blocking(move || c.stop(StopMode::Fast)).await?;
+    let (results, statements) = result?;
+    stopped?;
+
+    let on = results.iter().find(|r| r.synchronous_commit);
+    let c2s_on = on.map(|r| r.claim_to_settle.actions_per_s);
+    let e2e_best = results
+        .iter()
+        .map(|r| r.end_to_end.actions_per_s)
+        .fold(0.0, f64::max);
+    let worker_rss = results
+        .iter()
+        .filter_map(|r| r.claim_to_settle.peak_rss_kib)
+        .max();
+    let peak_rss_kib_run = results
+        .iter()
+        .flat_map(|r| [r.claim_to_settle.peak_rss_kib, r.end_to_end.peak_rss_kib])
+        .flatten()
+        .max();
+    let targets = ThroughputTargets {
+        claim_to_settle_sync_on_per_s: c2s_on,
+        claim_to_settle_met: c2s_on.map(|v| v >= CLAIM_TO_SETTLE_TARGET_PER_S),
+        end_to_end_best_per_s: e2e_best,
+        end_to_end_met: e2e_best >= END_TO_END_TARGET_PER_S,
+        worker_rss_kib: worker_rss,
+        worker_rss_met: worker_rss.map(|k| k < WORKER_RSS_TARGET_KIB),
+    };
+    Ok(ThroughputReport {
+        seed: cfg.seed,
+        settings: ThroughputSettings {
+            actions: cfg.actions,
+            stores: cfg.stores,
+            workers: cfg.workers,
+            concurrency: cfg.concurrency,
+            claim_batch_max: cfg.claim_batch_max,
+            store_in_flight_max: cfg.store_in_flight_max,
+            pool_size_max: cfg.pool_size_max,
+            claim: cfg.claim,
+            pgbench_clients: cfg.pgbench_clients,
+            pgbench_seconds: cfg.pgbench_seconds,
+            statement_statistics: statements,
+        },
+        results,
+        targets,
+        peak_rss_kib_run,
+        wall_time_s: started.elapsed().as_secs_f64(),
+    })
+}
+
+/// True when this PostgreSQL has pg_stat_statements (a server that cannot
+/// load a preloaded library does not start, so look before asking for it).
+fn statements_library_present() -> bool {
+    // Follow a symlink on PATH to the versioned directory (bin/ next to lib/).
+    find_binary("postgres")
+        .ok()
+        .and_then(|p| std::fs::canonicalize(p).ok())
+        .and_then(|p| p.parent().and_then(|b| b.parent()).map(|d| d.join("lib")))
+        .is_some_and(|lib| lib.join("pg_stat_statements.so").is_file())
+}
+
+struct Ctx<'a> {
+    cfg: &'a ThroughputConfig,
+    limits: Limits,
+    server_url: String,
+    port: u16,
+    dir: &'a Path,
+    statements: bool,
+}
+
+fn sync_name(sync: bool) -> &'static str {
+    if sync {
+        "on"
+    } else {
+        "off"
+    }
+}
+
+/// A fresh database with the given synchronous commit setting; its URL.
+async fn fresh_database(ctx: &Ctx<'_>, name: &str, sync: bool) -> Result<String, BenchError> {
+    let url = courier_store::database_recreate(&ctx.server_url, name).await?;
+    database_synchronous_commit_set(&ctx.server_url, name, sync).await?;
+    Ok(url)
+}
+
+fn store_config(url: &str, pool: usize, migrate: bool) -> StoreConfig {
+    let mut sc = StoreConfig::new(url);
+    sc.pool_size_max = pool;
+    sc.migrate = migrate;
+    sc
+}
+
+/// Waits until no backend is connected to the database (bounded).
+async fn backends_gone(ctx: &Ctx<'_>, name: &str) -> Result<(), BenchError> {
+    let limit = Duration::from_secs(30);
+    let deadline = Instant::now() + limit;
+    loop {
+        let n = database_backends(&ctx.server_url, name).await?;
+        if n == 0 {
+            return Ok(());
+        }
+        if Instant::now() >= deadline {
+            return Err(BenchError::Timeout {
+                what: format!("the connections to {name} to close"),
+                limit,
+                detail: format!("{n} still connected"),
+            });
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// pgbench's claim-and-complete ceiling; true when it ran out of jobs.
+async fn ceiling(ctx: &Ctx<'_>, sync: bool) -> Result<(PgbenchResult, bool), BenchError> {
+    let name = "courier_bench_pgbench";
+    let url = fresh_database(ctx, name, sync).await?;
+    let jobs = ctx.cfg.pgbench_jobs();
+    {
+        let store = PgStore::connect(&store_config(&url, 1, false)).await?;
+        store.pgbench_jobs_create(jobs).await?;
+    }
+    let b = bar(
+        ctx.cfg.progress,
+        ctx.cfg.pgbench_seconds,
+        "{prefix} [{bar:30}] {msg}",
+    );
+    b.set_prefix(format!("pgbench, synchronous_commit {}", sync_name(sync)));
+    b.set_message(format!(
+        "{} clients for {} s",
+        ctx.cfg.pgbench_clients, ctx.cfg.pgbench_seconds
+    ));
+    b.enable_steady_tick(Duration::from_millis(250));
+    let result = pgbench::run(PgbenchRun {
+        port: ctx.port,
+        database: name,
+        script: PGBENCH_JOB_CLAIM_SCRIPT,
+        clients: ctx.cfg.pgbench_clients,
+        threads: 2,
+        seconds: ctx.cfg.pgbench_seconds,
+        dir: ctx.dir,
+    })
+    .await;
+    b.finish_with_message(match &result {
+        Ok(r) => format!("{:.0} transactions/s", r.tps),
+        Err(_) => "failed".to_string(),
+    });
+    let result = result?;
+    let store = PgStore::connect(&store_config(&url, 1, false)).await?;
+    let done = store.pgbench_jobs_done().await?;
+    Ok((result, done >= i64::from(jobs)))
+}
+
+/// Starts `workers` in-process workers on `url` with `provider`.
+async fn start_workers<P: Provider + Clone>(
+    ctx: &Ctx<'_>,
+    url: &str,
+    provider: P,
+    reconcile_one: bool,
+    shutdown: &CancellationToken,
+) -> Result<(Vec<Arc<Worker<P>>>, tokio::task::JoinSet<()>), BenchError> {
+    let mut workers = Vec::new();
+    let mut tasks = tokio::task::JoinSet::new();
+    for i in 0..ctx.cfg.workers {
+        let store = PgStore::connect(&store_config(url, ctx.cfg.pool_size_max, false)).await?;
+        let worker = Arc::new(Worker::new(
+            store,
+            provider.clone(),
+            WorkerConfig {
+                limits: ctx.limits.clone(),
+                claim_mode: ctx.cfg.claim,
+                owner: format!("{}-w{i}", courier_dispatch::owner_name()),
+                idle_poll_ms: 20,
+                reconcile: reconcile_one && i == 0,
+                seed: ctx.cfg.seed.wrapping_add(u64::from(i)),
+                unsafe_resend: None,
+            },
+        ));
+        workers.push(worker.clone());
+        let token = shutdown.clone();
+        tasks.spawn(async move { worker.run(token).await });
+    }
+    Ok((workers, tasks))
+}
+
+/// Counters and statement statistics around one path.
+struct Meter {
+    name: &'static str,
+    before: (i64, i64),
+}
+
+impl Meter {
+    async fn start(ctx: &Ctx<'_>, name: &'static str) -> Result<Meter, BenchError> {
+        backends_gone(ctx, name).await?;
+        let before = database_xact_counts(&ctx.server_url, name).await?;
+        if ctx.statements {
+            statements_reset(&ctx.server_url).await?;
+        }
+        memory::peak_reset();
+        Ok(Meter { name, before })
+    }
+
+    /// Call after every pool of the database was dropped. `own_reads` is the
+    /// number of single-statement transactions the benchmark itself ran.
+    async fn finish(
+        self,
+        ctx: &Ctx<'_>,
+        actions: u64,
+        elapsed: Duration,
+        own_reads: i64,
+        peak_rss_kib: Option<u64>,
+    ) -> Result<PathResult, BenchError> {
+        backends_gone(ctx, self.name).await?;
+        let after = database_xact_counts(&ctx.server_url, self.name).await?;
+        let transactions = (after.0 - self.before.0 - own_reads).max(0);
+        let statements = if ctx.statements {
+            statements_top(&ctx.server_url, self.name, 1000).await?
+        } else {
+            Vec::new()
+        };
+        let db_exec_us_per_action = (!statements.is_empty()).then(|| {
+            statements.iter().map(|s| s.total_exec_ms).sum::<f64>() * 1000.0 / actions.max(1) as f64
+        });
+        let elapsed_s = elapsed.as_secs_f64().max(1e-9);
+        Ok(PathResult {
+            actions,
+            elapsed_s,
+            actions_per_s: actions as f64 / elapsed_s,
+            transactions,
+            rollbacks: after.1 - self.before.1,
+            transactions_per_action: transactions as f64 / actions.max(1) as f64,
+            statements: statements
+                .into_iter()
+                .take(STATEMENTS_SHOWN as usize)
+                .collect(),
+            db_exec_us_per_action,
+            peak_rss_kib,
+        })
+    }
+}
+
+fn store_names(n: u32) -> Vec<String> {
+    (0..n).map(|i| format!("store-{i:03}")).collect()
+}
+
+/// Enqueues the backlog on a fresh database and closes the connection.
+async fn backlog(ctx: &Ctx<'_>, name: &str, sync: bool) -> Result<String, BenchError> {
+    let url = fresh_database(ctx, name, sync).await?;
+    let store = PgStore::connect(&store_config(&url, 1, true)).await?;
+    store
+        .actions_enqueue_bulk(&store_names(ctx.cfg.stores), ctx.cfg.actions)
+        .await?;
+    store.tables_analyze().await?;
+    Ok(url)
+}
+
+/// Waits until `reached()` counts the whole backlog; returns when.
+async fn until_all(
+    ctx: &Ctx<'_>,
+    what: &str,
+    bar: &indicatif::ProgressBar,
+    mut reached: impl AsyncFnMut() -> Result<u64, BenchError>,
+) -> Result<Instant, BenchError> {
+    let total = u64::from(ctx.cfg.actions);
+    let limit = Duration::from_secs(ctx.cfg.timeout_s);
+    let deadline = Instant::now() + limit;
+    loop {
+        let n = reached().await?;
+        bar.set_position(n.min(total));
+        if n >= total {
+            return Ok(Instant::now());
+        }
+        if Instant::now() >= deadline {
+            return Err(BenchError::Timeout {
+                what: what.to_string(),
+                limit,
+                detail: format!("{n} of {total}"),
+            });
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+async fn claim_to_settle(ctx: &Ctx<'_>, sync: bool) -> Result<PathResult, BenchError> {
+    let name = "courier_bench_c2s";
+    let url = backlog(ctx, name, sync).await?;
+    let meter = Meter::start(ctx, name).await?;
+    let b = bar(
+        ctx.cfg.progress,
+        u64::from(ctx.cfg.actions),
+        "{prefix} [{bar:30}] {pos}/{len} settled",
+    );
+    b.set_prefix(format!(
+        "claim to settle, synchronous_commit {}",
+        sync_name(sync)
+    ));
+    let stub = StubProvider::new();
+    let shutdown = CancellationToken::new();
+    let started = Instant::now();
+    let (workers, mut tasks) = start_workers(ctx, &url, stub.clone(), false, &shutdown).await?;
+    let settled = || -> u64 {
+        workers
+            .iter()
+            .map(|w| w.stats().settled.load(Ordering::Relaxed))
+            .sum()
+    };
+    let finished = until_all(ctx, "claim to settle", &b, async || Ok(settled())).await;
+    shutdown.cancel();
+    while let Some(r) = tasks.join_next().await {
+        r?;
+    }
+    let peak = memory::peak_kib();
+    b.finish();
+    let finished = finished?;
+    let actions = settled();
+    drop(workers);
+    let result = meter
+        .finish(ctx, actions, finished - started, 0, peak)
+        .await?;
+    // The stub saw one message per action, and the database agrees.
+    let store = PgStore::connect(&store_config(&url, 1, false)).await?;
+    let p = store.actions_progress().await?;
+    if p.settled != i64::from(ctx.cfg.actions) || stub.messages() != ctx.cfg.actions as usize {
+        return Err(BenchError::Task(format!(
+            "claim to settle: {} actions settled in the database and {} messages at the stub, expected {}",
+            p.settled,
+            stub.messages(),
+            ctx.cfg.actions
+        )));
+    }
+    Ok(result)
+}
+
+async fn end_to_end(ctx: &Ctx<'_>, sync: bool) -> Result<PathResult, BenchError> {
+    let name = "courier_bench_e2e";
+    let url = backlog(ctx, name, sync).await?;
+    let meter = Meter::start(ctx, name).await?;
+    let b = bar(
+        ctx.cfg.progress,
+        u64::from(ctx.cfg.actions),
+        "{prefix} [{bar:30}] {pos}/{len} done",
+    );
+    b.set_prefix(format!(
+        "end to end, synchronous_commit {}",
+        sync_name(sync)
+    ));
+
+    // The webhook API, in-process.
+    let shutdown = CancellationToken::new();
+    let api_store = PgStore::connect(&store_config(&url, 16, false)).await?;
+    let app = router(
+        api_store,
+        ServerConfig {
+            limits: ctx.limits.clone(),
+            webhook_secret: SECRET.as_bytes().to_vec(),
+            api_token: None,
+            request_timeout: Duration::from_secs(30),
+        },
+    );
+    let listener = tokio::net::TcpListener::bind(("127.0.0.1", 0)).await?;
+    let api = format!("http://{}", listener.local_addr()?);
+    let stop = shutdown.clone();
+    let server = tokio::spawn(async move {
+        axum::serve(listener, app)
+            .with_graceful_shutdown(async move { stop.cancelled().await })
+            .await
+    });
+
+    // The fake provider: no faults, no latency, statuses within milliseconds.
+    let mut fake = FakeConfig::new(
+        ctx.dir.join(format!("provider-{}.jsonl", sync_name(sync))),
+        API_KEY,
+        SECRET,
+    );
+    fake.faults = FaultRates::NONE;
+    fake.latency = Latency::ZERO;
+    fake.seed = ctx.cfg.seed;
+    fake.sent_after_ms = MsRange::new(1, 5);
+    fake.delivered_after_ms = MsRange::new(1, 5);
+    fake.webhook_concurrency_max = 256;
+    let provider = courier_provider::fake::start(fake).await?;
+    let client = ProviderClient::new(ClientConfig {
+        base_url: provider.url(),
+        api_key: API_KEY.into(),
+        status_callback: Some(format!("{api}/v1/webhooks/provider")),
+        timeout: Duration::from_millis(ctx.limits.request_timeout_ms),
+    })
+    .map_err(|e| BenchError::Settings(e.to_string()))?;
+
+    let started = Instant::now();
+    let workers_shutdown = CancellationToken::new();
+    let (workers, mut tasks) = start_workers(ctx, &url, client, true, &workers_shutdown).await?;
+    let probe = PgStore::connect(&store_config(&url, 1, false)).await?;
+    let total = u64::from(ctx.cfg.actions);
+    let mut reads = 0i64;
+    let mut last_read: Option<Instant> = None;
+    let finished = until_all(ctx, "end to end", &b, async || {
+        // Until every action is settled the workers' own counters tell
+        // progress; after that the database (done needs the webhooks),
+        // read at most ten times a second so the reads cost little.
+        let settled: u64 = workers
+            .iter()
+            .map(|w| w.stats().settled.load(Ordering::Relaxed))
+            .sum();
+        if settled < total || last_read.is_some_and(|t| t.elapsed() < Duration::from_millis(100)) {
+            return Ok(settled.min(total.saturating_sub(1)));
+        }
+        last_read = Some(Instant::now());
+        reads += 1;
+        Ok(probe.actions_progress().await?.done.max(0) as u64)
+    })
+    .await;
+    workers_shutdown.cancel();
+    while let Some(r) = tasks.join_next().await {
+        r?;
+    }
+    let peak = memory::peak_kib();
+    b.finish();
+    provider.shutdown().await?;
+    shutdown.cancel();
+    server
+        .await?
+        .map_err(|e| BenchError::Task(format!("webhook server: {e}")))?;
+    let finished = finished?;
+    drop(workers);
+    drop(probe);
+    meter
+        .finish(
+            ctx,
+            u64::from(ctx.cfg.actions),
+            finished - started,
+            reads,
+            peak,
+        )
+        .await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn defaults_and_smoke_settings_are_valid() {
+        assert_eq!(ThroughputConfig::new(1).validate(), Ok(()));
+        assert_eq!(ThroughputConfig::smoke(1).validate(), Ok(()));
+        assert!(ThroughputConfig::new(1).limits().is_ok());
+    }
+
+    #[test]
+    fn bad_settings_name_their_flag() {
+        let base = ThroughputConfig::new(1);
+        let cases = [
+            (
+                ThroughputConfig {
+                    actions: 0,
+                    ..base.clone()
+                },
+                "--actions",
+            ),
+            (
+                ThroughputConfig {
+                    workers: 65,
+                    ..base.clone()
+                },
+                "--workers",
+            ),
+            (
+                ThroughputConfig {
+                    workers: 64,
+                    pool_size_max: 8,
+                    ..base.clone()
+                },
+                "--pool-size",
+            ),
+            (
+                ThroughputConfig {
+                    pgbench_seconds: 0,
+                    ..base.clone()
+                },
+                "--pgbench-seconds",
+            ),
+        ];
+        for (cfg, flag) in cases {
+            let err = cfg.validate().expect_err(flag);
+            assert!(err.contains(flag), "{err:?} does not name {flag}");
+        }
+    }
+}

@@ -1,0 +1,303 @@
+//! `courier bench fairness | throughput`: flags in, figures out. The work is
+//! in the `courier-bench` crate; this module only parses flags and prints.
+//!
+//! Every flag left out takes the benchmark's default, or with `--smoke` the
+//! smoke default (seconds, a tiny load: it checks that everything runs and
+//! judges no timing).
+
+use courier_bench::fairness::{self, FairnessConfig};
+use courier_bench::throughput::{self, ThroughputConfig};
+use courier_provider::fake::Latency;
+use courier_store::ClaimMode;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+#[derive(clap::Args)]
+pub struct Args {
+    #[command(subcommand)]
+    which: Which,
+}
+
+#[derive(clap::Subcommand)]
+enum Which {
+    /// Will one noisy store hurt the others? Quiet stores' latency with fair
+    /// and with FIFO claiming, in three scenarios, in one run.
+    Fairness(FairnessArgs),
+    /// How fast is it? End to end, claim to settle alone, and this
+    /// PostgreSQL's own ceiling (pgbench), with synchronous commit on and off.
+    Throughput(ThroughputArgs),
+}
+
+#[derive(clap::Args)]
+struct FairnessArgs {
+    /// Stores (default 100; 10 with --smoke).
+    #[arg(long)]
+    stores: Option<u32>,
+    /// How many stores are noisy in the noisy scenarios (default 1).
+    #[arg(long)]
+    noisy_stores: Option<u32>,
+    /// How many times the others' rate a noisy store sends (default 10).
+    #[arg(long)]
+    noise_factor: Option<u32>,
+    /// Arrivals per second of each ordinary store (default 2; 5 with --smoke).
+    #[arg(long)]
+    rate_per_store: Option<f64>,
+    /// Length of each scenario's load in each round (default 50; 3 with --smoke).
+    #[arg(long)]
+    duration_s: Option<u64>,
+    /// Runs of every scenario and claim mode, in alternating order, pooled
+    /// (default 2; 1 with --smoke).
+    #[arg(long)]
+    rounds: Option<u32>,
+    /// Actions enqueued in the first seconds are not measured (default 2; 0 with --smoke).
+    #[arg(long)]
+    warmup_s: Option<u64>,
+    /// Seed of the arrival schedules (random when not given; printed first).
+    #[arg(long)]
+    seed: Option<u64>,
+    /// In-process workers (default: sized for the target utilisation).
+    #[arg(long)]
+    workers: Option<u32>,
+    /// Actions each worker works on at once (default: sized for the target utilisation).
+    #[arg(long)]
+    concurrency: Option<u32>,
+    /// Actions of one store held by workers at once (default 1).
+    #[arg(long)]
+    store_in_flight_max: Option<u32>,
+    /// Actions claimed in one round trip (default 16).
+    #[arg(long)]
+    claim_batch_max: Option<u32>,
+    /// How long an idle worker waits before claiming again (default 10).
+    #[arg(long)]
+    idle_poll_ms: Option<u64>,
+    /// The share of worker capacity the baseline keeps busy (default 0.6).
+    #[arg(long)]
+    utilisation_target: Option<f64>,
+    /// Length of the calibration run that measures how long an action holds
+    /// a worker slot, to size the capacity; 0 skips it (default 10; 2 with --smoke).
+    #[arg(long)]
+    calibration_s: Option<u64>,
+    /// The provider's latency: MS, uniform:MIN..MAX or lognormal:median=MS,sigma=S
+    /// (default lognormal:median=25,sigma=0.5).
+    #[arg(long)]
+    latency: Option<Latency>,
+    /// A bulk store's bursts are at least this large (default 1000; 50 with --smoke).
+    #[arg(long)]
+    burst_actions_min: Option<u32>,
+    /// Where to write the SVG chart.
+    #[arg(long, default_value = ".courier/bench/fairness.svg")]
+    chart: PathBuf,
+    /// Print the report as JSON on stdout (the rest goes to stderr).
+    #[arg(long)]
+    json: bool,
+    /// Seconds, a tiny load: checks that everything runs, judges no timing.
+    #[arg(long)]
+    smoke: bool,
+}
+
+#[derive(clap::Args)]
+struct ThroughputArgs {
+    /// The backlog of each path (default 20000; 300 with --smoke).
+    #[arg(long)]
+    actions: Option<u32>,
+    /// Stores the backlog is spread over (default 100; 10 with --smoke).
+    #[arg(long)]
+    stores: Option<u32>,
+    /// In-process workers (default 4; 2 with --smoke).
+    #[arg(long)]
+    workers: Option<u32>,
+    /// Actions each worker works on at once (default 32; 8 with --smoke).
+    #[arg(long)]
+    concurrency: Option<u32>,
+    /// Actions claimed in one round trip (default 16).
+    #[arg(long)]
+    claim_batch_max: Option<u32>,
+    /// Actions of one store held by workers at once (default 4, the courier's default).
+    #[arg(long)]
+    store_in_flight_max: Option<u32>,
+    /// Connections of each worker's pool (default 4).
+    #[arg(long)]
+    pool_size: Option<usize>,
+    /// fair or fifo (default fair).
+    #[arg(long)]
+    claim: Option<ClaimMode>,
+    /// pgbench clients (default 8; 2 with --smoke).
+    #[arg(long)]
+    pgbench_clients: Option<u32>,
+    /// pgbench run length (default 10; 1 with --smoke).
+    #[arg(long)]
+    pgbench_seconds: Option<u64>,
+    /// Measure with synchronous commit on, off, or both.
+    #[arg(long, default_value = "both", value_parser = ["on", "off", "both"])]
+    synchronous_commit: String,
+    /// Seed of the workers' jitter (random when not given; printed first).
+    #[arg(long)]
+    seed: Option<u64>,
+    /// How long one path may take (default 600).
+    #[arg(long)]
+    timeout_s: Option<u64>,
+    /// Print the report as JSON on stdout (the rest goes to stderr).
+    #[arg(long)]
+    json: bool,
+    /// Seconds, a tiny load: checks that everything runs, judges no timing.
+    #[arg(long)]
+    smoke: bool,
+}
+
+pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
+    match args.which {
+        Which::Fairness(a) => run_fairness(a).await,
+        Which::Throughput(a) => run_throughput(a).await,
+    }
+}
+
+/// Prints a human line: on stdout, or on stderr when stdout carries JSON.
+fn say(json: bool, text: &str) {
+    if json {
+        eprintln!("{text}");
+    } else {
+        println!("{text}");
+    }
+}
+
+async fn run_fairness(a: FairnessArgs) -> anyhow::Result<ExitCode> {
+    let seed = a.seed.unwrap_or_else(rand::random);
+    say(
+        a.json,
+        &format!("courier bench fairness: seed {seed} (replay the schedule with --seed {seed})"),
+    );
+    let mut cfg = if a.smoke {
+        FairnessConfig::smoke(seed)
+    } else {
+        FairnessConfig::new(seed)
+    };
+    macro_rules! set {
+        ($($flag:ident => $field:ident),* $(,)?) => { $(if let Some(v) = a.$flag { cfg.$field = v; })* };
+    }
+    set!(
+        stores => stores,
+        noisy_stores => noisy_stores,
+        noise_factor => noise_factor,
+        rate_per_store => rate_per_store_hz,
+        duration_s => duration_s,
+        rounds => rounds,
+        warmup_s => warmup_s,
+        store_in_flight_max => store_in_flight_max,
+        claim_batch_max => claim_batch_max,
+        idle_poll_ms => idle_poll_ms,
+        utilisation_target => utilisation_target,
+        calibration_s => calibration_s,
+        latency => latency,
+        burst_actions_min => burst_actions_min,
+    );
+    cfg.workers = a.workers.or(cfg.workers);
+    cfg.concurrency = a.concurrency.or(cfg.concurrency);
+    cfg.chart = Some(a.chart.clone());
+    cfg.validate().map_err(anyhow::Error::msg)?;
+    cfg.calibration().map_err(anyhow::Error::msg)?;
+    say(
+        a.json,
+        "PostgreSQL: a cluster of its own in a temporary directory, synchronous_commit=off \
+         (this measures the scheduler, not the disk)",
+    );
+    say(
+        a.json,
+        &format!(
+            "load: {} stores at {}/s each, {} noisy at {}x · provider latency {} (mean {:.1} ms), faults off{}",
+            cfg.stores,
+            cfg.rate_per_store_hz,
+            cfg.noisy_stores,
+            cfg.noise_factor,
+            cfg.latency,
+            courier_bench::stats::latency_mean_ms(&cfg.latency),
+            if a.smoke { " · SMOKE: timings are not judged" } else { "" }
+        ),
+    );
+    if cfg.calibration_s > 0 && (cfg.workers.is_none() || cfg.concurrency.is_none()) {
+        say(
+            a.json,
+            &format!(
+                "capacity: sized for {:.0}% utilisation after a {} s calibration run at the baseline load",
+                cfg.utilisation_target * 100.0,
+                cfg.calibration_s
+            ),
+        );
+    }
+    let report = fairness::run(&cfg).await?;
+    if a.json {
+        println!("{}", serde_json::to_string_pretty(&report)?);
+    } else {
+        println!();
+        print!("{}", report.table());
+    }
+    if let Some(base) = report.run(courier_bench::schedule::Scenario::Baseline, ClaimMode::Fair) {
+        say(
+            a.json,
+            &format!(
+                "measured utilisation of the fair baseline: {:.0}% (mean claim-to-settle {:.1} ms)",
+                base.utilisation_measured * 100.0,
+                base.hold_mean_ms
+            ),
+        );
+    }
+    say(
+        a.json,
+        &format!(
+            "chart: {} · wall time {:.0} s",
+            a.chart.display(),
+            report.wall_time_s
+        ),
+    );
+    Ok(ExitCode::SUCCESS)
+}
+
+async fn run_throughput(a: ThroughputArgs) -> anyhow::Result<ExitCode> {
+    let seed = a.seed.unwrap_or_else(rand::random);
+    say(
+        a.json,
+        &format!("courier bench throughput: seed {seed} (--seed {seed})"),
+    );
+    let mut cfg = if a.smoke {
+        ThroughputConfig::smoke(seed)
+    } else {
+        ThroughputConfig::new(seed)
+    };
+    macro_rules! set {
+        ($($flag:ident => $field:ident),* $(,)?) => { $(if let Some(v) = a.$flag { cfg.$field = v; })* };
+    }
+    set!(
+        actions => actions,
+        stores => stores,
+        workers => workers,
+        concurrency => concurrency,
+        claim_batch_max => claim_batch_max,
+        store_in_flight_max => store_in_flight_max,
+        pool_size => pool_size_max,
+        claim => claim,
+        pgbench_clients => pgbench_clients,
+        pgbench_seconds => pgbench_seconds,
+        timeout_s => timeout_s,
+    );
+    cfg.synchronous_commit = match a.synchronous_commit.as_str() {
+        "on" => vec![true],
+        "off" => vec![false],
+        _ => vec![true, false],
+    };
+    cfg.validate().map_err(anyhow::Error::msg)?;
+    say(
+        a.json,
+        &format!(
+            "PostgreSQL: a cluster of its own in a temporary directory; workers, provider and webhook API run in this process{}",
+            if a.smoke { " · SMOKE: timings are not judged" } else { "" }
+        ),
+    );
+    let report = throughput::run(&cfg).await?;
+    if a.json {
+        println!("{}", serde_json::to_string_pretty(&report)?);
+    } else {
+        println!();
+        print!("{}", report.table());
+    }
+    say(a.json, &format!("wall time {:.0} s", report.wall_time_s));
+    Ok(ExitCode::SUCCESS)
+}
