@@ -21,7 +21,9 @@
 //!   fails with a time-out: a percentile never silently leaves out the slow tail.
 
 use crate::schedule::{arrivals, Arrival, Scenario, Shape};
-use crate::stats::{calibrate, latency_mean_ms, ratio, timeline_p95, Calibration, Percentiles};
+use crate::stats::{
+    calibrate, latency_mean_ms, median, ratio, timeline_p95, Calibration, Percentiles,
+};
 use crate::{bar, run_dir, BenchError};
 use courier_core::Limits;
 use courier_dispatch::worker::{Worker, WorkerConfig};
@@ -104,9 +106,9 @@ impl FairnessConfig {
             stores: 100,
             noisy_stores: 1,
             noise_factor: 10,
-            rate_per_store_hz: 2.0,
-            duration_s: 50,
-            rounds: 2,
+            rate_per_store_hz: 2.5,
+            duration_s: 40,
+            rounds: 3,
             warmup_s: 2,
             seed,
             workers: None,
@@ -275,12 +277,19 @@ pub struct FairnessRun {
     pub scenario: Scenario,
     pub label: String,
     pub claim: ClaimMode,
-    /// Every store but the noisy ones, enqueued after the warm-up.
+    /// Every store but the noisy ones, enqueued after the warm-up: each
+    /// figure the median of that figure over the rounds.
     pub quiet: Percentiles,
-    /// The quiet stores' p95 over the fair baseline's.
+    /// The quiet stores' p95 over the fair baseline's of the same round,
+    /// the median over the rounds: a round that a busy machine slowed is
+    /// outvoted instead of averaged in.
     pub quiet_p95_ratio: f64,
+    /// The quiet stores' figures of each round, in round order.
+    pub quiet_by_round: Vec<Percentiles>,
+    /// The p95 ratio of each round, in round order.
+    pub ratio_by_round: Vec<f64>,
     /// The noisy stores' own latency (in the baseline: the same stores,
-    /// sending like everyone else).
+    /// sending like everyone else), medians over the rounds.
     pub noisy: Option<Percentiles>,
     pub actions: u64,
     /// Arrivals per second offered (actions enqueued over the load's length).
@@ -351,8 +360,13 @@ impl FairnessReport {
             c.utilisation_planned * 100.0
         ));
         out.push_str(&format!(
-            "store_in_flight_max {} · claim batch {} · idle poll {} ms · synchronous_commit {}\n\n",
+            "store_in_flight_max {} · claim batch {} · idle poll {} ms · synchronous_commit {}\n",
             s.store_in_flight_max, s.claim_batch_max, s.idle_poll_ms, s.synchronous_commit
+        ));
+        out.push_str(&format!(
+            "{} round(s) of {} s per scenario and claim mode; latencies are the median over rounds, \
+             ratios the median of each round's ratio to that round's fair baseline\n\n",
+            s.rounds, s.duration_s
         ));
         out.push_str(&format!(
             "{:<26} {:<5} {:>9} {:>9} {:>9} {:>8} {:>10} {:>9} {:>6}\n",
@@ -629,14 +643,23 @@ async fn all_runs(ctx: &Ctx<'_>, plan: &Plan) -> Result<Vec<FairnessRun>, BenchE
         }
     }
     let mut runs = Vec::new();
-    let mut baseline_p95 = f64::NAN;
     for ((scenario, claim), samples) in order.into_iter().zip(pooled) {
-        let mut run = summarise(cfg, plan, scenario, claim, samples)?;
-        if scenario == Scenario::Baseline && claim == ClaimMode::Fair {
-            baseline_p95 = run.quiet.p95_ms;
-        }
-        run.quiet_p95_ratio = ratio(run.quiet.p95_ms, baseline_p95);
-        runs.push(run);
+        runs.push(summarise(cfg, plan, scenario, claim, samples)?);
+    }
+    // Each round's ratios against that round's fair baseline.
+    let base: Vec<f64> = runs
+        .iter()
+        .find(|r| r.scenario == Scenario::Baseline && r.claim == ClaimMode::Fair)
+        .map(|r| r.quiet_by_round.iter().map(|p| p.p95_ms).collect())
+        .unwrap_or_default();
+    for run in &mut runs {
+        run.ratio_by_round = run
+            .quiet_by_round
+            .iter()
+            .zip(&base)
+            .map(|(p, b)| ratio(p.p95_ms, *b))
+            .collect();
+        run.quiet_p95_ratio = median(run.ratio_by_round.iter().copied());
     }
     Ok(runs)
 }
@@ -670,14 +693,24 @@ fn summarise(
         .first()
         .map(|r| timeline_p95(&r.quiet_timeline, bin_ms, 5))
         .unwrap_or_default();
-    let quiet = Percentiles::from_us(rounds.iter().flat_map(|r| r.quiet_us.iter().copied()))
+    let quiet_by_round = rounds
+        .iter()
+        .map(|r| Percentiles::from_us(r.quiet_us.iter().copied()))
+        .collect::<Option<Vec<_>>>()
         .ok_or_else(|| {
             BenchError::Settings(format!(
-                "{label} ({}): no quiet-store action was measured; lengthen --duration-s or raise the rate",
+                "{label} ({}): a round measured no quiet-store action; lengthen --duration-s or raise the rate",
                 claim_name(claim)
             ))
         })?;
-    let noisy = Percentiles::from_us(rounds.iter().flat_map(|r| r.noisy_us.iter().copied()));
+    let quiet = Percentiles::median_of(&quiet_by_round).ok_or_else(|| {
+        BenchError::Settings(format!("{label} ({}): no round ran", claim_name(claim)))
+    })?;
+    let noisy_by_round: Vec<Percentiles> = rounds
+        .iter()
+        .filter_map(|r| Percentiles::from_us(r.noisy_us.iter().copied()))
+        .collect();
+    let noisy = Percentiles::median_of(&noisy_by_round);
     let actions: u64 = rounds.iter().map(|r| r.actions).sum();
     let hold_us: u64 = rounds.iter().map(|r| r.hold_us_total).sum();
     let window_ms: f64 = rounds.iter().map(|r| r.window_ms).sum::<f64>().max(1.0);
@@ -696,6 +729,8 @@ fn summarise(
         claim,
         quiet,
         quiet_p95_ratio: f64::NAN,
+        quiet_by_round,
+        ratio_by_round: Vec::new(),
         noisy,
         actions,
         offered_per_s: actions as f64 / load_s,
@@ -1010,6 +1045,8 @@ mod tests {
             claim,
             quiet: p,
             quiet_p95_ratio: ratio,
+            quiet_by_round: vec![p],
+            ratio_by_round: vec![ratio],
             noisy: None,
             actions: 10,
             offered_per_s: 1.0,

@@ -51,6 +51,38 @@ impl Percentiles {
     pub fn is_monotone(&self) -> bool {
         self.p50_ms <= self.p95_ms && self.p95_ms <= self.p99_ms && self.p99_ms <= self.max_ms
     }
+
+    /// Each figure the median of that figure over `rounds` (the count is the
+    /// total). Order is kept: a median of figures that are each ordered is
+    /// ordered. None when there are no rounds.
+    pub fn median_of(rounds: &[Percentiles]) -> Option<Percentiles> {
+        if rounds.is_empty() {
+            return None;
+        }
+        let m = |f: fn(&Percentiles) -> f64| median(rounds.iter().map(f));
+        Some(Percentiles {
+            count: rounds.iter().map(|p| p.count).sum(),
+            p50_ms: m(|p| p.p50_ms),
+            p95_ms: m(|p| p.p95_ms),
+            p99_ms: m(|p| p.p99_ms),
+            max_ms: m(|p| p.max_ms),
+        })
+    }
+}
+
+/// The median (the mean of the middle two for an even count); NaN for none.
+pub fn median(values: impl IntoIterator<Item = f64>) -> f64 {
+    let mut v: Vec<f64> = values.into_iter().collect();
+    if v.is_empty() {
+        return f64::NAN;
+    }
+    v.sort_by(f64::total_cmp);
+    let n = v.len();
+    if n % 2 == 1 {
+        v[n / 2]
+    } else {
+        (v[n / 2 - 1] + v[n / 2]) / 2.0
+    }
 }
 
 /// One point of latency over time.
@@ -182,6 +214,32 @@ mod tests {
         assert!((p.p99_ms - 990.0).abs() < 2.0, "{p:?}");
         assert!((p.max_ms - 1000.0).abs() < 1.0, "{p:?}");
         assert_eq!(Percentiles::from_us(Vec::<u64>::new()), None);
+    }
+
+    #[test]
+    fn medians_drop_one_outlying_round() {
+        assert_eq!(median([3.0, 1.0, 100.0]), 3.0);
+        assert_eq!(median([1.0, 2.0]), 1.5);
+        assert!(median(Vec::<f64>::new()).is_nan());
+        let p = |p50_ms, p95_ms, p99_ms| Percentiles {
+            count: 10,
+            p50_ms,
+            p95_ms,
+            p99_ms,
+            max_ms: p99_ms + 1.0,
+        };
+        let m = Percentiles::median_of(&[
+            p(10.0, 50.0, 90.0),
+            p(12.0, 900.0, 990.0),
+            p(9.0, 55.0, 80.0),
+        ])
+        .unwrap();
+        assert_eq!(
+            (m.count, m.p50_ms, m.p95_ms, m.p99_ms),
+            (30, 10.0, 55.0, 90.0)
+        );
+        assert!(m.is_monotone());
+        assert_eq!(Percentiles::median_of(&[]), None);
     }
 
     #[test]

@@ -39,14 +39,14 @@ struct FairnessArgs {
     /// How many times the others' rate a noisy store sends (default 10).
     #[arg(long)]
     noise_factor: Option<u32>,
-    /// Arrivals per second of each ordinary store (default 2; 5 with --smoke).
+    /// Arrivals per second of each ordinary store (default 2.5; 5 with --smoke).
     #[arg(long)]
     rate_per_store: Option<f64>,
-    /// Length of each scenario's load in each round (default 50; 3 with --smoke).
+    /// Length of each scenario's load in each round (default 40; 3 with --smoke).
     #[arg(long)]
     duration_s: Option<u64>,
-    /// Runs of every scenario and claim mode, in alternating order, pooled
-    /// (default 2; 1 with --smoke).
+    /// Runs of every scenario and claim mode, in alternating order; figures
+    /// are medians over the rounds (default 3; 1 with --smoke).
     #[arg(long)]
     rounds: Option<u32>,
     /// Actions enqueued in the first seconds are not measured (default 2; 0 with --smoke).
