@@ -10,7 +10,10 @@
 //!   ceiling of this PostgreSQL on this machine (pgbench), side by side.
 //!
 //! The pure parts (arrival schedules, percentiles, calibration) are in
-//! [`schedule`] and [`stats`]; everything else drives real servers.
+//! [`schedule`] and [`stats`]; everything else drives real servers:
+//! [`pgbench`] runs PostgreSQL's own benchmark tool, [`stub`] is the
+//! in-process provider of the claim-to-settle path, [`memory`] reads the
+//! process's resident memory and [`chart`] draws the fairness chart.
 //!
 //! # Invariants
 //! - Figures are compared within one run, never across runs: every run
@@ -23,7 +26,7 @@
 pub mod chart;
 pub mod fairness;
 pub mod memory;
-mod pgbench;
+pub mod pgbench;
 pub mod schedule;
 pub mod stats;
 pub mod stub;

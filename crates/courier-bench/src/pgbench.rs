@@ -1,5 +1,8 @@
 //! Runs PostgreSQL's own `pgbench` with a custom script, as the unprivileged
 //! user that runs the cluster when we are root, and reads its figures.
+//!
+//! # Invariants
+//! - pgbench never runs without a deadline (its own length plus a minute).
 
 use crate::BenchError;
 use serde::Serialize;

@@ -31,7 +31,9 @@ use courier_core::status::Merge;
 use courier_core::Limits;
 use courier_provider::signature;
 use courier_provider::wire::WebhookEvent;
-use courier_store::{EnqueueError, Enqueued, MergeOutcome, NewAction, PgStore, StoreError};
+use courier_store::{
+    EnqueueError, Enqueued, GroupCommit, MergeOutcome, NewAction, PgStore, StoreError, WebhookIn,
+};
 use serde::Deserialize;
 use serde_json::json;
 use std::sync::Arc;
@@ -55,6 +57,8 @@ pub struct ServerConfig {
 struct AppState {
     store: PgStore,
     cfg: ServerConfig,
+    /// Webhook merges, committed together (each answered after its commit).
+    webhooks: GroupCommit<WebhookIn, MergeOutcome>,
 }
 
 /// An error answer: a status and `{"error": code, "message": text}`.
@@ -470,8 +474,13 @@ async fn webhook(
         serde_json::from_slice(&body).map_err(|e| ApiError::bad("bad_json", e.to_string()))?;
     validate_event(&event)?;
     let outcome = state
-        .store
-        .webhook_merge(&event.event_id, &event.key, event.status, &event.message_id)
+        .webhooks
+        .call(WebhookIn {
+            event_id: event.event_id,
+            key: event.key,
+            status: event.status,
+            message_id: event.message_id,
+        })
         .await?;
     let label = match outcome {
         MergeOutcome::Applied(Merge::Advance(_)) => "advanced",
@@ -551,10 +560,26 @@ async fn declared_size(limit: usize, req: Request, next: Next) -> Response {
 /// The API's router: the three API routes, `/healthz`, and JSON answers for
 /// unknown routes and methods. Merge other routers into it (they must not
 /// set a fallback of their own).
+/// The most webhooks merged in one transaction.
+const WEBHOOK_BATCH_MAX: usize = 256;
+
+/// The API's routes. Must be called within a tokio runtime: it starts the
+/// webhook batcher.
 pub fn router(store: PgStore, cfg: ServerConfig) -> Router {
     let limit = cfg.limits.payload_bytes_max as usize;
     let timeout = cfg.request_timeout;
-    let state = Arc::new(AppState { store, cfg });
+    let webhooks = {
+        let store = store.clone();
+        GroupCommit::start(WEBHOOK_BATCH_MAX, 2, move |events: Vec<WebhookIn>| {
+            let store = store.clone();
+            async move { store.webhooks_merge_batch(&events).await }
+        })
+    };
+    let state = Arc::new(AppState {
+        store,
+        cfg,
+        webhooks,
+    });
     Router::new()
         .route("/v1/actions", post(enqueue))
         .route("/v1/actions/{id}", get(get_action))

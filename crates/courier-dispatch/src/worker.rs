@@ -35,7 +35,10 @@ impl Provider for ProviderClient {
         ProviderClient::lookup(self, key)
     }
 }
-use courier_store::{AttemptRefused, ClaimMode, Claimed, Fenced, Lease, PgStore, StoreError};
+use courier_store::{
+    AttemptRefused, ClaimMode, Claimed, Fenced, GroupCommit, Lease, PgStore, SettleReq, Settled,
+    StoreError,
+};
 use rand::{rngs::StdRng, Rng, SeedableRng};
 use std::collections::HashMap;
 use std::future::Future;
@@ -101,6 +104,8 @@ struct Ctx<P> {
     t0: Instant,
     held: Mutex<HashMap<i64, Held>>,
     stats: WorkerStats,
+    /// Settles of this worker's tasks, committed together.
+    settles: GroupCommit<SettleReq, Result<Settled, Fenced>>,
 }
 
 impl<P> Ctx<P> {
@@ -115,8 +120,22 @@ pub struct Worker<P = ProviderClient> {
 }
 
 impl<P: Provider> Worker<P> {
+    /// Must be called within a tokio runtime: it starts the settle batcher.
     pub fn new(store: PgStore, client: P, cfg: WorkerConfig) -> Self {
         let owner: Arc<str> = Arc::from(cfg.owner.as_str());
+        let settles = {
+            let store = store.clone();
+            let overdue = cfg.limits.final_overdue_ms;
+            // Two batches at once, so one commits while the next fills.
+            GroupCommit::start(
+                cfg.limits.worker_concurrency_max as usize,
+                2,
+                move |reqs: Vec<SettleReq>| {
+                    let store = store.clone();
+                    async move { store.actions_settle_batch(&reqs, overdue).await }
+                },
+            )
+        };
         Worker {
             ctx: Arc::new(Ctx {
                 store,
@@ -126,6 +145,7 @@ impl<P: Provider> Worker<P> {
                 t0: Instant::now(),
                 held: Mutex::new(HashMap::new()),
                 stats: WorkerStats::default(),
+                settles,
             }),
         }
     }
@@ -170,7 +190,7 @@ async fn claim_loop<P: Provider>(ctx: Arc<Ctx<P>>, shutdown: CancellationToken) 
         let claim_started = Instant::now();
         let claim = ctx
             .store
-            .action_claim(
+            .action_claim_to_send(
                 &ctx.owner,
                 n,
                 limits.lease_ttl_ms,
@@ -379,24 +399,30 @@ async fn deliver<P: Provider>(
     let key = action_key(&claimed.uid);
     let limits = &ctx.cfg.limits;
 
-    let Some(intent) = with_retry(ctx, &fenced, &mut rng, || {
-        ctx.store.outbox_intent(&lease, &key)
-    })
-    .await
-    else {
-        return note_fenced(ctx, &lease, "heartbeat", None);
-    };
-    let intent = match intent {
-        Ok(i) => i,
-        Err(f) => {
-            ctx.store
-                .event_record("fenced", Some(lease.action_id), "intent")
-                .await
-                .ok();
-            return note_fenced(ctx, &lease, "intent", Some(f));
+    // The claim wrote the intent and counted the first attempt; otherwise
+    // (a reclaim) read the intent and decide from what it says.
+    let mut counted_ahead = claimed.attempt_counted;
+    let mut step = if counted_ahead {
+        Step::Send
+    } else {
+        let Some(intent) = with_retry(ctx, &fenced, &mut rng, || {
+            ctx.store.outbox_intent(&lease, &key)
+        })
+        .await
+        else {
+            return note_fenced(ctx, &lease, "heartbeat", None);
+        };
+        match intent {
+            Ok(i) => after_claim(i.attempts, i.status),
+            Err(f) => {
+                ctx.store
+                    .event_record("fenced", Some(lease.action_id), "intent")
+                    .await
+                    .ok();
+                return note_fenced(ctx, &lease, "intent", Some(f));
+            }
         }
     };
-    let mut step = after_claim(intent.attempts, intent.status);
     // The key every request carries; only the broken demonstration mode changes it.
     let mut send_key = key.clone();
     let mut message_id: Option<String> = None;
@@ -434,6 +460,31 @@ async fn deliver<P: Provider>(
                     _ = fenced.cancelled() => {}
                 }
                 Step::Lookup
+            }
+            Step::Send if std::mem::take(&mut counted_ahead) => {
+                // Counted by the claim: send now if the lease check passes,
+                // else the next step is a lookup (as after any counted attempt).
+                if fenced.is_cancelled()
+                    || !may_send(
+                        ctx.now_ms(),
+                        deadline_ms.load(Ordering::Relaxed),
+                        limits.send_margin_ms,
+                    )
+                {
+                    Step::Lookup
+                } else {
+                    send_once(
+                        ctx,
+                        &lease,
+                        &claimed,
+                        &key,
+                        &mut send_key,
+                        &mut rng,
+                        &mut message_id,
+                        &mut from_lookup,
+                    )
+                    .await
+                }
             }
             Step::Send => {
                 // The local check first: if the lease may end before the
@@ -495,66 +546,29 @@ async fn deliver<P: Provider>(
                         {
                             Step::Lookup
                         } else {
-                            ctx.stats.sends.fetch_add(1, Ordering::Relaxed);
-                            let out = ctx.client.send(&send_key, &claimed.to, &claimed.body).await;
-                            metrics::counter!("courier_sends_total", "answer" => send_label(&out))
-                                .increment(1);
-                            match &out {
-                                SendOutcome::Accepted(m) | SendOutcome::Replayed(m) => {
-                                    message_id = Some(m.id.clone());
-                                    from_lookup = false;
-                                    after_send(&out.answer())
-                                }
-                                SendOutcome::Unknown(why) => {
-                                    ctx.stats.sends_unknown.fetch_add(1, Ordering::Relaxed);
-                                    tracing::debug!(
-                                        action = lease.action_id,
-                                        why,
-                                        "send outcome unknown"
-                                    );
-                                    ctx.store
-                                        .event_record("send_unknown", Some(lease.action_id), why)
-                                        .await
-                                        .ok();
-                                    match ctx.cfg.unsafe_resend {
-                                        None => after_send(&out.answer()),
-                                        // The broken modes skip the lookup.
-                                        Some(UnsafeResend::NoLookup) => Step::Send,
-                                        Some(UnsafeResend::NewKey) => {
-                                            send_key =
-                                                format!("{key}-unsafe-{}", rng.random::<u32>());
-                                            Step::Send
-                                        }
-                                    }
-                                }
-                                SendOutcome::Rejected {
-                                    status: 401 | 403,
-                                    error,
-                                } => {
-                                    // Our credentials, not the action: alert and
-                                    // keep asking; never fail the action for it.
-                                    tracing::error!(
-                                        status = 401,
-                                        error,
-                                        "provider refused our credentials"
-                                    );
-                                    Step::RetryLookup
-                                }
-                                SendOutcome::Rejected { .. } => after_send(&out.answer()),
-                            }
+                            send_once(
+                                ctx,
+                                &lease,
+                                &claimed,
+                                &key,
+                                &mut send_key,
+                                &mut rng,
+                                &mut message_id,
+                                &mut from_lookup,
+                            )
+                            .await
                         }
                     }
                 }
             }
             Step::Settle(status) => {
                 let Some(res) = with_retry(ctx, &fenced, &mut rng, || {
-                    ctx.store.action_settle(
-                        &lease,
-                        status,
-                        message_id.as_deref(),
+                    ctx.settles.call(SettleReq {
+                        lease: lease.clone(),
+                        report: status,
+                        message_id: message_id.clone(),
                         from_lookup,
-                        limits.final_overdue_ms,
-                    )
+                    })
                 })
                 .await
                 else {
@@ -593,6 +607,58 @@ async fn deliver<P: Provider>(
                 return;
             }
         };
+    }
+}
+
+/// Sends once, after the attempt was counted and the lease check passed, and
+/// says what comes next.
+#[allow(clippy::too_many_arguments)]
+async fn send_once<P: Provider>(
+    ctx: &Ctx<P>,
+    lease: &Lease,
+    claimed: &Claimed,
+    key: &str,
+    send_key: &mut String,
+    rng: &mut StdRng,
+    message_id: &mut Option<String>,
+    from_lookup: &mut bool,
+) -> Step {
+    ctx.stats.sends.fetch_add(1, Ordering::Relaxed);
+    let out = ctx.client.send(send_key, &claimed.to, &claimed.body).await;
+    metrics::counter!("courier_sends_total", "answer" => send_label(&out)).increment(1);
+    match &out {
+        SendOutcome::Accepted(m) | SendOutcome::Replayed(m) => {
+            *message_id = Some(m.id.clone());
+            *from_lookup = false;
+            after_send(&out.answer())
+        }
+        SendOutcome::Unknown(why) => {
+            ctx.stats.sends_unknown.fetch_add(1, Ordering::Relaxed);
+            tracing::debug!(action = lease.action_id, why, "send outcome unknown");
+            ctx.store
+                .event_record("send_unknown", Some(lease.action_id), why)
+                .await
+                .ok();
+            match ctx.cfg.unsafe_resend {
+                None => after_send(&out.answer()),
+                // The broken modes skip the lookup.
+                Some(UnsafeResend::NoLookup) => Step::Send,
+                Some(UnsafeResend::NewKey) => {
+                    *send_key = format!("{key}-unsafe-{}", rng.random::<u32>());
+                    Step::Send
+                }
+            }
+        }
+        SendOutcome::Rejected {
+            status: 401 | 403,
+            error,
+        } => {
+            // Our credentials, not the action: alert and keep asking; never
+            // fail the action for it.
+            tracing::error!(status = 401, error, "provider refused our credentials");
+            Step::RetryLookup
+        }
+        SendOutcome::Rejected { .. } => after_send(&out.answer()),
     }
 }
 

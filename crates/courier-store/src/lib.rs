@@ -8,24 +8,29 @@
 //! # Invariants
 //! - Every write after a claim checks `(owner, epoch)`; zero rows is
 //!   [`Fenced`], an expected outcome returned as data, not an error.
-//! - Locks are taken in one order: store row, then action row, then outbox
-//!   row, so concurrent claims, fenced writes and merges cannot deadlock.
+//! - Claims lock store rows, then action rows, only with SKIP LOCKED: a claim
+//!   never waits. Every lock that may wait is taken in one order: action row,
+//!   its outbox row, then store rows by name (fenced writes, settles); outbox
+//!   rows by action id, then their action rows (merges). So concurrent
+//!   claims, fenced writes, batches and merges cannot deadlock.
 //! - A report is merged forward only (courier-core's `merge`), in the same
 //!   transaction as the webhook event id that carried it.
 
+mod batch;
 pub mod bench_views;
 pub mod cluster;
 pub mod migrate;
 mod queries;
 mod views;
 
+pub use batch::*;
 pub use queries::*;
 pub use views::*;
 
 use std::time::Duration;
 
 /// Errors by what the caller does next.
-#[derive(Debug, thiserror::Error)]
+#[derive(Debug, Clone, thiserror::Error)]
 pub enum StoreError {
     /// The database is unreachable or restarting, or the transaction was
     /// aborted for a retryable reason; a commit's outcome may be unknown.

@@ -12,7 +12,7 @@ use tokio_postgres::{GenericClient, NoTls, Row};
 /// The store: a pool of connections to the courier database.
 #[derive(Clone)]
 pub struct PgStore {
-    pool: Pool,
+    pub(crate) pool: Pool,
 }
 
 /// A claim's proof of ownership: every later write checks all three.
@@ -40,6 +40,11 @@ pub struct Claimed {
     pub body: String,
     /// True when the lease had expired under another owner.
     pub reclaimed: bool,
+    /// True when the claim also wrote the send intent (with the key
+    /// `action_key(uid)`) and counted its first attempt: the request may
+    /// leave once the owner's lease check passes, and if it does not, the
+    /// next step is a lookup.
+    pub attempt_counted: bool,
 }
 
 /// How a worker picks the next actions.
@@ -204,7 +209,7 @@ pub struct StoreBacklog {
     pub in_flight: i32,
 }
 
-fn status_col(row: &Row, idx: &str) -> Result<Status, StoreError> {
+pub(crate) fn status_col(row: &Row, idx: &str) -> Result<Status, StoreError> {
     let s: String = row.get(idx);
     Status::from_str(&s).map_err(|e| StoreError::Query(e.to_string()))
 }
@@ -339,7 +344,8 @@ impl PgStore {
     /// Claims up to `n` actions in one round trip: first actions whose lease
     /// ran out (at epoch + 1), then fresh ones in the chosen order. Safe under
     /// many concurrent claimers: store rows and action rows are locked with
-    /// SKIP LOCKED, and a locked row is re-checked before it is taken.
+    /// SKIP LOCKED, and a locked row is re-checked before it is taken. Writes
+    /// no intent: the owner calls [`PgStore::outbox_intent`] next.
     pub async fn action_claim(
         &self,
         owner: &Arc<str>,
@@ -347,6 +353,38 @@ impl PgStore {
         lease_ttl_ms: u64,
         store_in_flight_max: u32,
         mode: ClaimMode,
+    ) -> Result<Vec<Claimed>, StoreError> {
+        self.claim(owner, n, lease_ttl_ms, store_in_flight_max, mode, false)
+            .await
+    }
+
+    /// As [`PgStore::action_claim`], and in the same statement, so under the
+    /// same compare-and-set, writes the send intent of every fresh action
+    /// with its first attempt counted ([`Claimed::attempt_counted`]): the
+    /// owner may send it at once, if its own lease check passes. A reclaimed
+    /// action gets no new intent; its owner reads the one it has
+    /// ([`PgStore::outbox_intent`]) and decides from it. One round trip
+    /// instead of three per action.
+    pub async fn action_claim_to_send(
+        &self,
+        owner: &Arc<str>,
+        n: u32,
+        lease_ttl_ms: u64,
+        store_in_flight_max: u32,
+        mode: ClaimMode,
+    ) -> Result<Vec<Claimed>, StoreError> {
+        self.claim(owner, n, lease_ttl_ms, store_in_flight_max, mode, true)
+            .await
+    }
+
+    async fn claim(
+        &self,
+        owner: &Arc<str>,
+        n: u32,
+        lease_ttl_ms: u64,
+        store_in_flight_max: u32,
+        mode: ClaimMode,
+        write_intents: bool,
     ) -> Result<Vec<Claimed>, StoreError> {
         let client = self.pool.get().await?;
         let n = i64::from(n);
@@ -357,7 +395,7 @@ impl PgStore {
             ClaimMode::Fifo => CLAIM_FIFO,
         };
         let rows = client
-            .query(sql, &[&owner.as_ref(), &n, &ttl, &cap])
+            .query(sql, &[&owner.as_ref(), &n, &ttl, &cap, &write_intents])
             .await?;
         Ok(rows
             .iter()
@@ -372,6 +410,7 @@ impl PgStore {
                 to: r.get("recipient"),
                 body: r.get("body"),
                 reclaimed: r.get("reclaimed"),
+                attempt_counted: r.get("counted"),
             })
             .collect())
     }
@@ -599,7 +638,10 @@ impl PgStore {
 
     /// After a refused settle: was it ours already (a retry after a commit
     /// whose answer was lost) or is it fenced?
-    async fn settle_refused(&self, lease: &Lease) -> Result<Result<Settled, Fenced>, StoreError> {
+    pub(crate) async fn settle_refused(
+        &self,
+        lease: &Lease,
+    ) -> Result<Result<Settled, Fenced>, StoreError> {
         let client = self.pool.get().await?;
         let row = client
             .query_opt(
@@ -726,10 +768,7 @@ impl PgStore {
             return Ok(outcome);
         }
         let label = match outcome {
-            MergeOutcome::Applied(Merge::Advance(_)) => "advanced",
-            MergeOutcome::Applied(Merge::Same) => "same",
-            MergeOutcome::Applied(Merge::Backward) => "backward",
-            MergeOutcome::Applied(Merge::Conflict) => "conflict",
+            MergeOutcome::Applied(how) => crate::batch::merge_label(how),
             MergeOutcome::Duplicate | MergeOutcome::UnknownKey => "other",
         };
         tx.execute(
@@ -934,13 +973,13 @@ impl PgStore {
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-struct Folded {
-    status: Status,
-    conflict: bool,
+pub(crate) struct Folded {
+    pub(crate) status: Status,
+    pub(crate) conflict: bool,
 }
 
 /// Folds one report into the current status and conflict flag.
-fn fold_report(
+pub(crate) fn fold_report(
     current: Status,
     conflict: bool,
     report: Status,
@@ -976,10 +1015,8 @@ async fn record_merge_events(
     how: Merge,
     source: &str,
 ) -> Result<(), StoreError> {
-    let kind = match how {
-        Merge::Backward => "backward",
-        Merge::Conflict => "conflict",
-        Merge::Advance(_) | Merge::Same => return Ok(()),
+    let Some(kind) = crate::batch::merge_event_kind(how) else {
+        return Ok(());
     };
     tx.execute(
         "INSERT INTO events (kind, action_id, detail) VALUES ($1, $2, $3)",
@@ -1043,10 +1080,11 @@ async fn merge_unleased(
     Ok(MergeOutcome::Applied(how))
 }
 
-/// Fair claim: expired leases first, then the least recently served stores
-/// with work and room under the cap, one action from each in turn, oldest
-/// first within a store. $1 owner, $2 batch size, $3 lease ttl ms, $4 cap.
-const CLAIM_FAIR: &str = "
+/// The head of both claims: actions whose lease ran out, re-taken at epoch + 1
+/// (SKIP LOCKED: a claim never waits for a lock).
+macro_rules! claim_reclaimed {
+    () => {
+        "
 WITH reclaimed AS (
     UPDATE actions a
     SET owner = $1, epoch = a.epoch + 1,
@@ -1058,7 +1096,54 @@ WITH reclaimed AS (
         LIMIT $2
         FOR UPDATE SKIP LOCKED)
     RETURNING a.id, a.uid, a.store, a.recipient, a.body, a.epoch, true AS reclaimed
+),"
+    };
+}
+
+/// The tail of both claims: take the `chosen` pending actions, count them
+/// against their stores, and, when $5, write each fresh action's send intent
+/// with its first attempt counted, in this same statement (so under the very
+/// compare-and-set that proves the claim). The key is `courier-` and the uid
+/// in simple form, as `courier_core::action_key` makes it (a test checks both
+/// agree). A reclaimed action keeps the intent it has: its owner reads it and
+/// decides (a counted attempt means a lookup first).
+macro_rules! claim_tail {
+    () => {
+        "
+claimed AS (
+    UPDATE actions a
+    SET state = 'claimed', owner = $1, epoch = a.epoch + 1,
+        lease_until = now() + $3 * interval '1 millisecond', claimed_at = now()
+    FROM chosen c WHERE a.id = c.id
+    RETURNING a.id, a.uid, a.store, a.recipient, a.body, a.epoch, false AS reclaimed
 ),
+served AS (
+    UPDATE stores st
+    SET in_flight = st.in_flight + c.n, last_served_at = clock_timestamp()
+    FROM (SELECT store, count(*)::int AS n FROM chosen GROUP BY store) c
+    WHERE st.store = c.store
+),
+intents AS (
+    INSERT INTO outbox (action_id, idem_key, epoch_written, attempts)
+    SELECT id, 'courier-' || replace(uid::text, '-', ''), epoch, 1 FROM claimed WHERE $5
+    ON CONFLICT (action_id) DO NOTHING
+    RETURNING action_id
+)
+SELECT r.*, false AS counted FROM reclaimed r
+UNION ALL
+SELECT c.*, EXISTS (SELECT 1 FROM intents i WHERE i.action_id = c.id) AS counted FROM claimed c"
+    };
+}
+
+/// Fair claim: expired leases first, then the least recently served stores
+/// with work and room under the cap, one action from each in turn, oldest
+/// first within a store. Each store locks at most its share of the batch
+/// (the batch over the number of stores, rounded up), so a claim locks about
+/// as many action rows as it takes. $1 owner, $2 batch size, $3 lease ttl
+/// ms, $4 cap, $5 write intents.
+const CLAIM_FAIR: &str = concat!(
+    claim_reclaimed!(),
+    "
 s AS (
     SELECT st.store, st.in_flight, st.last_served_at
     FROM stores st
@@ -1070,7 +1155,8 @@ s AS (
 ),
 ranked_stores AS (
     SELECT store, in_flight,
-           row_number() OVER (ORDER BY last_served_at NULLS FIRST, store) AS store_rank
+           row_number() OVER (ORDER BY last_served_at NULLS FIRST, store) AS store_rank,
+           count(*) OVER () AS k
     FROM s
 ),
 locked AS (
@@ -1080,7 +1166,7 @@ locked AS (
         SELECT a.id FROM actions a
         WHERE a.store = rs.store AND a.state = 'pending'
         ORDER BY a.id
-        LIMIT LEAST($4 - rs.in_flight, $2)
+        LIMIT LEAST($4 - rs.in_flight, ($2 + rs.k - 1) / rs.k)
         FOR UPDATE SKIP LOCKED) p
 ),
 chosen AS (
@@ -1090,59 +1176,25 @@ chosen AS (
         FROM locked) t
     ORDER BY turn, store_rank
     LIMIT GREATEST($2 - (SELECT count(*) FROM reclaimed), 0)
-),
-claimed AS (
-    UPDATE actions a
-    SET state = 'claimed', owner = $1, epoch = a.epoch + 1,
-        lease_until = now() + $3 * interval '1 millisecond', claimed_at = now()
-    FROM chosen c WHERE a.id = c.id
-    RETURNING a.id, a.uid, a.store, a.recipient, a.body, a.epoch, false AS reclaimed
-),
-served AS (
-    UPDATE stores st
-    SET in_flight = st.in_flight + c.n, last_served_at = clock_timestamp()
-    FROM (SELECT store, count(*)::int AS n FROM chosen GROUP BY store) c
-    WHERE st.store = c.store
-)
-SELECT * FROM reclaimed UNION ALL SELECT * FROM claimed";
+),",
+    claim_tail!()
+);
 
 /// FIFO claim, for comparison: expired leases first, then the oldest pending
 /// actions of all stores. The per-store cap does not apply ($4 is only
 /// referenced so both claims take the same parameters).
-const CLAIM_FIFO: &str = "
-WITH reclaimed AS (
-    UPDATE actions a
-    SET owner = $1, epoch = a.epoch + 1,
-        lease_until = now() + $3 * interval '1 millisecond', claimed_at = now()
-    WHERE a.id IN (
-        SELECT id FROM actions
-        WHERE state = 'claimed' AND lease_until < now()
-        ORDER BY lease_until
-        LIMIT $2
-        FOR UPDATE SKIP LOCKED)
-    RETURNING a.id, a.uid, a.store, a.recipient, a.body, a.epoch, true AS reclaimed
-),
+const CLAIM_FIFO: &str = concat!(
+    claim_reclaimed!(),
+    "
 chosen AS (
     SELECT a.id, a.store FROM actions a
     WHERE a.state = 'pending' AND $4 >= 0
     ORDER BY a.id
     LIMIT GREATEST($2 - (SELECT count(*) FROM reclaimed), 0)
     FOR UPDATE SKIP LOCKED
-),
-claimed AS (
-    UPDATE actions a
-    SET state = 'claimed', owner = $1, epoch = a.epoch + 1,
-        lease_until = now() + $3 * interval '1 millisecond', claimed_at = now()
-    FROM chosen c WHERE a.id = c.id
-    RETURNING a.id, a.uid, a.store, a.recipient, a.body, a.epoch, false AS reclaimed
-),
-served AS (
-    UPDATE stores st
-    SET in_flight = st.in_flight + c.n, last_served_at = clock_timestamp()
-    FROM (SELECT store, count(*)::int AS n FROM chosen GROUP BY store) c
-    WHERE st.store = c.store
-)
-SELECT * FROM reclaimed UNION ALL SELECT * FROM claimed";
+),",
+    claim_tail!()
+);
 
 #[cfg(test)]
 mod tests {
