@@ -11,10 +11,11 @@
 //!   committed (or with the error that ended it): an answer never runs ahead
 //!   of the database.
 //! - A batch answers every request, in order, exactly once.
-//! - Waiting locks are taken in one order: action rows by id, their outbox
-//!   rows, then store rows by name (settles); outbox rows by action id, then
-//!   their action rows (merges). Claims take only SKIP LOCKED locks and never
-//!   wait. So no two batches can wait on each other in a cycle.
+//! - Waiting locks are taken in one order: action rows by id, then their
+//!   outbox rows (settles); outbox rows by action id, then their action rows
+//!   (merges). A settle takes no store row lock: it appends a release that a
+//!   later claim folds in (migration 0002). Claims and heartbeats take only
+//!   SKIP LOCKED locks and never wait. So no two batches wait in a cycle.
 
 use crate::queries::{fold_report, status_col, Fenced, Lease, MergeOutcome, PgStore, Settled};
 use crate::StoreError;
@@ -165,15 +166,6 @@ impl PgStore {
                 &[&ids, &epochs, &owners],
             )
             .await?;
-        let mut stores: Vec<String> = held.iter().map(|r| r.get("store")).collect();
-        stores.sort_unstable();
-        stores.dedup();
-        // Store rows after action rows, by name: see the module's invariants.
-        tx.query(
-            "SELECT store FROM stores WHERE store = ANY($1::text[]) ORDER BY store FOR UPDATE",
-            &[&stores],
-        )
-        .await?;
         let mut current: HashMap<i64, (String, Status, bool)> = HashMap::new();
         for r in &held {
             current.insert(
@@ -237,9 +229,8 @@ impl PgStore {
                          done_at = CASE WHEN u.done THEN now() END
                      FROM u WHERE a.id = u.id
                  ), s AS (
-                     UPDATE stores st SET in_flight = st.in_flight - c.n
-                     FROM (SELECT store, count(*)::int AS n FROM u GROUP BY store) c
-                     WHERE st.store = c.store
+                     INSERT INTO store_releases (store, n)
+                     SELECT store, count(*)::int FROM u GROUP BY store
                  ), e AS (
                      INSERT INTO events (kind, action_id, detail)
                      SELECT * FROM unnest($8::text[], $9::bigint[], $10::text[])

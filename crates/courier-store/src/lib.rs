@@ -8,11 +8,16 @@
 //! # Invariants
 //! - Every write after a claim checks `(owner, epoch)`; zero rows is
 //!   [`Fenced`], an expected outcome returned as data, not an error.
-//! - Claims lock store rows, then action rows, only with SKIP LOCKED: a claim
-//!   never waits. Every lock that may wait is taken in one order: action row,
-//!   its outbox row, then store rows by name (fenced writes, settles); outbox
-//!   rows by action id, then their action rows (merges). So concurrent
-//!   claims, fenced writes, batches and merges cannot deadlock.
+//! - Claims and heartbeats lock only with SKIP LOCKED (claims: store rows, then
+//!   action rows; heartbeats: action rows by id): they never wait. Every lock
+//!   that may wait is taken in one order: action row, then its outbox row
+//!   (fenced writes, settles); outbox rows by action id, then their action
+//!   rows (merges). Settles and fails release their store's in-flight slot by
+//!   appending to `store_releases`, never by locking the store row. So
+//!   concurrent claims, fenced writes, batches and merges cannot deadlock.
+//! - A store's in-flight count (`store_in_flight`) never exceeds the cap: a
+//!   claim folds only the releases it deletes, and a release it cannot see
+//!   yet only makes it count more in flight.
 //! - A report is merged forward only (courier-core's `merge`), in the same
 //!   transaction as the webhook event id that carried it.
 
@@ -60,12 +65,21 @@ impl From<tokio_postgres::Error> for StoreError {
                 || code == "40001"
                 || code == "40P01"
             {
-                return StoreError::Unavailable(e.to_string());
+                return StoreError::Unavailable(format!("{e}: {} ({code})", db.message()));
             }
             return StoreError::Query(format!("{e}: {}", db.message()));
         }
+        // A value that does not fit its column or parameter is our bug, not
+        // an outage: retrying would repeat it forever.
+        let text = e.to_string();
+        if text.starts_with("error serializing")
+            || text.starts_with("error deserializing")
+            || text.starts_with("invalid column")
+        {
+            return StoreError::Query(format!("{text}: {:?}", std::error::Error::source(&e)));
+        }
         // No database error: the connection broke, closed or timed out.
-        StoreError::Unavailable(e.to_string())
+        StoreError::Unavailable(text)
     }
 }
 

@@ -5,8 +5,14 @@ use crate::StoreError;
 
 /// `(version, name, sql)`, in order. Add a file and a line; never edit an
 /// applied migration.
-pub const MIGRATIONS: &[(i32, &str, &str)] =
-    &[(1, "init", include_str!("../migrations/0001_init.sql"))];
+pub const MIGRATIONS: &[(i32, &str, &str)] = &[
+    (1, "init", include_str!("../migrations/0001_init.sql")),
+    (
+        2,
+        "store_releases",
+        include_str!("../migrations/0002_store_releases.sql"),
+    ),
+];
 
 /// A lock id for `pg_advisory_xact_lock`, fixed for courier's migrations.
 const LOCK_ID: i64 = 0x0063_6f75_7269_6572;

@@ -239,7 +239,7 @@ pub async fn action_enqueue(
         .query_opt(
             "INSERT INTO actions (uid, store, client_key, recipient, body)
              VALUES ($1, $2, $3, $4, $5)
-             ON CONFLICT (store, client_key) DO NOTHING
+             ON CONFLICT (store, client_key) WHERE client_key IS NOT NULL DO NOTHING
              RETURNING id",
             &[&uid, &new.store, &new.key, &new.to, &new.body],
         )
@@ -518,7 +518,10 @@ impl PgStore {
     /// Extends the leases this owner still holds. Of the ids asked about,
     /// `held` were extended and `fenced` now belong to another owner or
     /// epoch: their tasks must stop at once. An id in neither was settled or
-    /// failed by this owner meanwhile (no longer claimed, still ours).
+    /// failed by this owner meanwhile (no longer claimed, still ours), or its
+    /// row was locked at that moment (by this owner's own settle, or by a
+    /// claimer re-checking an expired lease): a heartbeat never waits for a
+    /// lock, and a lease it did not extend is simply not extended.
     pub async fn action_heartbeat(
         &self,
         owner: &str,
@@ -535,10 +538,14 @@ impl PgStore {
         let rows = client
             .query(
                 "WITH h AS (SELECT * FROM unnest($1::bigint[], $2::bigint[]) AS h(id, epoch)),
+                 mine AS (
+                     SELECT a.id FROM actions a JOIN h ON a.id = h.id AND a.epoch = h.epoch
+                     WHERE a.owner = $3 AND a.state = 'claimed'
+                     ORDER BY a.id
+                     FOR UPDATE OF a SKIP LOCKED),
                  upd AS (
                      UPDATE actions a SET lease_until = now() + $4 * interval '1 millisecond'
-                     FROM h
-                     WHERE a.id = h.id AND a.epoch = h.epoch AND a.owner = $3 AND a.state = 'claimed'
+                     FROM mine WHERE a.id = mine.id
                      RETURNING a.id)
                  SELECT h.id,
                         EXISTS (SELECT 1 FROM upd WHERE upd.id = h.id) AS extended,
@@ -624,7 +631,7 @@ impl PgStore {
         )
         .await?;
         tx.execute(
-            "UPDATE stores SET in_flight = in_flight - 1 WHERE store = $1",
+            "INSERT INTO store_releases (store, n) VALUES ($1, 1)",
             &[&store],
         )
         .await?;
@@ -704,7 +711,7 @@ impl PgStore {
         };
         let store: String = row.get(0);
         tx.execute(
-            "UPDATE stores SET in_flight = in_flight - 1 WHERE store = $1",
+            "INSERT INTO store_releases (store, n) VALUES ($1, 1)",
             &[&store],
         )
         .await?;
@@ -932,7 +939,7 @@ impl PgStore {
             .query(
                 "SELECT s.store, s.in_flight,
                         (SELECT count(*) FROM actions a WHERE a.store = s.store AND a.state = 'pending') AS pending
-                 FROM stores s ORDER BY pending DESC, s.in_flight DESC, s.store",
+                 FROM store_in_flight s ORDER BY pending DESC, s.in_flight DESC, s.store",
                 &[],
             )
             .await?
@@ -1119,9 +1126,12 @@ claimed AS (
 ),
 served AS (
     UPDATE stores st
-    SET in_flight = st.in_flight + c.n, last_served_at = clock_timestamp()
-    FROM (SELECT store, count(*)::int AS n FROM chosen GROUP BY store) c
-    WHERE st.store = c.store
+    SET in_flight = st.in_flight + coalesce(c.n, 0) - coalesce(r.n, 0),
+        last_served_at = CASE WHEN c.n > 0 THEN clock_timestamp() ELSE st.last_served_at END
+    FROM (SELECT store FROM chosen UNION SELECT store FROM released) u
+    LEFT JOIN (SELECT store, count(*)::int AS n FROM chosen GROUP BY store) c ON c.store = u.store
+    LEFT JOIN (SELECT store, sum(n)::int AS n FROM released GROUP BY store) r ON r.store = u.store
+    WHERE st.store = u.store
 ),
 intents AS (
     INSERT INTO outbox (action_id, idem_key, epoch_written, attempts)
@@ -1135,6 +1145,9 @@ SELECT c.*, EXISTS (SELECT 1 FROM intents i WHERE i.action_id = c.id) AS counted
     };
 }
 
+/// Store rows are locked FOR NO KEY UPDATE: enough to serialize claims of
+/// one store, and no obstacle to an enqueue's foreign-key check.
+///
 /// Fair claim: expired leases first, then the least recently served stores
 /// with work and room under the cap, one action from each in turn, oldest
 /// first within a store. Each store locks at most its share of the batch
@@ -1147,15 +1160,27 @@ const CLAIM_FAIR: &str = concat!(
 s AS (
     SELECT st.store, st.in_flight, st.last_served_at
     FROM stores st
-    WHERE st.in_flight < $4
-      AND EXISTS (SELECT 1 FROM actions p WHERE p.store = st.store AND p.state = 'pending')
+    -- One probe of the pending index per store (a LIMIT keeps the planner
+    -- from scanning every action to find the stores with work).
+    CROSS JOIN LATERAL (
+        SELECT 1 FROM actions p WHERE p.store = st.store AND p.state = 'pending'
+        ORDER BY p.id LIMIT 1) w
+    LEFT JOIN (SELECT store, sum(n) AS n FROM store_releases GROUP BY store) r
+        ON r.store = st.store
+    WHERE st.in_flight - coalesce(r.n, 0) < $4::int
     ORDER BY st.last_served_at NULLS FIRST, st.store
     LIMIT $2
-    FOR UPDATE SKIP LOCKED
+    FOR NO KEY UPDATE OF st SKIP LOCKED
+),
+released AS (
+    DELETE FROM store_releases r USING s WHERE r.store = s.store
+    RETURNING r.store, r.n
 ),
 ranked_stores AS (
-    SELECT store, in_flight,
-           row_number() OVER (ORDER BY last_served_at NULLS FIRST, store) AS store_rank,
+    SELECT s.store,
+           s.in_flight - coalesce((SELECT sum(x.n) FROM released x WHERE x.store = s.store), 0)
+               AS in_flight,
+           row_number() OVER (ORDER BY s.last_served_at NULLS FIRST, s.store) AS store_rank,
            count(*) OVER () AS k
     FROM s
 ),
@@ -1166,7 +1191,7 @@ locked AS (
         SELECT a.id FROM actions a
         WHERE a.store = rs.store AND a.state = 'pending'
         ORDER BY a.id
-        LIMIT LEAST($4 - rs.in_flight, ($2 + rs.k - 1) / rs.k)
+        LIMIT GREATEST(LEAST($4 - rs.in_flight, ($2 + rs.k - 1) / rs.k), 0)
         FOR UPDATE SKIP LOCKED) p
 ),
 chosen AS (
@@ -1182,7 +1207,8 @@ chosen AS (
 
 /// FIFO claim, for comparison: expired leases first, then the oldest pending
 /// actions of all stores. The per-store cap does not apply ($4 is only
-/// referenced so both claims take the same parameters).
+/// referenced so both claims take the same parameters). Unlike the fair
+/// claim, it waits for the store rows of what it took (to count them).
 const CLAIM_FIFO: &str = concat!(
     claim_reclaimed!(),
     "
@@ -1192,6 +1218,17 @@ chosen AS (
     ORDER BY a.id
     LIMIT GREATEST($2 - (SELECT count(*) FROM reclaimed), 0)
     FOR UPDATE SKIP LOCKED
+),
+-- The chosen actions' store rows, locked in name order (so two FIFO claims
+-- cannot wait on each other in a cycle) before their releases are folded.
+fifo_stores AS (
+    SELECT st.store FROM stores st WHERE st.store IN (SELECT store FROM chosen)
+    ORDER BY st.store
+    FOR NO KEY UPDATE
+),
+released AS (
+    DELETE FROM store_releases r USING fifo_stores f WHERE r.store = f.store
+    RETURNING r.store, r.n
 ),",
     claim_tail!()
 );

@@ -209,7 +209,7 @@ impl PgStore {
             .query(
                 "SELECT s.store, s.in_flight, coalesce(p.pending, 0) AS pending,
                         extract(epoch FROM now() - p.oldest)::float8 AS oldest_pending_s
-                 FROM stores s
+                 FROM store_in_flight s
                  LEFT JOIN (SELECT store, count(*) AS pending, min(enqueued_at) AS oldest
                             FROM actions WHERE state = 'pending' GROUP BY store) p
                         ON p.store = s.store

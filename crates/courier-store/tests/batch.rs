@@ -81,7 +81,10 @@ async fn dump(store: &PgStore) -> Vec<String> {
         ));
     }
     for r in c
-        .query("SELECT store, in_flight FROM stores ORDER BY store", &[])
+        .query(
+            "SELECT store, in_flight FROM store_in_flight ORDER BY store",
+            &[],
+        )
         .await
         .unwrap()
     {
@@ -196,7 +199,10 @@ async fn a_reclaim_after_claim_to_send_keeps_the_intent_and_looks_up_first() {
         .await
         .unwrap()
         .unwrap();
-    assert_eq!(intent.attempts, 1, "the claim does not count a second attempt");
+    assert_eq!(
+        intent.attempts, 1,
+        "the claim does not count a second attempt"
+    );
     assert_eq!(after_claim(intent.attempts, intent.status), Step::Lookup);
 }
 
@@ -284,7 +290,13 @@ async fn settle_scenario(batched: bool) -> (Vec<String>, Vec<Result<Settled, Fen
     // Action 11 was settled already (a retry after a lost commit answer).
     let first = db
         .store
-        .action_settle(&reqs[11].lease, Status::Accepted, Some("msg_11"), false, 60_000)
+        .action_settle(
+            &reqs[11].lease,
+            Status::Accepted,
+            Some("msg_11"),
+            false,
+            60_000,
+        )
         .await
         .unwrap();
     assert!(first.is_ok());
@@ -460,11 +472,7 @@ async fn a_webhook_batch_that_fails_is_merged_one_by_one() {
     let err = db.store.webhooks_merge_batch(&events).await;
     // The bad one fails on its own; the good one was merged before it.
     assert!(err.is_err());
-    let again = db
-        .store
-        .webhooks_merge_batch(&events[..1])
-        .await
-        .unwrap();
+    let again = db.store.webhooks_merge_batch(&events[..1]).await.unwrap();
     assert_eq!(again, vec![MergeOutcome::Duplicate]);
 }
 
@@ -514,4 +522,120 @@ async fn group_commit_passes_errors_and_short_answers_to_each_caller() {
     });
     assert!(matches!(gc.call(1).await, Err(StoreError::Unavailable(_))));
     assert!(matches!(gc.call(2).await, Err(StoreError::Query(_))));
+}
+
+/// Fair claimers and settlers racing on three stores with a cap of 2: no
+/// store ever has more than 2 actions claimed, and the in-flight count the
+/// claims use (the counter less the unfolded releases) equals the truth.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_store_cap_holds_while_releases_are_folded_by_racing_claims() {
+    racing_claims_and_settles(false).await;
+}
+
+/// The same with FIFO claimers among them (FIFO ignores the cap, so only the
+/// count is checked): the two claims fold releases without deadlocking.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn fair_and_fifo_claims_fold_releases_without_deadlock() {
+    racing_claims_and_settles(true).await;
+}
+
+async fn racing_claims_and_settles(with_fifo: bool) {
+    let db = fresh_db().await;
+    enqueue(&db.store, &["a", "b", "c"], 40).await;
+    let cap = 2u32;
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let mut tasks = Vec::new();
+    for w in 0..4 {
+        let store = db.store.clone();
+        let mode = if !with_fifo || w % 2 == 0 {
+            ClaimMode::Fair
+        } else {
+            ClaimMode::Fifo
+        };
+        tasks.push(tokio::spawn(async move {
+            let who = owner(&format!("w{w}"));
+            let mut settled = 0;
+            loop {
+                let got = store
+                    .action_claim_to_send(&who, 3, 60_000, cap, mode)
+                    .await
+                    .unwrap();
+                if got.is_empty() {
+                    if store.summary(3600).await.unwrap().state("pending") == 0 {
+                        return settled;
+                    }
+                    tokio::time::sleep(Duration::from_millis(2)).await;
+                    continue;
+                }
+                let reqs: Vec<SettleReq> = got
+                    .iter()
+                    .map(|c| SettleReq {
+                        lease: c.lease.clone(),
+                        report: Status::Accepted,
+                        message_id: None,
+                        from_lookup: false,
+                    })
+                    .collect();
+                settled += store
+                    .actions_settle_batch(&reqs, 60_000)
+                    .await
+                    .unwrap()
+                    .iter()
+                    .filter(|r| r.is_ok())
+                    .count();
+            }
+        }));
+    }
+    let probe = {
+        let store = db.store.clone();
+        let stop = stop.clone();
+        tokio::spawn(async move {
+            let c = store.client().await.unwrap();
+            let mut samples = 0;
+            while !stop.load(Ordering::SeqCst) {
+                // One statement, one snapshot: the truth and the count.
+                for r in c
+                    .query(
+                        "SELECT s.store, s.in_flight,
+                                (SELECT count(*) FROM actions a
+                                 WHERE a.store = s.store AND a.state = 'claimed')::int AS claimed
+                         FROM store_in_flight s",
+                        &[],
+                    )
+                    .await
+                    .unwrap()
+                {
+                    let (store, counted, claimed): (String, i32, i32) =
+                        (r.get(0), r.get(1), r.get(2));
+                    assert!(
+                        with_fifo || claimed <= cap as i32,
+                        "{store}: {claimed} claimed, cap {cap}"
+                    );
+                    assert_eq!(
+                        counted, claimed,
+                        "{store}: counted {counted}, claimed {claimed}"
+                    );
+                }
+                samples += 1;
+            }
+            samples
+        })
+    };
+    let mut total = 0;
+    for t in tasks {
+        total += t.await.unwrap();
+    }
+    stop.store(true, Ordering::SeqCst);
+    assert!(probe.await.unwrap() > 0);
+    assert_eq!(total, 120);
+    let c = db.store.client().await.unwrap();
+    let left: i64 = c
+        .query_one(
+            "SELECT coalesce(sum(in_flight), 0) FROM store_in_flight",
+            &[],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(left, 0);
 }
