@@ -156,13 +156,16 @@ impl PgStore {
         let tx = client.transaction().await?;
         let held = tx
             .query(
-                "SELECT a.id, a.store, o.status, o.conflict
+                &tx.prepare_cached(
+                    "SELECT a.id, a.store, o.status, o.conflict
                  FROM unnest($1::bigint[], $2::bigint[], $3::text[]) AS i(id, epoch, owner)
                  JOIN actions a ON a.id = i.id AND a.epoch = i.epoch AND a.owner = i.owner
                  JOIN outbox o ON o.action_id = a.id
                  WHERE a.state = 'claimed'
                  ORDER BY a.id
                  FOR UPDATE OF a, o",
+                )
+                .await?,
                 &[&ids, &epochs, &owners],
             )
             .await?;
@@ -207,7 +210,8 @@ impl PgStore {
         if !u_ids.is_empty() {
             let overdue = final_overdue_ms as f64;
             tx.execute(
-                "WITH u AS (
+                &tx.prepare_cached(
+                    "WITH u AS (
                      SELECT * FROM unnest($1::bigint[], $2::text[], $3::text[], $4::bool[],
                                           $5::bool[], $6::text[])
                          AS u(id, status, message_id, conflict, done, store)
@@ -236,6 +240,8 @@ impl PgStore {
                      SELECT * FROM unnest($8::text[], $9::bigint[], $10::text[])
                  )
                  SELECT 1",
+                )
+                .await?,
                 &[
                     &u_ids,
                     &u_status,
@@ -304,8 +310,11 @@ impl PgStore {
         let tx = client.transaction().await?;
         let rows = tx
             .query(
-                "SELECT action_id, idem_key, status, conflict FROM outbox
+                &tx.prepare_cached(
+                    "SELECT action_id, idem_key, status, conflict FROM outbox
                  WHERE idem_key = ANY($1::text[]) ORDER BY action_id FOR UPDATE",
+                )
+                .await?,
                 &[&keys],
             )
             .await?;
@@ -353,10 +362,10 @@ impl PgStore {
         }
         let fresh = tx
             .query(
-                "INSERT INTO webhook_events (event_id, idem_key, status, outcome)
+                &tx.prepare_cached("INSERT INTO webhook_events (event_id, idem_key, status, outcome)
                  SELECT e, k, s, 'pending' FROM unnest($1::text[], $2::text[], $3::text[]) AS t(e, k, s)
                  ON CONFLICT (event_id) DO NOTHING
-                 RETURNING event_id",
+                 RETURNING event_id").await?,
                 &[&candidates_known, &c_keys, &c_status],
             )
             .await?;
@@ -366,7 +375,10 @@ impl PgStore {
             Default::default()
         } else {
             tx.query(
-                "SELECT event_id FROM webhook_events WHERE event_id = ANY($1::text[])",
+                &tx.prepare_cached(
+                    "SELECT event_id FROM webhook_events WHERE event_id = ANY($1::text[])",
+                )
+                .await?,
                 &[&candidates_unknown],
             )
             .await?
@@ -449,7 +461,8 @@ impl PgStore {
             }
         }
         tx.execute(
-            "WITH o AS (
+            &tx.prepare_cached(
+                "WITH o AS (
                  UPDATE outbox o SET status = u.status, conflict = u.conflict,
                         message_id = coalesce(o.message_id, u.message_id),
                         accepted_at = coalesce(o.accepted_at, now()),
@@ -473,6 +486,8 @@ impl PgStore {
                  WHERE w.event_id = l.event_id
              )
              SELECT 1",
+            )
+            .await?,
             &[
                 &o_id,
                 &o_status,

@@ -395,7 +395,10 @@ impl PgStore {
             ClaimMode::Fifo => CLAIM_FIFO,
         };
         let rows = client
-            .query(sql, &[&owner.as_ref(), &n, &ttl, &cap, &write_intents])
+            .query(
+                &client.prepare_cached(sql).await?,
+                &[&owner.as_ref(), &n, &ttl, &cap, &write_intents],
+            )
             .await?;
         Ok(rows
             .iter()
@@ -428,7 +431,9 @@ impl PgStore {
         let client = self.pool.get().await?;
         let row = client
             .query_one(
-                "WITH cas AS (
+                &client
+                    .prepare_cached(
+                        "WITH cas AS (
                      SELECT id FROM actions
                      WHERE id = $1 AND owner = $2 AND epoch = $3 AND state = 'claimed'
                      FOR UPDATE
@@ -445,6 +450,8 @@ impl PgStore {
                         coalesce((SELECT status FROM ins), o.status) AS status,
                         (SELECT epoch FROM actions WHERE id = $1) AS current_epoch
                  FROM (SELECT 1) one LEFT JOIN outbox o ON o.action_id = $1",
+                    )
+                    .await?,
                 &[&lease.action_id, &lease.owner.as_ref(), &lease.epoch, &key],
             )
             .await?;
@@ -483,7 +490,9 @@ impl PgStore {
         let margin = margin_ms as f64;
         let row = client
             .query_one(
-                "WITH fence AS (
+                &client
+                    .prepare_cached(
+                        "WITH fence AS (
                      SELECT id, lease_until > now() + $4 * interval '1 millisecond' AS roomy
                      FROM actions
                      WHERE id = $1 AND owner = $2 AND epoch = $3 AND state = 'claimed'
@@ -496,6 +505,8 @@ impl PgStore {
                  SELECT (SELECT attempts FROM upd) AS attempts,
                         EXISTS (SELECT 1 FROM fence) AS held,
                         (SELECT epoch FROM actions WHERE id = $1) AS current_epoch",
+                    )
+                    .await?,
                 &[
                     &lease.action_id,
                     &lease.owner.as_ref(),
@@ -537,7 +548,7 @@ impl PgStore {
         let ttl = lease_ttl_ms as f64;
         let rows = client
             .query(
-                "WITH h AS (SELECT * FROM unnest($1::bigint[], $2::bigint[]) AS h(id, epoch)),
+                &client.prepare_cached("WITH h AS (SELECT * FROM unnest($1::bigint[], $2::bigint[]) AS h(id, epoch)),
                  mine AS (
                      SELECT a.id FROM actions a JOIN h ON a.id = h.id AND a.epoch = h.epoch
                      WHERE a.owner = $3 AND a.state = 'claimed'
@@ -550,7 +561,7 @@ impl PgStore {
                  SELECT h.id,
                         EXISTS (SELECT 1 FROM upd WHERE upd.id = h.id) AS extended,
                         coalesce(a.epoch = h.epoch AND a.owner = $3, false) AS ours
-                 FROM h LEFT JOIN actions a ON a.id = h.id",
+                 FROM h LEFT JOIN actions a ON a.id = h.id").await?,
                 &[&ids, &epochs, &owner, &ttl],
             )
             .await?;
@@ -581,9 +592,12 @@ impl PgStore {
         let tx = client.transaction().await?;
         let fence = tx
             .query_opt(
-                "SELECT store FROM actions
+                &tx.prepare_cached(
+                    "SELECT store FROM actions
                  WHERE id = $1 AND owner = $2 AND epoch = $3 AND state = 'claimed'
                  FOR UPDATE",
+                )
+                .await?,
                 &[&lease.action_id, &lease.owner.as_ref(), &lease.epoch],
             )
             .await?;
@@ -594,7 +608,10 @@ impl PgStore {
         let store: String = fence.get(0);
         let row = tx
             .query_one(
-                "SELECT status, conflict FROM outbox WHERE action_id = $1 FOR UPDATE",
+                &tx.prepare_cached(
+                    "SELECT status, conflict FROM outbox WHERE action_id = $1 FOR UPDATE",
+                )
+                .await?,
                 &[&lease.action_id],
             )
             .await?;
@@ -603,7 +620,7 @@ impl PgStore {
         let (new, how) = fold_report(current, conflict, report, from_lookup);
         let overdue = final_overdue_ms as f64;
         tx.execute(
-            "UPDATE outbox SET status = $2,
+            &tx.prepare_cached("UPDATE outbox SET status = $2,
                     message_id = coalesce(message_id, $3),
                     conflict = $4,
                     accepted_at = coalesce(accepted_at, now()),
@@ -611,7 +628,7 @@ impl PgStore {
                     next_check_at = CASE WHEN $4 THEN now()
                                          WHEN $2 IN ('delivered', 'failed') THEN NULL
                                          ELSE now() + $5 * interval '1 millisecond' END
-             WHERE action_id = $1",
+             WHERE action_id = $1").await?,
             &[
                 &lease.action_id,
                 &new.status.as_str(),
@@ -623,15 +640,19 @@ impl PgStore {
         .await?;
         let done = new.status.is_final() && !new.conflict;
         tx.execute(
-            "UPDATE actions SET state = CASE WHEN $2 THEN 'done' ELSE 'dispatched' END,
+            &tx.prepare_cached(
+                "UPDATE actions SET state = CASE WHEN $2 THEN 'done' ELSE 'dispatched' END,
                     lease_until = NULL, dispatched_at = now(),
                     done_at = CASE WHEN $2 THEN now() END
              WHERE id = $1",
+            )
+            .await?,
             &[&lease.action_id, &done],
         )
         .await?;
         tx.execute(
-            "INSERT INTO store_releases (store, n) VALUES ($1, 1)",
+            &tx.prepare_cached("INSERT INTO store_releases (store, n) VALUES ($1, 1)")
+                .await?,
             &[&store],
         )
         .await?;
