@@ -87,10 +87,12 @@ impl ThroughputConfig {
         ThroughputConfig {
             actions: 20_000,
             stores: 100,
-            workers: 4,
-            concurrency: 32,
-            claim_batch_max: 16,
-            store_in_flight_max: Limits::default().store_in_flight_max,
+            // One worker with deep batches: on two cores, more workers
+            // mostly find each other's store rows locked (see the README).
+            workers: 1,
+            concurrency: 512,
+            claim_batch_max: 256,
+            store_in_flight_max: 16,
             pool_size_max: 4,
             claim: ClaimMode::Fair,
             pgbench_clients: 8,
@@ -109,6 +111,8 @@ impl ThroughputConfig {
             stores: 10,
             workers: 2,
             concurrency: 8,
+            claim_batch_max: 4,
+            store_in_flight_max: 4,
             pgbench_clients: 2,
             pgbench_seconds: 1,
             timeout_s: 120,

@@ -58,7 +58,7 @@ struct AppState {
     store: PgStore,
     cfg: ServerConfig,
     /// Webhook merges, committed together (each answered after its commit).
-    webhooks: GroupCommit<WebhookIn, MergeOutcome>,
+    webhooks: GroupCommit<WebhookIn, Result<MergeOutcome, StoreError>>,
 }
 
 /// An error answer: a status and `{"error": code, "message": text}`.
@@ -481,7 +481,7 @@ async fn webhook(
             status: event.status,
             message_id: event.message_id,
         })
-        .await?;
+        .await??;
     let label = match outcome {
         MergeOutcome::Applied(Merge::Advance(_)) => "advanced",
         MergeOutcome::Applied(Merge::Same) => "same",

@@ -105,7 +105,7 @@ struct Ctx<P> {
     held: Mutex<HashMap<i64, Held>>,
     stats: WorkerStats,
     /// Settles of this worker's tasks, committed together.
-    settles: GroupCommit<SettleReq, Result<Settled, Fenced>>,
+    settles: GroupCommit<SettleReq, Result<Result<Settled, Fenced>, StoreError>>,
 }
 
 impl<P> Ctx<P> {
@@ -188,6 +188,7 @@ async fn claim_loop<P: Provider>(ctx: Arc<Ctx<P>>, shutdown: CancellationToken) 
         }
         let n = room.min(limits.claim_batch_max as usize) as u32;
         let claim_started = Instant::now();
+        let claim_started_ms = ctx.now_ms();
         let claim = ctx
             .store
             .action_claim_to_send(
@@ -211,8 +212,10 @@ async fn claim_loop<P: Provider>(ctx: Arc<Ctx<P>>, shutdown: CancellationToken) 
             }
             Ok(claimed) => {
                 store_retry = 0;
-                // The lease started no later than now: measure from here.
-                let deadline = ctx.now_ms() + limits.lease_ttl_ms;
+                // The database started the lease after we sent the claim:
+                // measuring from the moment we sent it errs on the safe side
+                // (the first send of a fresh action relies on this check alone).
+                let deadline = claim_started_ms + limits.lease_ttl_ms;
                 for c in claimed {
                     ctx.stats.claimed.fetch_add(1, Ordering::Relaxed);
                     metrics::counter!("courier_claims_total").increment(1);
@@ -320,26 +323,35 @@ async fn heartbeat_once<P: Provider>(ctx: &Ctx<P>) {
 }
 
 /// Extends one lease now (before a send, when it is short).
+/// False only when the action is fenced, or its row stayed locked (by a
+/// claimer re-checking an expired lease) for a second: the heartbeat never
+/// waits for a lock, so a row locked at that moment is asked about again.
 async fn extend_one<P: Provider>(
     ctx: &Ctx<P>,
     lease: &Lease,
     deadline_ms: &AtomicU64,
 ) -> Result<bool, StoreError> {
-    let before = ctx.now_ms();
-    let beat = ctx
-        .store
-        .action_heartbeat(
-            &ctx.owner,
-            &[(lease.action_id, lease.epoch)],
-            ctx.cfg.limits.lease_ttl_ms,
-        )
-        .await?;
-    if beat.held.contains(&lease.action_id) {
-        deadline_ms.fetch_max(before + ctx.cfg.limits.lease_ttl_ms, Ordering::Relaxed);
-        Ok(true)
-    } else {
-        Ok(false)
+    const LOCKED_RETRIES: u32 = 50;
+    for _ in 0..LOCKED_RETRIES {
+        let before = ctx.now_ms();
+        let beat = ctx
+            .store
+            .action_heartbeat(
+                &ctx.owner,
+                &[(lease.action_id, lease.epoch)],
+                ctx.cfg.limits.lease_ttl_ms,
+            )
+            .await?;
+        if beat.held.contains(&lease.action_id) {
+            deadline_ms.fetch_max(before + ctx.cfg.limits.lease_ttl_ms, Ordering::Relaxed);
+            return Ok(true);
+        }
+        if beat.fenced.contains(&lease.action_id) {
+            return Ok(false);
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
     }
+    Ok(false)
 }
 
 /// Runs a store call until it answers, pausing while the database is away.
@@ -562,13 +574,15 @@ async fn deliver<P: Provider>(
                 }
             }
             Step::Settle(status) => {
-                let Some(res) = with_retry(ctx, &fenced, &mut rng, || {
-                    ctx.settles.call(SettleReq {
-                        lease: lease.clone(),
-                        report: status,
-                        message_id: message_id.clone(),
-                        from_lookup,
-                    })
+                let Some(res) = with_retry(ctx, &fenced, &mut rng, || async {
+                    ctx.settles
+                        .call(SettleReq {
+                            lease: lease.clone(),
+                            report: status,
+                            message_id: message_id.clone(),
+                            from_lookup,
+                        })
+                        .await?
                 })
                 .await
                 else {

@@ -139,8 +139,40 @@ impl PgStore {
     /// report folded forward-only into the outbox row, the lease released,
     /// the store's in-flight count lowered, backward and conflicting reports
     /// recorded). An action no longer held gets what `action_settle` answers
-    /// for it (its own earlier settle, or [`Fenced`]).
+    /// for it (its own earlier settle, or [`Fenced`]). If the batch fails for
+    /// a reason other than the database being away, each settle is written on
+    /// its own, so one bad request cannot hold back the others: hence an
+    /// answer per request.
+    #[allow(clippy::type_complexity)]
     pub async fn actions_settle_batch(
+        &self,
+        reqs: &[SettleReq],
+        final_overdue_ms: u64,
+    ) -> Result<Vec<Result<Result<Settled, Fenced>, StoreError>>, StoreError> {
+        match self.settle_together(reqs, final_overdue_ms).await {
+            Ok(v) => Ok(v.into_iter().map(Ok).collect()),
+            Err(StoreError::Query(e)) if reqs.len() > 1 => {
+                tracing::warn!(error = %e, n = reqs.len(), "settle batch failed; settling one by one");
+                let mut out = Vec::with_capacity(reqs.len());
+                for r in reqs {
+                    out.push(
+                        self.action_settle(
+                            &r.lease,
+                            r.report,
+                            r.message_id.as_deref(),
+                            r.from_lookup,
+                            final_overdue_ms,
+                        )
+                        .await,
+                    );
+                }
+                Ok(out)
+            }
+            Err(e) => Err(e),
+        }
+    }
+
+    async fn settle_together(
         &self,
         reqs: &[SettleReq],
         final_overdue_ms: u64,
@@ -258,6 +290,7 @@ impl PgStore {
             .await?;
         }
         tx.commit().await?;
+        drop(client);
 
         // Those not held: a retry after a lost commit answer, or fenced.
         let mut out = Vec::with_capacity(reqs.len());
@@ -275,24 +308,38 @@ impl PgStore {
     /// event id recorded with its merge, a repeated id a no-op (also within
     /// the batch), an unknown key recorded nowhere. If the batch fails for a
     /// reason other than the database being away, each webhook is merged on
-    /// its own, so one bad event cannot hold back the others.
+    /// its own, so one bad event cannot hold back the others: hence an answer
+    /// per event. A batch where one event id comes with two different keys
+    /// (a provider bug) is merged one by one too, in order.
     pub async fn webhooks_merge_batch(
         &self,
         events: &[WebhookIn],
-    ) -> Result<Vec<MergeOutcome>, StoreError> {
-        match self.webhooks_merge_together(events).await {
+    ) -> Result<Vec<Result<MergeOutcome, StoreError>>, StoreError> {
+        let mut keys_of: HashMap<&str, &str> = HashMap::new();
+        let same_key_per_id = events
+            .iter()
+            .all(|e| *keys_of.entry(e.event_id.as_str()).or_insert(e.key.as_str()) == e.key);
+        let together = if same_key_per_id {
+            self.webhooks_merge_together(events).await
+        } else {
+            Err(StoreError::Query(
+                "an event id came with two different keys".into(),
+            ))
+        };
+        match together {
+            Ok(v) => Ok(v.into_iter().map(Ok).collect()),
             Err(StoreError::Query(e)) if events.len() > 1 => {
                 tracing::warn!(error = %e, n = events.len(), "webhook batch failed; merging one by one");
                 let mut out = Vec::with_capacity(events.len());
                 for ev in events {
                     out.push(
                         self.webhook_merge(&ev.event_id, &ev.key, ev.status, &ev.message_id)
-                            .await?,
+                            .await,
                     );
                 }
                 Ok(out)
             }
-            other => other,
+            Err(e) => Err(e),
         }
     }
 

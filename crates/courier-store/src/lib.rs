@@ -58,12 +58,15 @@ impl From<tokio_postgres::Error> for StoreError {
         if let Some(db) = e.as_db_error() {
             let code = db.code().code();
             // 08: connection exceptions; 57P0x: shutdown and restart;
-            // 40001 / 40P01: serialization failure and deadlock; 53: resources.
+            // 40001 / 40P01: serialization failure and deadlock; 53: resources;
+            // 57014 / 55P03: a statement or lock time-out (a busy database).
             if code.starts_with("08")
                 || code.starts_with("57P")
                 || code.starts_with("53")
                 || code == "40001"
                 || code == "40P01"
+                || code == "57014"
+                || code == "55P03"
             {
                 return StoreError::Unavailable(format!("{e}: {} ({code})", db.message()));
             }
@@ -75,6 +78,8 @@ impl From<tokio_postgres::Error> for StoreError {
         if text.starts_with("error serializing")
             || text.starts_with("error deserializing")
             || text.starts_with("invalid column")
+            || text.starts_with("query returned an unexpected number of rows")
+            || text.starts_with("expected ")
         {
             return StoreError::Query(format!("{text}: {:?}", std::error::Error::source(&e)));
         }

@@ -1134,7 +1134,9 @@ WITH reclaimed AS (
 /// compare-and-set that proves the claim). The key is `courier-` and the uid
 /// in simple form, as `courier_core::action_key` makes it (a test checks both
 /// agree). A reclaimed action keeps the intent it has: its owner reads it and
-/// decides (a counted attempt means a lookup first).
+/// decides (a counted attempt means a lookup first). Each claim defines
+/// `chosen`, `released` (the store releases it folds) and `locked_stores`
+/// (the store rows it holds, a superset of the chosen actions' stores).
 macro_rules! claim_tail {
     () => {
         "
@@ -1149,10 +1151,10 @@ served AS (
     UPDATE stores st
     SET in_flight = st.in_flight + coalesce(c.n, 0) - coalesce(r.n, 0),
         last_served_at = CASE WHEN c.n > 0 THEN clock_timestamp() ELSE st.last_served_at END
-    FROM (SELECT store FROM chosen UNION SELECT store FROM released) u
+    FROM locked_stores u
     LEFT JOIN (SELECT store, count(*)::int AS n FROM chosen GROUP BY store) c ON c.store = u.store
     LEFT JOIN (SELECT store, sum(n)::int AS n FROM released GROUP BY store) r ON r.store = u.store
-    WHERE st.store = u.store
+    WHERE st.store = u.store AND (c.n IS NOT NULL OR r.n IS NOT NULL)
 ),
 intents AS (
     INSERT INTO outbox (action_id, idem_key, epoch_written, attempts)
@@ -1197,6 +1199,8 @@ released AS (
     DELETE FROM store_releases r USING s WHERE r.store = s.store
     RETURNING r.store, r.n
 ),
+-- The store rows this claim holds: it counts only against them.
+locked_stores AS (SELECT store FROM s),
 ranked_stores AS (
     SELECT s.store,
            s.in_flight - coalesce((SELECT sum(x.n) FROM released x WHERE x.store = s.store), 0)
@@ -1250,7 +1254,8 @@ fifo_stores AS (
 released AS (
     DELETE FROM store_releases r USING fifo_stores f WHERE r.store = f.store
     RETURNING r.store, r.n
-),",
+),
+locked_stores AS (SELECT store FROM fifo_stores),",
     claim_tail!()
 );
 

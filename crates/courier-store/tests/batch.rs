@@ -301,7 +301,13 @@ async fn settle_scenario(batched: bool) -> (Vec<String>, Vec<Result<Settled, Fen
         .unwrap();
     assert!(first.is_ok());
     let answers = if batched {
-        db.store.actions_settle_batch(&reqs, 60_000).await.unwrap()
+        db.store
+            .actions_settle_batch(&reqs, 60_000)
+            .await
+            .unwrap()
+            .into_iter()
+            .map(|r| r.unwrap())
+            .collect()
     } else {
         let mut v = Vec::new();
         for r in &reqs {
@@ -414,7 +420,14 @@ async fn webhook_scenario(seed: u64, batched: bool) -> (Vec<String>, Vec<MergeOu
         let mut rest = &events[..];
         while !rest.is_empty() {
             let n = (1 + g.below(12) as usize).min(rest.len());
-            outcomes.extend(db.store.webhooks_merge_batch(&rest[..n]).await.unwrap());
+            outcomes.extend(
+                db.store
+                    .webhooks_merge_batch(&rest[..n])
+                    .await
+                    .unwrap()
+                    .into_iter()
+                    .map(|r| r.unwrap()),
+            );
             rest = &rest[n..];
         }
     } else {
@@ -453,27 +466,104 @@ async fn a_webhook_batch_that_fails_is_merged_one_by_one() {
         .await
         .unwrap();
     let key = action_key(&got[0].uid);
+    let event = |id: &str, status| WebhookIn {
+        event_id: id.into(),
+        key: key.clone(),
+        status,
+        message_id: "m1".into(),
+    };
     // A NUL byte is refused by PostgreSQL's text type: that event cannot be
-    // stored, the others must be.
+    // stored; the ones before and after it must be.
+    let events = vec![
+        event("good1", Status::Sent),
+        event("bad\0", Status::Delivered),
+        event("good2", Status::Delivered),
+    ];
+    let answers = db.store.webhooks_merge_batch(&events).await.unwrap();
+    assert!(matches!(answers[0], Ok(MergeOutcome::Applied(_))));
+    assert!(matches!(answers[1], Err(StoreError::Query(_))));
+    assert!(matches!(answers[2], Ok(MergeOutcome::Applied(_))));
+    let again = db
+        .store
+        .webhooks_merge_batch(&[events[0].clone(), events[2].clone()])
+        .await
+        .unwrap();
+    assert!(again
+        .iter()
+        .all(|a| matches!(a, Ok(MergeOutcome::Duplicate))));
+}
+
+/// One event id with two keys in a batch (a provider bug): merged one by one,
+/// as if they had come one after another.
+#[tokio::test]
+async fn an_event_id_with_two_keys_in_one_batch_is_merged_in_order() {
+    let db = fresh_db().await;
+    enqueue(&db.store, &["a"], 1).await;
+    let got = db
+        .store
+        .action_claim_to_send(&owner("w1"), 1, 60_000, 100, ClaimMode::Fair)
+        .await
+        .unwrap();
+    let key = action_key(&got[0].uid);
     let events = vec![
         WebhookIn {
-            event_id: "good1".into(),
-            key: key.clone(),
+            event_id: "e1".into(),
+            key: "courier-nobody".into(),
             status: Status::Sent,
             message_id: "m1".into(),
         },
         WebhookIn {
-            event_id: "bad\0".into(),
+            event_id: "e1".into(),
             key: key.clone(),
-            status: Status::Delivered,
+            status: Status::Sent,
             message_id: "m1".into(),
         },
     ];
-    let err = db.store.webhooks_merge_batch(&events).await;
-    // The bad one fails on its own; the good one was merged before it.
-    assert!(err.is_err());
-    let again = db.store.webhooks_merge_batch(&events[..1]).await.unwrap();
-    assert_eq!(again, vec![MergeOutcome::Duplicate]);
+    let answers: Vec<MergeOutcome> = db
+        .store
+        .webhooks_merge_batch(&events)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|r| r.unwrap())
+        .collect();
+    assert_eq!(answers[0], MergeOutcome::UnknownKey);
+    assert!(matches!(answers[1], MergeOutcome::Applied(_)));
+}
+
+/// A settle that cannot be written (a message id PostgreSQL refuses) fails
+/// alone; the others of its batch are settled.
+#[tokio::test]
+async fn a_settle_batch_that_fails_is_settled_one_by_one() {
+    let db = fresh_db().await;
+    enqueue(&db.store, &["a", "b"], 2).await;
+    let got = db
+        .store
+        .action_claim_to_send(&owner("w1"), 4, 60_000, 100, ClaimMode::Fair)
+        .await
+        .unwrap();
+    let reqs: Vec<SettleReq> = got
+        .iter()
+        .enumerate()
+        .map(|(i, c)| SettleReq {
+            lease: c.lease.clone(),
+            report: Status::Accepted,
+            message_id: Some(if i == 1 {
+                "bad\0".into()
+            } else {
+                format!("m{i}")
+            }),
+            from_lookup: false,
+        })
+        .collect();
+    let answers = db.store.actions_settle_batch(&reqs, 60_000).await.unwrap();
+    for (i, a) in answers.iter().enumerate() {
+        if i == 1 {
+            assert!(matches!(a, Err(StoreError::Query(_))), "{a:?}");
+        } else {
+            assert!(matches!(a, Ok(Ok(_))), "{i}: {a:?}");
+        }
+    }
 }
 
 #[tokio::test]
@@ -580,8 +670,8 @@ async fn racing_claims_and_settles(with_fifo: bool) {
                     .actions_settle_batch(&reqs, 60_000)
                     .await
                     .unwrap()
-                    .iter()
-                    .filter(|r| r.is_ok())
+                    .into_iter()
+                    .filter(|r| matches!(r, Ok(Ok(_))))
                     .count();
             }
         }));

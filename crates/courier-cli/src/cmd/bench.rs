@@ -103,16 +103,16 @@ struct ThroughputArgs {
     /// Stores the backlog is spread over (default 100; 10 with --smoke).
     #[arg(long)]
     stores: Option<u32>,
-    /// In-process workers (default 4; 2 with --smoke).
+    /// In-process workers (default 1; 2 with --smoke).
     #[arg(long)]
     workers: Option<u32>,
-    /// Actions each worker works on at once (default 32; 8 with --smoke).
+    /// Actions each worker works on at once (default 512; 8 with --smoke).
     #[arg(long)]
     concurrency: Option<u32>,
-    /// Actions claimed in one round trip (default 16).
+    /// Actions claimed in one round trip (default 256; 4 with --smoke).
     #[arg(long)]
     claim_batch_max: Option<u32>,
-    /// Actions of one store held by workers at once (default 4, the courier's default).
+    /// Actions of one store held by workers at once (default 16; 4, the courier's default, with --smoke).
     #[arg(long)]
     store_in_flight_max: Option<u32>,
     /// Connections of each worker's pool (default 4).
