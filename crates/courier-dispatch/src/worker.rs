@@ -78,6 +78,11 @@ pub enum UnsafeResend {
 /// Counters of one worker, also exported as metrics.
 #[derive(Debug, Default)]
 pub struct WorkerStats {
+    /// Claim statements run, and how many of them found nothing.
+    pub claims: AtomicU64,
+    pub claims_empty: AtomicU64,
+    /// The slowest claim statement so far, in microseconds.
+    pub claim_us_max: AtomicU64,
     pub claimed: AtomicU64,
     pub reclaimed: AtomicU64,
     pub sends: AtomicU64,
@@ -200,9 +205,15 @@ async fn claim_loop<P: Provider>(ctx: Arc<Ctx<P>>, shutdown: CancellationToken) 
             )
             .await;
         crate::metrics::claim_observed(claim_started.elapsed());
+        ctx.stats.claims.fetch_add(1, Ordering::Relaxed);
+        ctx.stats.claim_us_max.fetch_max(
+            u64::try_from(claim_started.elapsed().as_micros()).unwrap_or(u64::MAX),
+            Ordering::Relaxed,
+        );
         match claim {
             Ok(claimed) if claimed.is_empty() => {
                 store_retry = 0;
+                ctx.stats.claims_empty.fetch_add(1, Ordering::Relaxed);
                 let wait = ctx.cfg.idle_poll_ms / 2 + rng.random_range(0..=ctx.cfg.idle_poll_ms);
                 tokio::select! {
                     _ = tokio::time::sleep(Duration::from_millis(wait)) => {}
