@@ -85,7 +85,7 @@ pub struct ThroughputConfig {
 impl ThroughputConfig {
     pub fn new(seed: u64) -> Self {
         ThroughputConfig {
-            actions: 20_000,
+            actions: 100_000,
             stores: 100,
             // One worker with deep batches: on two cores, more workers
             // mostly find each other's store rows locked (see the README).

@@ -97,7 +97,7 @@ struct FairnessArgs {
 
 #[derive(clap::Args)]
 struct ThroughputArgs {
-    /// The backlog of each path (default 20000; 300 with --smoke).
+    /// The backlog of each path (default 100000; 300 with --smoke).
     #[arg(long)]
     actions: Option<u32>,
     /// Stores the backlog is spread over (default 100; 10 with --smoke).
