@@ -318,10 +318,30 @@ pub struct FairnessVerdict {
     pub fair_ratio_worst: f64,
     /// FIFO's ratio in the bulk scenario (the harm fair claiming prevents).
     pub fifo_bulk_ratio: f64,
+    /// Single rounds of fair claiming in a noisy scenario whose ratio to
+    /// their own round's baseline is above the target, of all such rounds:
+    /// the medians above can hide a round that collapsed.
+    pub fair_rounds_above_target: usize,
+    pub fair_rounds: usize,
+    /// The worst single fair round of a noisy scenario.
+    pub fair_round_ratio_worst: f64,
     /// The fair baseline could not keep up (accepted under 90% of the
     /// offered rate, or busier than 85%): the machine was too slow or too
     /// loaded for the planned load, and no figure of this run means much.
     pub overloaded: bool,
+}
+
+impl FairnessVerdict {
+    /// The line that shows single rounds, which the medians can hide.
+    pub fn rounds_line(&self) -> String {
+        format!(
+            "fair claiming, single rounds: {} of {} noisy rounds above {:.2}x (worst round {:.2}x)\n",
+            self.fair_rounds_above_target,
+            self.fair_rounds,
+            FAIR_RATIO_MAX,
+            self.fair_round_ratio_worst
+        )
+    }
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -412,6 +432,7 @@ impl FairnessReport {
             FAIR_RATIO_MAX,
             if v.fair_within_target { "met" } else { "NOT met" }
         ));
+        out.push_str(&v.rounds_line());
         out.push_str(&format!(
             "FIFO, bulk: quiet p95 ratio {:.2}x (the harm fair claiming prevents)\n",
             v.fifo_bulk_ratio
@@ -509,6 +530,11 @@ fn verdict(runs: &[FairnessRun]) -> FairnessVerdict {
         .map(|r| r.quiet_p95_ratio)
         .collect();
     let worst = fair_noisy.iter().copied().fold(f64::NAN, f64::max);
+    let fair_rounds: Vec<f64> = runs
+        .iter()
+        .filter(|r| r.claim == ClaimMode::Fair && r.scenario != Scenario::Baseline)
+        .flat_map(|r| r.ratio_by_round.iter().copied())
+        .collect();
     let overloaded = runs
         .iter()
         .find(|r| r.scenario == Scenario::Baseline && r.claim == ClaimMode::Fair)
@@ -524,6 +550,9 @@ fn verdict(runs: &[FairnessRun]) -> FairnessVerdict {
             .iter()
             .find(|r| r.claim == ClaimMode::Fifo && r.scenario == Scenario::Bulk)
             .map_or(f64::NAN, |r| r.quiet_p95_ratio),
+        fair_rounds_above_target: fair_rounds.iter().filter(|x| **x > FAIR_RATIO_MAX).count(),
+        fair_rounds: fair_rounds.len(),
+        fair_round_ratio_worst: fair_rounds.iter().copied().fold(f64::NAN, f64::max),
     }
 }
 
@@ -1091,8 +1120,19 @@ mod tests {
         let v = verdict(&runs);
         assert!(v.fair_within_target);
         assert_eq!((v.fair_ratio_worst, v.fifo_bulk_ratio), (1.08, 4.0));
+        assert_eq!((v.fair_rounds_above_target, v.fair_rounds), (0, 2));
         let mut runs = runs;
         runs[4].quiet_p95_ratio = 1.2;
         assert!(!verdict(&runs).fair_within_target);
+        // A collapsed round under a good median is counted and named.
+        runs[4].quiet_p95_ratio = 1.02;
+        runs[4].ratio_by_round = vec![140.7, 0.98, 1.02];
+        let v = verdict(&runs);
+        assert!(v.fair_within_target);
+        assert_eq!((v.fair_rounds_above_target, v.fair_rounds), (1, 4));
+        assert_eq!(v.fair_round_ratio_worst, 140.7);
+        assert!(v
+            .rounds_line()
+            .contains("1 of 4 noisy rounds above 1.10x (worst round 140.70x)"));
     }
 }

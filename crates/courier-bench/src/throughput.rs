@@ -284,7 +284,7 @@ impl ThroughputReport {
                 ),
             ] {
                 out.push_str(&format!(
-                    "{:<22} {:<26} {:>11.0} {:>9.2}x {:>9.1} {:>10}\n",
+                    "{:<22} {:<26} {:>11.0} {:>9.2}x {:>9.3} {:>10}\n",
                     "",
                     name,
                     p.actions_per_s,

@@ -107,11 +107,14 @@ async fn throughput_smoke_reports_both_paths_and_the_ceiling() {
         ] {
             assert_eq!(p.actions, u64::from(cfg.actions), "{name} {sc}");
             assert!(p.actions_per_s > 0.0, "{name} {sc}");
-            // At least the intent, the attempt and the settle of each action
-            // commit on their own; the claim is shared by a batch.
+            // The commits were counted, and batching shows: the claim writes
+            // the intent and the first attempt, settles commit in groups, so
+            // an action costs fewer than the three commits (intent, attempt,
+            // settle) of one-at-a-time writes.
             assert!(
-                p.transactions_per_action >= 3.0,
-                "{name} {sc}: {} transactions per action",
+                p.transactions > 0 && p.transactions_per_action < 3.0,
+                "{name} {sc}: {} transactions, {} per action",
+                p.transactions,
                 p.transactions_per_action
             );
             assert!(p.peak_rss_kib.is_some_and(|k| k > 0), "{name} {sc}");
