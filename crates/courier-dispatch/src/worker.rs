@@ -485,29 +485,18 @@ async fn deliver<P: Provider>(
                 Step::Lookup
             }
             Step::Send if std::mem::take(&mut counted_ahead) => {
-                // Counted by the claim: send now if the lease check passes,
-                // else the next step is a lookup (as after any counted attempt).
-                if fenced.is_cancelled()
-                    || !may_send(
-                        ctx.now_ms(),
-                        deadline_ms.load(Ordering::Relaxed),
-                        limits.send_margin_ms,
-                    )
-                {
-                    Step::Lookup
-                } else {
-                    send_once(
-                        ctx,
-                        &lease,
-                        &claimed,
-                        &key,
-                        &mut send_key,
-                        &mut rng,
-                        &mut message_id,
-                        &mut from_lookup,
-                    )
-                    .await
-                }
+                // Counted by the claim.
+                send_counted(
+                    ctx,
+                    &lease,
+                    &claimed,
+                    &key,
+                    (&fenced, &deadline_ms),
+                    &mut send_key,
+                    &mut rng,
+                    (&mut message_id, &mut from_lookup),
+                )
+                .await
             }
             Step::Send => {
                 // The local check first: if the lease may end before the
@@ -558,29 +547,17 @@ async fn deliver<P: Provider>(
                         }
                     }
                     Some(Ok(_attempts)) => {
-                        // The attempt is counted: from here on every path
-                        // looks the key up before any further send.
-                        if fenced.is_cancelled()
-                            || !may_send(
-                                ctx.now_ms(),
-                                deadline_ms.load(Ordering::Relaxed),
-                                limits.send_margin_ms,
-                            )
-                        {
-                            Step::Lookup
-                        } else {
-                            send_once(
-                                ctx,
-                                &lease,
-                                &claimed,
-                                &key,
-                                &mut send_key,
-                                &mut rng,
-                                &mut message_id,
-                                &mut from_lookup,
-                            )
-                            .await
-                        }
+                        send_counted(
+                            ctx,
+                            &lease,
+                            &claimed,
+                            &key,
+                            (&fenced, &deadline_ms),
+                            &mut send_key,
+                            &mut rng,
+                            (&mut message_id, &mut from_lookup),
+                        )
+                        .await
                     }
                 }
             }
@@ -635,19 +612,30 @@ async fn deliver<P: Provider>(
     }
 }
 
-/// Sends once, after the attempt was counted and the lease check passed, and
-/// says what comes next.
+/// After an attempt was counted: sends once if the lease check passes right
+/// now, and says what comes next. If it does not pass, the next step is a
+/// lookup: from a counted attempt on, every path looks the key up before
+/// any further send.
 #[allow(clippy::too_many_arguments)]
-async fn send_once<P: Provider>(
+async fn send_counted<P: Provider>(
     ctx: &Ctx<P>,
     lease: &Lease,
     claimed: &Claimed,
     key: &str,
+    (fenced, deadline_ms): (&CancellationToken, &AtomicU64),
     send_key: &mut String,
     rng: &mut StdRng,
-    message_id: &mut Option<String>,
-    from_lookup: &mut bool,
+    (message_id, from_lookup): (&mut Option<String>, &mut bool),
 ) -> Step {
+    if fenced.is_cancelled()
+        || !may_send(
+            ctx.now_ms(),
+            deadline_ms.load(Ordering::Relaxed),
+            ctx.cfg.limits.send_margin_ms,
+        )
+    {
+        return Step::Lookup;
+    }
     ctx.stats.sends.fetch_add(1, Ordering::Relaxed);
     let out = ctx.client.send(send_key, &claimed.to, &claimed.body).await;
     metrics::counter!("courier_sends_total", "answer" => send_label(&out)).increment(1);
