@@ -12,6 +12,11 @@ pub const MIGRATIONS: &[(i32, &str, &str)] = &[
         "store_releases",
         include_str!("../migrations/0002_store_releases.sql"),
     ),
+    (
+        3,
+        "fifo_index",
+        include_str!("../migrations/0003_fifo_index.sql"),
+    ),
 ];
 
 /// A lock id for `pg_advisory_xact_lock`, fixed for courier's migrations.

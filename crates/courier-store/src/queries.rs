@@ -390,10 +390,7 @@ impl PgStore {
         let n = i64::from(n);
         let ttl = lease_ttl_ms as f64;
         let cap = i32::try_from(store_in_flight_max).unwrap_or(i32::MAX);
-        let sql = match mode {
-            ClaimMode::Fair => CLAIM_FAIR,
-            ClaimMode::Fifo => CLAIM_FIFO,
-        };
+        let sql = claim_statement(mode);
         let rows = client
             .query(
                 &client.prepare_cached(sql).await?,
@@ -1108,6 +1105,18 @@ async fn merge_unleased(
     Ok(MergeOutcome::Applied(how))
 }
 
+/// The text of a claim statement, so tests can check its plans (parameters:
+/// $1 owner, $2 batch size, $3 lease ttl ms, $4 per-store cap, $5 write
+/// intents). Not an API: run claims with [`PgStore::action_claim`] and
+/// [`PgStore::action_claim_to_send`].
+#[doc(hidden)]
+pub fn claim_statement(mode: ClaimMode) -> &'static str {
+    match mode {
+        ClaimMode::Fair => CLAIM_FAIR,
+        ClaimMode::Fifo => CLAIM_FIFO,
+    }
+}
+
 /// The head of both claims: actions whose lease ran out, re-taken at epoch + 1
 /// (SKIP LOCKED: a claim never waits for a lock).
 macro_rules! claim_reclaimed {
@@ -1183,8 +1192,11 @@ const CLAIM_FAIR: &str = concat!(
 s AS (
     SELECT st.store, st.in_flight, st.last_served_at
     FROM stores st
-    -- One probe of the pending index per store (a LIMIT keeps the planner
-    -- from scanning every action to find the stores with work).
+    -- One probe of the per-store pending index per store (a LIMIT keeps
+    -- the planner from scanning every action to find the stores with work).
+    -- The FIFO index's predicate keeps it out of reach of these probes, so
+    -- that no statistics can lead the planner to walk the whole pending
+    -- queue once per store (migration 0003, tests/plans.rs).
     CROSS JOIN LATERAL (
         SELECT 1 FROM actions p WHERE p.store = st.store AND p.state = 'pending'
         ORDER BY p.id LIMIT 1) w
@@ -1231,7 +1243,8 @@ chosen AS (
 );
 
 /// FIFO claim, for comparison: expired leases first, then the oldest pending
-/// actions of all stores. The per-store cap does not apply ($4 is only
+/// actions of all stores. `store > ''` (always true) matches the predicate of
+/// its index, which only this claim may use (migration 0003). The per-store cap does not apply ($4 is only
 /// referenced so both claims take the same parameters). Unlike the fair
 /// claim, it waits for the store rows of what it took (to count them).
 const CLAIM_FIFO: &str = concat!(
@@ -1239,7 +1252,7 @@ const CLAIM_FIFO: &str = concat!(
     "
 chosen AS (
     SELECT a.id, a.store FROM actions a
-    WHERE a.state = 'pending' AND $4 >= 0
+    WHERE a.state = 'pending' AND a.store > '' AND $4 >= 0
     ORDER BY a.id
     LIMIT GREATEST($2 - (SELECT count(*) FROM reclaimed), 0)
     FOR UPDATE SKIP LOCKED

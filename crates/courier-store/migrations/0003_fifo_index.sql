@@ -1,0 +1,21 @@
+-- courier schema, version 3: the FIFO claim's index is of no use to the
+-- fair claim.
+--
+-- The fair claim probes each store for its oldest pending action (store =
+-- $x, ORDER BY id, LIMIT). The FIFO index, on (id) of the pending actions,
+-- answered that too: a walk of the whole pending queue in id order with
+-- the store as a filter, once per store. The planner took it when its
+-- statistics said almost nothing was pending, which is what they say
+-- after a burst until autovacuum analyses the table again (at most once a
+-- minute per database): in the fairness benchmark, after a burst of 1,000
+-- actions of one store, every claim read ~100,000 index entries, the
+-- claims took both CPUs and the quiet stores' p95 rose up to 200-fold.
+-- Which of two indexes a planner takes is a matter of costs, and costs
+-- estimated from stale statistics cannot be trusted; a partial index is
+-- only considered for a query whose conditions imply its predicate. So the
+-- FIFO index's predicate says `store > ''` (true of every action: a store
+-- name has 1 to 64 characters), which the FIFO claim states and the fair
+-- claim's probes (store = a store of the outer query) cannot imply.
+-- crates/courier-store/tests/plans.rs checks both claims' plans.
+DROP INDEX actions_pending_fifo;
+CREATE INDEX actions_pending_fifo ON actions (id) WHERE state = 'pending' AND store > '';
