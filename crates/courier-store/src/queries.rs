@@ -1243,10 +1243,11 @@ chosen AS (
 );
 
 /// FIFO claim, for comparison: expired leases first, then the oldest pending
-/// actions of all stores. `store > ''` (always true) matches the predicate of
-/// its index, which only this claim may use (migration 0003). The per-store cap does not apply ($4 is only
-/// referenced so both claims take the same parameters). Unlike the fair
-/// claim, it waits for the store rows of what it took (to count them).
+/// actions of all stores. `store > ''` (always true) matches the predicate
+/// of its index, which only this claim may use (migration 0003). The
+/// per-store cap does not apply ($4 is only referenced so both claims take
+/// the same parameters). Unlike the fair claim, it waits for the store rows
+/// of what it took (to count them).
 const CLAIM_FIFO: &str = concat!(
     claim_reclaimed!(),
     "
