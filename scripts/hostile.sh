@@ -32,7 +32,8 @@ fi
 echo "== $("$venv/bin/schemathesis" --version)"
 
 echo "== building courier"
-cargo build -q -p courier-cli --locked
+# With the test command's features, so the binary it built is reused.
+cargo build -q -p courier-cli --locked --features relay
 courier="$target/debug/courier"
 
 run=$(mktemp -d /tmp/courier-hostile-XXXXXX)

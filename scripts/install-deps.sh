@@ -1,36 +1,78 @@
 #!/usr/bin/env bash
-# Installs what a fresh Debian machine lacks for courier's tests and demos:
-# PostgreSQL server binaries, etcd, nats-server, protoc (for the etcd client
-# crate), Chromium with its driver (browser tests), and cargo-nextest.
-# Idempotent: installs only what is missing.
+# Installs what courier's build, tests and demos need beyond what a new
+# Debian 12 machine of the kind CI uses already has (the Rust toolchain with
+# cargo-nextest, gcc, g++, make, git, pkg-config, libssl-dev, libpq-dev,
+# PostgreSQL 15 server and client, Python 3.11 with pip and venv, Node 20).
+#
+# Every Debian package is named here and installed with
+# --no-install-recommends, so nothing arrives only because another package
+# recommends it:
+#   protobuf-compiler libprotobuf-dev  build the etcd client of the relay
+#                                      (`--features relay`); the .proto
+#                                      includes are in libprotobuf-dev, which
+#                                      protobuf-compiler only recommends
+#   etcd-server etcd-client            the relay's lab and tests
+#   nats-server                        the relay's lab and tests (JetStream)
+#   chromium chromium-driver           the browser tests
+#   postgresql-15                      only where PostgreSQL's server binaries
+#                                      are missing (a new machine has them)
+# Then it checks that every tool and file the build and tests use is there.
+# Idempotent: it installs only what is not installed, and is quick then.
+#
+# Usage: scripts/install-deps.sh [all | relay]   (default: all)
+#   relay  only what `courier relay` and the courier-relay tests need
 set -euo pipefail
+cd "$(dirname "$0")/.."
 
-need=()
+group="${1:-all}"
+relay_pkgs=(protobuf-compiler libprotobuf-dev etcd-server etcd-client nats-server)
+browser_pkgs=(chromium chromium-driver)
+case "$group" in
+  relay) pkgs=("${relay_pkgs[@]}") ;;
+  all) pkgs=("${relay_pkgs[@]}" "${browser_pkgs[@]}") ;;
+  *) echo "usage: $0 [all | relay]" >&2; exit 2 ;;
+esac
+
 have() { command -v "$1" >/dev/null 2>&1; }
-pg_ok() { have initdb || ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1; }
+pg_bin() { have initdb || ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1; }
+installed() { dpkg-query -W -f='${Status}' "$1" 2>/dev/null | grep -q 'install ok installed'; }
 
-pg_ok || need+=(postgresql)
-have etcd || need+=(etcd-server)
-have etcdctl || need+=(etcd-client)
-have nats-server || need+=(nats-server)
-have protoc || need+=(protobuf-compiler)
-have chromium || need+=(chromium)
-have chromedriver || need+=(chromium-driver)
+if [ "$group" = all ] && ! pg_bin; then pkgs+=(postgresql-15); fi
 
-if [ ${#need[@]} -gt 0 ]; then
-  echo "installing: ${need[*]}"
-  if [ "$(id -u)" -eq 0 ]; then SUDO=""; else SUDO="sudo"; fi
-  $SUDO apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
+missing=()
+for p in "${pkgs[@]}"; do installed "$p" || missing+=("$p"); done
+if [ ${#missing[@]} -gt 0 ]; then
+  echo "installing (apt, --no-install-recommends): ${missing[*]}"
+  if [ "$(id -u)" -eq 0 ]; then SUDO=(); else SUDO=(sudo); fi
+  "${SUDO[@]}" apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive "${SUDO[@]}" apt-get install -y -qq --no-install-recommends \
+    "${missing[@]}" >/dev/null
 fi
 
 # PostgreSQL refuses to run as root; courier runs it as 'postgres' then.
-if [ "$(id -u)" -eq 0 ] && ! id postgres >/dev/null 2>&1; then
+if [ "$group" = all ] && [ "$(id -u)" -eq 0 ] && ! id postgres >/dev/null 2>&1; then
   useradd --system --no-create-home postgres
 fi
 
-if ! cargo nextest --version >/dev/null 2>&1; then
+if [ "$group" = all ] && ! cargo nextest --version >/dev/null 2>&1; then
   echo "installing cargo-nextest"
   cargo install cargo-nextest --locked
 fi
-echo "dependencies ready: $(initdb --version 2>/dev/null || ls /usr/lib/postgresql/*/bin/initdb | head -1), $(etcd --version 2>/dev/null | head -1), $(nats-server --version 2>/dev/null), $(protoc --version)"
+
+# Check, rather than trust the package list: each of these is used by name.
+fail=0
+need_file() { [ -e "$1" ] || { echo "missing after install: $1 ($2)" >&2; fail=1; }; }
+need_tool() { have "$1" || [ -x "/usr/sbin/$1" ] || { echo "missing after install: $1 ($2)" >&2; fail=1; }; }
+need_tool protoc protobuf-compiler
+need_file /usr/include/google/protobuf/descriptor.proto libprotobuf-dev
+need_tool etcd etcd-server
+need_tool etcdctl etcd-client
+need_tool nats-server nats-server
+if [ "$group" = all ]; then
+  need_tool chromium chromium
+  need_tool chromedriver chromium-driver
+  pg_bin || { echo "missing after install: initdb (postgresql-15)" >&2; fail=1; }
+fi
+[ "$fail" = 0 ] || exit 1
+
+echo "dependencies ready ($group): $(protoc --version), $(etcd --version 2>/dev/null | head -1), nats-server $(nats-server --version 2>/dev/null | awk '{print $NF}')"

@@ -1,15 +1,24 @@
 #!/usr/bin/env bash
-# The test command (the README's second command, and what CI runs):
-# formatting, lints, then every test against real servers that the tests
-# start themselves (PostgreSQL, the fake provider, etcd, NATS JetStream,
-# headless Chromium), then short smoke runs of the demo-scale tools.
+# The test command (the README's second command, and what CI runs): first
+# what a new machine lacks (scripts/install-deps.sh, quick when all is
+# there), then formatting, lints, then every test against real servers that
+# the tests start themselves (PostgreSQL, the fake provider, etcd, NATS
+# JetStream, headless Chromium), then short smoke runs of the demo-scale tools.
+# Everything is built with the relay feature (`courier relay`), which the
+# demo's build leaves out.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+
+echo "== scripts/install-deps.sh"
+./scripts/install-deps.sh
+features=(--features courier-cli/relay)
 
 echo "== cargo fmt --check"
 cargo fmt --all -- --check
 echo "== cargo clippy -D warnings"
-cargo clippy --workspace --all-targets --locked -- -D warnings
+cargo clippy --workspace --all-targets --locked "${features[@]}" -- -D warnings
+# And the binary as the README's first command builds it, without the relay.
+cargo clippy -p courier-cli --locked -- -D warnings
 
 # The test PostgreSQL cluster is shared by the whole run and stopped at the end.
 # (under /tmp: PostgreSQL runs as 'postgres', which may not reach the checkout).
@@ -22,7 +31,7 @@ stop_test_pg() {
 trap stop_test_pg EXIT
 
 echo "== cargo nextest run"
-cargo nextest run --workspace --locked --no-fail-fast
+cargo nextest run --workspace --locked --no-fail-fast "${features[@]}"
 
 echo "== hostile inputs (schemathesis and our own cases, smoke)"
 scripts/hostile.sh --smoke

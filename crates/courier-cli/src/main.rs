@@ -52,14 +52,32 @@ enum Command {
 }
 
 fn main() -> ExitCode {
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| {
-                tracing_subscriber::EnvFilter::new("warn,deadpool.postgres=error")
-            }),
+    use tracing_subscriber::layer::SubscriberExt;
+    use tracing_subscriber::util::SubscriberInitExt;
+    // RUST_LOG takes `level` and `target=level` directives, comma-separated
+    // (`warn,courier_dispatch=debug`); one it cannot read is reported and
+    // the default used.
+    const DEFAULT_LOG: &str = "warn,deadpool.postgres=error";
+    let (filter, bad_filter) = match std::env::var("RUST_LOG") {
+        Ok(v) => match v.parse::<tracing_subscriber::filter::Targets>() {
+            Ok(t) => (t, None),
+            Err(e) => (DEFAULT_LOG.parse().expect("static filter"), Some((v, e))),
+        },
+        Err(_) => (DEFAULT_LOG.parse().expect("static filter"), None),
+    };
+    tracing_subscriber::registry()
+        .with(
+            tracing_subscriber::fmt::layer()
+                .with_writer(std::io::stderr)
+                // Colours for a terminal, plain text for the log files of
+                // the demo's and chaos's child processes.
+                .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr())),
         )
-        .with_writer(std::io::stderr)
+        .with(filter)
         .init();
+    if let Some((v, e)) = bad_filter {
+        tracing::warn!("RUST_LOG={v:?} is not a list of level or target=level directives ({e}); using {DEFAULT_LOG:?}");
+    }
     let cli = Cli::parse();
     let runtime = match tokio::runtime::Runtime::new() {
         Ok(rt) => rt,

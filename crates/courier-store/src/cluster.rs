@@ -2,8 +2,9 @@
 //! loopback port with its socket inside the data directory, run as an
 //! unprivileged user when courier runs as root (PostgreSQL refuses root).
 //!
-//! Layout under `dir` (default `.courier/pg`): `data/` (the cluster),
-//! `sock/` (the Unix socket), `port` (the port it was started on), `server.log`.
+//! Layout under `dir` ([`default_dir`] unless the caller names one):
+//! `data/` (the cluster), `sock/` (the Unix socket), `port` (the port it was
+//! started on), `server.log`.
 //!
 //! # Invariants
 //! - Only a directory this module initialised is ever started or stopped.
@@ -92,10 +93,7 @@ impl Cluster {
         if inside.as_os_str().len() + "/.s.PGSQL.65535".len() < 100 {
             return inside;
         }
-        use std::hash::{Hash, Hasher};
-        let mut h = std::collections::hash_map::DefaultHasher::new();
-        self.dir.hash(&mut h);
-        PathBuf::from(format!("/tmp/courier-pg-{:016x}", h.finish()))
+        PathBuf::from(format!("/tmp/courier-pg-{:016x}", path_hash(&self.dir)))
     }
 
     fn port_file(&self) -> PathBuf {
@@ -223,6 +221,17 @@ impl Cluster {
     fn prepare_dirs(&self) -> Result<(), ClusterError> {
         for d in [&self.dir, &self.sock()] {
             std::fs::create_dir_all(d).map_err(|e| io_err(d, e))?;
+        }
+        // The directories courier creates above a cluster of its shared place
+        // must be searchable by the user that runs it, whatever the umask.
+        if self.dir.starts_with(SHARED_BASE) {
+            for p in self.dir.ancestors().skip(1) {
+                std::fs::set_permissions(p, std::fs::Permissions::from_mode(0o755))
+                    .map_err(|e| io_err(p, e))?;
+                if p == Path::new(SHARED_BASE) {
+                    break;
+                }
+            }
         }
         if let Some(user) = run_as_user()? {
             // PostgreSQL runs as `user`: it must own its directory and be able
@@ -369,6 +378,62 @@ impl Cluster {
     }
 }
 
+/// Where the managed cluster of a project (the directory courier runs in)
+/// lives by default; every run from the same directory gets the same place,
+/// so `courier db stop` finds the cluster that `courier demo` started.
+///
+/// - PostgreSQL runs as this user: `PROJECT/.courier/pg`.
+/// - courier runs as root, so PostgreSQL runs as `postgres`, which must reach
+///   its directory through every ancestor. A checkout in a home directory of
+///   mode 700 (`/root`) is out of its reach, so the cluster lives outside the
+///   project: `/var/tmp/courier/NAME-HASH/pg`, where NAME is the project
+///   directory's name and HASH a stable hash of its absolute path (`/var/tmp`
+///   survives reboots, unlike `/tmp` on many systems).
+pub fn default_dir(project: &Path) -> PathBuf {
+    let abs = std::fs::canonicalize(project)
+        .or_else(|_| std::path::absolute(project))
+        .unwrap_or_else(|_| project.to_path_buf());
+    if !nix::unistd::Uid::effective().is_root() {
+        return abs.join(".courier").join("pg");
+    }
+    let name: String = abs
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_else(|| "root".into())
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '-' || c == '_' {
+                c
+            } else {
+                '_'
+            }
+        })
+        .take(32)
+        .collect();
+    PathBuf::from(SHARED_BASE)
+        .join(format!(
+            "{name}-{:012x}",
+            path_hash(&abs) & 0xffff_ffff_ffff
+        ))
+        .join("pg")
+}
+
+/// The shared place of clusters run as another user (see [`default_dir`]).
+const SHARED_BASE: &str = "/var/tmp/courier";
+
+/// FNV-1a over a path's bytes: stable across builds and Rust versions (the
+/// standard library's hasher is not), so a directory named after a path
+/// keeps its name when courier is rebuilt.
+fn path_hash(p: &Path) -> u64 {
+    use std::os::unix::ffi::OsStrExt;
+    p.as_os_str()
+        .as_bytes()
+        .iter()
+        .fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
+            (h ^ u64::from(*b)).wrapping_mul(0x0000_0100_0000_01b3)
+        })
+}
+
 struct RunAs {
     uid: nix::unistd::Uid,
     gid: nix::unistd::Gid,
@@ -422,5 +487,34 @@ fn io_err(path: &Path, source: std::io::Error) -> ClusterError {
     ClusterError::Io {
         path: path.to_path_buf(),
         source,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn default_dir_is_stable_per_project_and_apart_between_projects() {
+        let a = default_dir(Path::new("/nonexistent/alpha/courier"));
+        let b = default_dir(Path::new("/nonexistent/beta/courier"));
+        assert_eq!(a, default_dir(Path::new("/nonexistent/alpha/courier")));
+        assert_ne!(a, b);
+        if nix::unistd::Uid::effective().is_root() {
+            assert!(a.starts_with(SHARED_BASE), "{}", a.display());
+            let leaf = a.parent().unwrap().file_name().unwrap().to_string_lossy();
+            assert!(leaf.starts_with("courier-"), "{leaf}");
+        } else {
+            assert_eq!(a, Path::new("/nonexistent/alpha/courier/.courier/pg"));
+        }
+    }
+
+    #[test]
+    fn path_hash_is_fnv1a() {
+        // Published FNV-1a 64 test vectors: a changed hash would move every
+        // existing default cluster directory.
+        assert_eq!(path_hash(Path::new("")), 0xcbf2_9ce4_8422_2325);
+        assert_eq!(path_hash(Path::new("a")), 0xaf63_dc4c_8601_ec8c);
+        assert_eq!(path_hash(Path::new("foobar")), 0x8594_4171_f739_67e8);
     }
 }

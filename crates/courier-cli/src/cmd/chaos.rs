@@ -295,7 +295,7 @@ pub async fn run(a: Args) -> anyhow::Result<ExitCode> {
     let bars = watch_line(&mp, a.actions);
     let faults_bar = mp.add(ProgressBar::new_spinner());
     faults_bar
-        .set_style(ProgressStyle::with_template("{prefix:>11} {msg}").expect("static template"));
+        .set_style(ProgressStyle::with_template("{prefix:>10} {msg}").expect("static template"));
     faults_bar.set_prefix("faults");
     let deadline = Instant::now() + Duration::from_secs(a.timeout_s);
     let mut frozen: Option<(usize, Instant)> = None;

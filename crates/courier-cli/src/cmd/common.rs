@@ -16,26 +16,81 @@ pub struct DbArgs {
     /// Use this PostgreSQL server; its files are never touched.
     #[arg(long, env = "DATABASE_URL")]
     pub database_url: Option<String>,
-    /// Data directory of the managed local cluster (used without --database-url).
-    #[arg(long, default_value = ".courier/pg")]
-    pub pg_dir: PathBuf,
+    #[command(flatten)]
+    pub pg: PgDirArg,
+}
+
+/// The managed cluster's directory.
+#[derive(clap::Args, Clone, Debug)]
+pub struct PgDirArg {
+    /// Directory of the managed local cluster (used without --database-url).
+    /// Default: .courier/pg in the working directory; as root (PostgreSQL
+    /// then runs as `postgres`, which may not reach a home directory)
+    /// /var/tmp/courier/NAME-HASH/pg, named after the working directory.
+    #[arg(long, env = "COURIER_PG_DIR", global = true)]
+    pub pg_dir: Option<PathBuf>,
+}
+
+impl PgDirArg {
+    /// The directory: the one given, or the working directory's default.
+    pub fn dir(&self) -> anyhow::Result<PathBuf> {
+        match &self.pg_dir {
+            Some(d) => Ok(d.clone()),
+            None => {
+                let cwd = std::env::current_dir().context("reading the working directory")?;
+                Ok(courier_store::cluster::default_dir(&cwd))
+            }
+        }
+    }
+
+    /// `--pg-dir DIR` when the directory is not the default, for hints that
+    /// tell the user which command to run next.
+    pub fn flag_hint(&self) -> String {
+        match &self.pg_dir {
+            Some(d) => format!(" --pg-dir {}", d.display()),
+            None => String::new(),
+        }
+    }
+}
+
+/// A database reached through [`DbArgs`].
+pub struct Db {
+    pub url: String,
+    /// The managed cluster, when one is used.
+    pub cluster: Option<Cluster>,
+    /// Whether this process started that cluster (it was not running).
+    pub started_here: bool,
 }
 
 impl DbArgs {
     /// The URL, starting the managed cluster on demand.
     pub async fn url(&self) -> anyhow::Result<String> {
+        Ok(self.open().await?.url)
+    }
+
+    /// The URL and what was done to get it.
+    pub async fn open(&self) -> anyhow::Result<Db> {
         if let Some(url) = &self.database_url {
-            return Ok(url.clone());
+            return Ok(Db {
+                url: url.clone(),
+                cluster: None,
+                started_here: false,
+            });
         }
-        let cluster = Cluster::new(&self.pg_dir);
-        tokio::task::spawn_blocking(move || cluster.start())
-            .await?
-            .with_context(|| {
-                format!(
-                    "starting the managed PostgreSQL under {}",
-                    self.pg_dir.display()
-                )
-            })
+        let dir = self.pg.dir()?;
+        let cluster = Cluster::new(&dir);
+        let c = cluster.clone();
+        let (url, started_here) = tokio::task::spawn_blocking(move || {
+            let was_running = c.running_port()?.is_some();
+            c.start().map(|url| (url, !was_running))
+        })
+        .await?
+        .with_context(|| format!("starting the managed PostgreSQL under {}", dir.display()))?;
+        Ok(Db {
+            url,
+            cluster: Some(cluster),
+            started_here,
+        })
     }
 
     pub async fn connect(&self, pool_size_max: usize) -> anyhow::Result<PgStore> {

@@ -1,17 +1,16 @@
 //! `courier db start | stop | status | url`: the managed local PostgreSQL.
 
+use super::common::PgDirArg;
 use anyhow::Context;
 use courier_store::cluster::{Cluster, StopMode};
-use std::path::PathBuf;
 use std::process::ExitCode;
 
 #[derive(clap::Args)]
 pub struct Args {
     #[command(subcommand)]
     action: Action,
-    /// Data directory of the managed cluster.
-    #[arg(long, default_value = ".courier/pg", global = true)]
-    pg_dir: PathBuf,
+    #[command(flatten)]
+    pg: PgDirArg,
 }
 
 #[derive(clap::Subcommand)]
@@ -31,8 +30,9 @@ enum Action {
 }
 
 pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
-    let cluster = Cluster::new(&args.pg_dir);
-    let dir = args.pg_dir.display().to_string();
+    let pg_dir = args.pg.dir()?;
+    let cluster = Cluster::new(&pg_dir);
+    let dir = pg_dir.display().to_string();
     match args.action {
         Action::Start | Action::Url => {
             let start = args.action_is_start();

@@ -36,6 +36,11 @@ pub struct Args {
     /// Print the verifier's report as JSON at the end.
     #[arg(long)]
     json: bool,
+    /// Leave the managed PostgreSQL running when the demo started it
+    /// (by default the demo stops a cluster it started, and leaves one that
+    /// was already running as it was).
+    #[arg(long)]
+    keep_db: bool,
 }
 
 const API_KEY: &str = "demo-api-key";
@@ -45,7 +50,10 @@ pub async fn run(a: Args) -> anyhow::Result<ExitCode> {
     println!("courier demo: seed {}", a.seed);
     let started = Instant::now();
     let dir = harness::run_dir(&a.run_dir)?;
-    let server_url = a.db.url().await?;
+    let db = a.db.open().await?;
+    // A cluster this demo started is stopped on every way out, unless kept.
+    let mut db_guard = StopIfStarted::new(&db, a.keep_db);
+    let server_url = db.url.clone();
     let url = courier_store::database_recreate(&server_url, "courier_demo")
         .await
         .context("creating the demo database")?;
@@ -141,6 +149,9 @@ pub async fn run(a: Args) -> anyhow::Result<ExitCode> {
             .join(", ")
     );
     println!("logs and the provider's log: {}", dir.display());
+    // Stopped before the line that says so.
+    let stopped = db_guard.stop_now();
+    println!("{}", db_fate(&db, &a, stopped));
     if a.json {
         println!("{}", serde_json::to_string_pretty(&report.to_json())?);
     }
@@ -156,6 +167,57 @@ pub async fn run(a: Args) -> anyhow::Result<ExitCode> {
     } else {
         ExitCode::from(1)
     })
+}
+
+/// Stops the managed cluster on drop, when this process started it and it
+/// is not to be kept.
+struct StopIfStarted(Option<courier_store::cluster::Cluster>);
+
+impl StopIfStarted {
+    fn new(db: &super::common::Db, keep: bool) -> Self {
+        StopIfStarted(db.cluster.clone().filter(|_| db.started_here && !keep))
+    }
+
+    /// Stops the cluster now (once); the error, if it would not stop.
+    fn stop_now(&mut self) -> Result<(), String> {
+        match self.0.take() {
+            Some(c) => c
+                .stop(courier_store::cluster::StopMode::Fast)
+                .map_err(|e| e.to_string()),
+            None => Ok(()),
+        }
+    }
+}
+
+impl Drop for StopIfStarted {
+    fn drop(&mut self) {
+        if let Err(e) = self.stop_now() {
+            eprintln!("warning: could not stop the demo's PostgreSQL: {e}");
+        }
+    }
+}
+
+/// The last line: what becomes of the PostgreSQL the demo used.
+fn db_fate(db: &super::common::Db, a: &Args, stopped: Result<(), String>) -> String {
+    let Some(c) = &db.cluster else {
+        return "PostgreSQL: the server you named (--database-url) is left as it was".into();
+    };
+    let dir = c.dir().display();
+    let stop = format!("courier db stop{}", a.db.pg.flag_hint());
+    match (db.started_here, a.keep_db, stopped) {
+        (true, false, Ok(())) => format!(
+            "PostgreSQL under {dir}: stopped (the demo started it; --keep-db leaves it running)"
+        ),
+        (true, false, Err(e)) => {
+            format!("PostgreSQL under {dir} could not be stopped ({e}); stop it with `{stop}`")
+        }
+        (true, true, _) => {
+            format!("PostgreSQL under {dir} still runs (--keep-db); stop it with `{stop}`")
+        }
+        (false, _, _) => format!(
+            "PostgreSQL under {dir} still runs, as it did before the demo; stop it with `{stop}`"
+        ),
+    }
 }
 
 /// Enqueues through the API, several requests at a time.
@@ -200,18 +262,36 @@ impl Bars {
             bar.set_position(s.state(state) as u64);
         }
     }
+    /// Leaves every bar at its last count. (indicatif's `finish` would
+    /// move each bar to its length: "failed 2000/2000" after no failure.)
     pub fn finish(&self) {
         for (_, b) in &self.bars {
-            b.finish();
+            b.abandon();
         }
+    }
+
+    /// The counts as one plain line, for output that is not a terminal
+    /// (where indicatif draws nothing) and for the record.
+    pub fn line(s: &courier_store::Summary) -> String {
+        STATES
+            .iter()
+            .map(|st| format!("{st} {}", s.state(st)))
+            .collect::<Vec<_>>()
+            .join(" · ")
     }
 }
 
+/// The action states the bars show, in the order an action passes them.
+const STATES: [&str; 5] = ["pending", "claimed", "dispatched", "done", "failed"];
+
 /// Adds one bar per state to `mp`.
 pub fn watch_line(mp: &MultiProgress, total: usize) -> Bars {
-    let style = ProgressStyle::with_template("{prefix:>11} {bar:40.cyan/blue} {pos:>6}/{len}")
-        .expect("static template");
-    let bars = ["pending", "claimed", "dispatched", "done", "failed"]
+    // The counts come first and the bar takes what width is left, so a
+    // narrow terminal still shows every count.
+    let style =
+        ProgressStyle::with_template("{prefix:>10} {pos:>6}/{len:<6} {wide_bar:.cyan/blue}")
+            .expect("static template");
+    let bars = STATES
         .into_iter()
         .map(|s| {
             let b = mp.add(ProgressBar::new(total as u64));
@@ -229,13 +309,15 @@ pub async fn watch(store: &PgStore, total: usize, timeout: Duration) -> anyhow::
     let bars = watch_line(&mp, total);
     let deadline = Instant::now() + timeout;
     let mut finished = false;
+    let mut last = None;
     while Instant::now() < deadline {
         match store.summary(1800).await {
             Ok(s) => {
                 bars.update(&s);
                 let final_count = s.state("done") + s.state("failed");
-                if s.total() as usize >= total && final_count as usize >= total {
-                    finished = true;
+                finished = s.total() as usize >= total && final_count as usize >= total;
+                last = Some(s);
+                if finished {
                     break;
                 }
             }
@@ -244,6 +326,9 @@ pub async fn watch(store: &PgStore, total: usize, timeout: Duration) -> anyhow::
         tokio::time::sleep(Duration::from_millis(250)).await;
     }
     bars.finish();
+    if let Some(s) = &last {
+        println!("{}", Bars::line(s));
+    }
     Ok(finished)
 }
 

@@ -7,6 +7,10 @@ pub mod db;
 pub mod demo;
 pub mod lesson;
 pub mod provider;
+#[cfg(feature = "relay")]
+pub mod relay;
+#[cfg(not(feature = "relay"))]
+#[path = "relay_absent.rs"]
 pub mod relay;
 pub mod serve;
 pub mod sim;
