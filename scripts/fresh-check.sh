@@ -134,9 +134,12 @@ chmod 700 "$root/root"
 [ -f /root/.gitconfig ] && cp /root/.gitconfig "$root/root/.gitconfig"
 cp "$(command -v cargo-nextest)" "$root/usr/local/bin/"
 for b in initdb pg_ctl postgres; do ln -sf "/usr/lib/postgresql/15/bin/$b" "$root/usr/local/bin/$b"; done
-dpkg -L nodejs | while read -r f; do
-  if [ -f "$f" ] || [ -L "$f" ]; then cp -a --parents "$f" "$root"; fi
-done
+# Node 20 as this machine has it: the nodejs package's node, and npm as it
+# is now (a new machine upgrades npm when it starts, over the package's).
+mkdir -p "$root/usr/lib"
+cp -a /usr/bin/node "$root/usr/bin/"
+cp -a /usr/lib/node_modules "$root/usr/lib/"
+for b in npm npx corepack; do [ -L "/usr/bin/$b" ] && cp -a "/usr/bin/$b" "$root/usr/bin/"; done
 mkdir -p "$root/root/.rustup" "$root/root/.cargo/bin" "$root/root/.cargo/registry"
 mount --bind /root/.rustup "$root/root/.rustup"; mount -o remount,bind,ro "$root/root/.rustup"
 mount --bind /root/.cargo/bin "$root/root/.cargo/bin"; mount -o remount,bind,ro "$root/root/.cargo/bin"
@@ -165,6 +168,7 @@ if [ -e "$root/usr/include/google/protobuf/descriptor.proto" ]; then
   echo "PRESENT (must be absent): /usr/include/google/protobuf/descriptor.proto"; absent_ok=0
 fi
 [ "$absent_ok" = 1 ] || { echo "fresh-check: the root is not fresh" >&2; exit 1; }
+in_root sh -c 'node --version && npm --version' >/dev/null || { echo "fresh-check: Node 20 with npm did not copy" >&2; exit 1; }
 echo "has: $(in_root rustc --version), $(in_root cargo nextest --version | head -1), node $(in_root node --version), npm $(in_root npm --version), $(in_root python3 --version), $(in_root initdb --version)"
 echo "root's home: mode $(stat -c %a "$root/root")"
 
