@@ -29,7 +29,7 @@
 # Environment: FRESH_DIR (default /var/tmp/courier-fresh), FRESH_MIRROR.
 # Needs root, debootstrap (installed here if missing) and about 6 GB of disk.
 set -euo pipefail
-repo="$(cd "$(dirname "$0")/.." && pwd)"
+repo="${FRESH_REPO:-$(cd "$(dirname "$0")/.." && pwd)}"
 
 rebuild=0 keep=0 branch=main base_only=0
 while [ $# -gt 0 ]; do
@@ -44,9 +44,13 @@ while [ $# -gt 0 ]; do
 done
 [ "$(id -u)" -eq 0 ] || { echo "fresh-check: must run as root (debootstrap, chroot, mounts)" >&2; exit 2; }
 
-# Inside the private mount namespace from here on.
+# Inside the private mount namespace from here on, running a copy of this
+# script (bash reads a script as it runs: an edit of the checkout's copy
+# must not change a run in progress).
 if [ -z "${FRESH_IN_NS:-}" ]; then
-  FRESH_IN_NS=1 exec unshare --mount --propagation private "$0" "$@" \
+  copy="$(mktemp /tmp/courier-fresh-check-XXXXXX.sh)"
+  cp "$0" "$copy"
+  FRESH_IN_NS=1 FRESH_REPO="$repo" exec unshare --mount --propagation private bash "$copy" \
     $([ $rebuild = 1 ] && echo --rebuild) $([ $keep = 1 ] && echo --keep) \
     $([ $base_only = 1 ] && echo --base-only) --branch "$branch"
 fi
@@ -77,6 +81,7 @@ in_root() { chroot "$root" /usr/bin/env -i HOME=/root TERM=dumb LANG=C.UTF-8 \
 
 cleanup() {
   rc=$?
+  case "$0" in /tmp/courier-fresh-check-*) rm -f "$0" ;; esac
   # Processes left in the root (a server a failed step started) end with it.
   for p in /proc/[0-9]*; do
     [ "$(readlink "$p/root" 2>/dev/null)" = "$root" ] && kill -9 "${p#/proc/}" 2>/dev/null || true
