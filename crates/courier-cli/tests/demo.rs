@@ -23,6 +23,15 @@ fn text(o: &Output) -> String {
     )
 }
 
+/// The last line of standard output.
+fn last_line(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stdout)
+        .lines()
+        .last()
+        .unwrap_or_default()
+        .to_string()
+}
+
 /// A directory the unprivileged user that runs PostgreSQL can reach.
 fn reachable_tempdir() -> tempfile::TempDir {
     let dir = tempfile::Builder::new()
@@ -53,11 +62,7 @@ fn the_demo_ends_on_true_counts_and_stops_the_cluster_it_started() {
         "{t}"
     );
     assert!(t.contains("60 of 60"), "{t}");
-    let last = String::from_utf8_lossy(&out.stdout)
-        .lines()
-        .last()
-        .unwrap_or_default()
-        .to_string();
+    let last = last_line(&out);
     assert!(
         last.contains(&format!("PostgreSQL under {pg}: stopped")),
         "last line: {last}\n{t}"
@@ -81,11 +86,7 @@ fn a_kept_cluster_is_named_in_the_last_line_and_found_by_db_stop() {
     let t = text(&out);
     let stop = courier(&["db", "stop"], dir.path());
     assert!(out.status.success(), "{t}");
-    let last = String::from_utf8_lossy(&out.stdout)
-        .lines()
-        .last()
-        .unwrap_or_default()
-        .to_string();
+    let last = last_line(&out);
     assert!(
         last.contains("still runs (--keep-db); stop it with `courier db stop`"),
         "last line: {last}"
