@@ -10,8 +10,9 @@
 #      with --rebuild); every run unpacks a new copy of it.
 #   2. What such a machine has beside packages: this machine's CA bundle and
 #      npm/pip settings (the registries are reached through that CA), the
-#      Rust toolchain and cargo registry cache (bind-mounted: no toolchain can
-#      be downloaded here), cargo-nextest, Node 20 with npm (copied), and
+#      Rust toolchain (bind-mounted read-only: no toolchain can be downloaded
+#      here), the cargo registry cache (copied, so nothing in the root can
+#      touch this machine's), cargo-nextest, Node 20 with npm (copied), and
 #      PostgreSQL's binaries on PATH, as on this machine.
 #   3. /proc, /sys and /dev (with /dev/shm) mounted, in a mount namespace of
 #      its own, so the mounts go away with this script however it ends.
@@ -79,6 +80,16 @@ in_root() { chroot "$root" /usr/bin/env -i HOME=/root TERM=dumb LANG=C.UTF-8 \
   REQUESTS_CA_BUNDLE=/etc/ssl/certs/ca-certificates.crt RUSTUP_AUTO_INSTALL=0 \
   "$@"; }
 
+# Removes the root, but never while anything is mounted inside it (rm -rf
+# would go through a mount into what it shows).
+remove_root() {
+  if grep -q " $root[/ ]" /proc/self/mounts; then
+    echo "fresh-check: something is still mounted under $root; not removing it" >&2
+    return 1
+  fi
+  rm -rf --one-file-system "$root"
+}
+
 cleanup() {
   rc=$?
   case "$0" in /tmp/courier-fresh-check-*) rm -f "$0" ;; esac
@@ -86,9 +97,9 @@ cleanup() {
   for p in /proc/[0-9]*; do
     [ "$(readlink "$p/root" 2>/dev/null)" = "$root" ] && kill -9 "${p#/proc/}" 2>/dev/null || true
   done
-  if [ "$rc" -eq 0 ] && [ "$keep" = 0 ]; then
-    umount -R "$root" 2>/dev/null || true
-    rm -rf "$root"
+  umount -R "$root" 2>/dev/null || true
+  if [ "$rc" -eq 0 ] && [ "$keep" = 0 ] && remove_root; then
+    :
   else
     echo "fresh-check: root kept at $root (rm -rf it when done)"
   fi
@@ -125,7 +136,8 @@ fi
 
 say "a new root from $base"
 umount -R "$root" 2>/dev/null || true
-rm -rf "$root"; mkdir -p "$root"
+remove_root || exit 1
+mkdir -p "$root"
 tar -C "$root" -xf "$base"
 trap cleanup EXIT
 
@@ -145,10 +157,13 @@ mkdir -p "$root/usr/lib"
 cp -a /usr/bin/node "$root/usr/bin/"
 cp -a /usr/lib/node_modules "$root/usr/lib/"
 for b in npm npx corepack; do [ -L "/usr/bin/$b" ] && cp -a "/usr/bin/$b" "$root/usr/bin/"; done
-mkdir -p "$root/root/.rustup" "$root/root/.cargo/bin" "$root/root/.cargo/registry"
+# The toolchain is bind-mounted read-only. The registry cache is copied, not
+# mounted: cargo writes to it, and nothing done in the root may reach this
+# machine's own copy.
+mkdir -p "$root/root/.rustup" "$root/root/.cargo/bin"
 mount --bind /root/.rustup "$root/root/.rustup"; mount -o remount,bind,ro "$root/root/.rustup"
 mount --bind /root/.cargo/bin "$root/root/.cargo/bin"; mount -o remount,bind,ro "$root/root/.cargo/bin"
-mount --bind /root/.cargo/registry "$root/root/.cargo/registry"
+[ -d /root/.cargo/registry ] && cp -a /root/.cargo/registry "$root/root/.cargo/"
 mount -t proc proc "$root/proc"
 mount --rbind /sys "$root/sys"
 mount --rbind /dev "$root/dev"
