@@ -56,6 +56,8 @@ pub mod keys {
     pub const ARROW_RIGHT: &str = "\u{E014}";
     pub const HOME: &str = "\u{E011}";
     pub const END: &str = "\u{E010}";
+    pub const ESCAPE: &str = "\u{E00C}";
+    pub const TAB: &str = "\u{E004}";
 }
 
 /// A web element reference.
@@ -235,6 +237,21 @@ impl Browser {
         )
     }
 
+    /// Runs an asynchronous script: its body calls `arguments[arguments.length - 1]`
+    /// with the result (the W3C execute/async command).
+    pub fn execute_async(&self, script: &str, args: Vec<Value>) -> Value {
+        self.cmd(
+            "POST",
+            "/execute/async",
+            json!({ "script": script, "args": args }),
+        )
+    }
+
+    /// Sets how long an asynchronous script may run.
+    pub fn set_script_timeout(&self, ms: u64) {
+        self.cmd("POST", "/timeouts", json!({ "script": ms }));
+    }
+
     pub fn find(&self, css: &str) -> Element {
         let v = self.cmd(
             "POST",
@@ -313,6 +330,35 @@ impl Browser {
         );
         let data = v["data"].as_str().expect("screenshot data");
         base64_decode(data).expect("screenshot is base64")
+    }
+
+    /// A PNG of the page area of the first element matching `css` (page
+    /// coordinates, beyond the viewport), or `None` when nothing matches.
+    pub fn screenshot_element(&self, css: &str) -> Option<Vec<u8>> {
+        let r = self.execute(
+            "window.scrollTo(0, 0);\
+             const e = document.querySelector(arguments[0]);\
+             if (!e) return null;\
+             const r = e.getBoundingClientRect();\
+             return [r.left + window.scrollX, r.top + window.scrollY, r.width, r.height];",
+            vec![json!(css)],
+        );
+        let r = r.as_array()?;
+        let n = |i: usize| r[i].as_f64().unwrap_or(0.0);
+        let v = self.cmd(
+            "POST",
+            "/goog/cdp/execute",
+            json!({
+                "cmd": "Page.captureScreenshot",
+                "params": {
+                    "format": "png",
+                    "captureBeyondViewport": true,
+                    "clip": { "x": n(0), "y": n(1), "width": n(2).max(1.0), "height": n(3).max(1.0), "scale": 1 }
+                }
+            }),
+        );
+        let data = v["data"].as_str().expect("screenshot data");
+        Some(base64_decode(data).expect("screenshot is base64"))
     }
 
     /// Polls `probe` until it returns `Some`, or panics after `timeout_ms`
