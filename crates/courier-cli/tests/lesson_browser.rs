@@ -556,166 +556,11 @@ fn keys_act_only_on_the_quiz_in_view_and_xp_never_passes_its_maximum() {
     assert_eq!(fresh["xp"], 0);
     assert_eq!(fresh["max"], 220, "5 + 6 questions of 20 XP: {fresh}");
 
-    // At the top of the page with nothing focused, digits do nothing.
-    b.execute(
-        "window.scrollTo(0, 0); document.activeElement.blur();",
-        vec![],
-    );
-    b.press(&["2", keys::ENTER, "1"]);
-    for quiz in ["quiz-guarantee", "quiz-interview"] {
-        let s = quiz_state(&b, quiz);
-        assert_eq!(s["state"], "asking", "{quiz} answered from the top: {s}");
-    }
-    // Nor with a term chip focused (the chip keeps Enter: the card opens).
-    b.execute("document.querySelector('#terms .term').focus();", vec![]);
-    b.press(&["1"]);
-    assert_eq!(quiz_state(&b, "quiz-guarantee")["state"], "asking");
-
-    // With the quiz in view and nothing focused, a digit answers it.
-    b.execute(
-        "document.getElementById('quiz-guarantee').scrollIntoView({block: 'center'});\
-         document.activeElement.blur();",
-        vec![],
-    );
-    let first = answers(&b, "quiz-guarantee")[0];
-    b.press(&[&(first + 1).to_string()]);
-    let s = quiz_state(&b, "quiz-guarantee");
-    assert_eq!(s["state"], "right", "{s}");
-    assert_eq!(s["xp"], 20);
-    assert_eq!(
-        s["focusInside"], true,
-        "focus dropped after the answer: {s}"
-    );
-
-    // After an answer, Enter on another control presses that control.
-    b.execute("document.querySelector('#terms .term').focus();", vec![]);
-    b.press(&[keys::ENTER]);
-    let open = b.execute(
-        "return document.getElementById('term-dialog').open;",
-        vec![],
-    );
-    assert_eq!(
-        open,
-        json!(true),
-        "Enter on a term chip did not open its card"
-    );
-    assert_eq!(
-        quiz_state(&b, "quiz-guarantee")["count"],
-        "Question 1 of 5",
-        "Enter on a term chip moved the quiz on"
-    );
-    b.press(&[keys::ESCAPE]);
-    b.wait_for("the term card to close", 5_000, |b| {
-        (b.execute(
-            "return document.getElementById('term-dialog').open;",
-            vec![],
-        ) == json!(false))
-        .then_some(())
-    });
-
-    // Back in the quiz: Enter on "Next", then the rest by keyboard.
-    b.execute(
-        "document.querySelector('#quiz-guarantee .next').focus();",
-        vec![],
-    );
-    b.press(&[keys::ENTER]);
-    let s = quiz_state(&b, "quiz-guarantee");
-    assert_eq!(s["count"], "Question 2 of 5", "{s}");
-    assert_eq!(s["focusInside"], true, "focus dropped after Next: {s}");
-    let right = answers(&b, "quiz-guarantee");
-    for a in &right[1..] {
-        b.press(&[&(a + 1).to_string(), keys::ENTER]);
-        let s = quiz_state(&b, "quiz-guarantee");
-        assert_eq!(s["focusInside"], true, "{s}");
-    }
-    let s = quiz_state(&b, "quiz-guarantee");
-    assert_eq!(s["state"], "done", "{s}");
-    assert_eq!(s["xp"], 100);
-
-    // "Try again" (Enter on the focused button) and a second perfect round
-    // earn nothing more.
-    b.press(&[keys::ENTER]);
-    answer_all_by_keyboard(&b, "quiz-guarantee");
-    assert_eq!(quiz_state(&b, "quiz-guarantee")["xp"], 100);
-
-    b.execute(
-        "document.getElementById('quiz-interview').scrollIntoView({block: 'center'});\
-         document.querySelector('#quiz-interview .question').focus();",
-        vec![],
-    );
-    answer_all_by_keyboard(&b, "quiz-interview");
-    b.press(&[keys::ENTER]);
-    answer_all_by_keyboard(&b, "quiz-interview");
-    let s = quiz_state(&b, "quiz-interview");
-    assert_eq!(
-        (s["xp"].clone(), s["max"].clone()),
-        (json!(220), json!(220)),
-        "{s}"
-    );
-    let header = b.execute("return document.getElementById('xp').textContent;", vec![]);
-    assert_eq!(header, "220 / 220 XP");
-
-    // Segmented buttons are one tab stop and move with the arrow keys.
-    let before = scene_state(&b, "repeats")[1].as_str().unwrap().to_string();
-    let group = b.execute(
-        "const g = document.getElementById('ctl-repeats-operation');\
-         const checked = g.querySelector('[aria-checked=\"true\"]');\
-         checked.focus();\
-         return [...g.children].map(x => [x.dataset.value, x.tabIndex, x.getAttribute('aria-checked')]);",
-        vec![],
-    );
-    let stops = group
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter(|r| r[1] == 0)
-        .count();
-    assert_eq!(stops, 1, "one tab stop per radio group: {group}");
-    let checked = group
-        .as_array()
-        .unwrap()
-        .iter()
-        .position(|r| r[2] == "true")
-        .unwrap();
-    b.press(&[keys::ARROW_RIGHT]);
-    let want = group[(checked + 1) % group.as_array().unwrap().len()][0].clone();
-    let now = b.execute(
-        "const a = document.activeElement; return [a.dataset.value, a.getAttribute('aria-checked')];",
-        vec![],
-    );
-    assert_eq!(
-        now,
-        json!([want, "true"]),
-        "ArrowRight did not move the choice"
-    );
-    let request = wait_recomputed(&b, "repeats", &before);
-    assert_eq!(request["params"]["operation"], want);
-    figures_match_courier_sim(&b, "repeats");
-
-    // Sliders announce values, not positions.
-    let texts = b.execute(
-        "return [...document.querySelectorAll('input[type=range]')].map(i =>\
-           [i.id, i.getAttribute('aria-valuetext'), document.getElementById(i.id + '-value').textContent, i.value]);",
-        vec![],
-    );
-    for t in texts.as_array().unwrap() {
-        assert_eq!(t[1], t[2], "aria-valuetext is not the shown value: {t}");
-    }
-    let by_id = |id: &str| {
-        texts
-            .as_array()
-            .unwrap()
-            .iter()
-            .find(|t| t[0] == id)
-            .unwrap_or_else(|| panic!("no slider {id}"))[1]
-            .as_str()
-            .unwrap()
-            .to_string()
-    };
-    assert_eq!(by_id("ctl-key-lifetime-key_lifetime_s"), "5 min");
-    assert!(by_id("ctl-ack-crash_rate").ends_with('%'));
-    let errors = b.execute("return window.__lessonErrors;", vec![]);
-    assert_eq!(errors, json!([]), "the page raised script errors");
+    digits_do_nothing_out_of_view(&b);
+    a_digit_answers_the_quiz_in_view(&b);
+    xp_stays_within_its_maximum(&b);
+    radio_group_moves_with_arrows(&b);
+    sliders_announce_values(&b);
 }
 
 #[test]
@@ -744,116 +589,9 @@ fn the_address_reproduces_a_state_and_bad_values_get_a_note() {
     for scene in SCENES {
         figures_match_courier_sim(&b, scene);
     }
-    // Past the 8-slot round trip, the reading says why more in flight
-    // stopped mattering.
-    let reading = b.execute(
-        "return document.querySelector('section[data-scene=\"ordering\"] .reading').textContent;",
-        vec![],
-    );
-    assert!(
-        reading.as_str().unwrap().contains("changes nothing"),
-        "{reading}"
-    );
-    // The sweep covers the slider's whole range.
-    let columns = b.execute(
-        "return [document.querySelectorAll('section[data-scene=\"ordering\"] svg rect.mark').length,\
-                 Number(document.getElementById('ctl-ordering-in_flight').max)];",
-        vec![],
-    );
-    assert_eq!(
-        columns[0], columns[1],
-        "sweep columns vs the slider's maximum"
-    );
-
-    // Move a control; the address follows; opening it again reproduces
-    // every scene.
-    let before = scene_state(&b, "ordering")[1].as_str().unwrap().to_string();
-    b.send_keys(&b.find("#ctl-ordering-in_flight"), keys::ARROW_LEFT);
-    wait_recomputed(&b, "ordering", &before);
-    let href = b.execute("return location.href;", vec![]);
-    let href = href.as_str().unwrap().to_string();
-    assert!(href.contains("ordering.in_flight=10"), "{href}");
-    let shown: Vec<Value> = SCENES
-        .iter()
-        .map(|s| scene_state(&b, s)[1].clone())
-        .collect();
-    let figures_shown: Vec<(f64, String)> =
-        FIGURES.iter().map(|(_, id, _)| figure(&b, id)).collect();
-    b.goto("about:blank");
-    b.goto(&href);
-    wait_all_ready(&b);
-    let again: Vec<Value> = SCENES
-        .iter()
-        .map(|s| scene_state(&b, s)[1].clone())
-        .collect();
-    assert_eq!(again, shown, "the link did not reproduce the requests");
-    let figures_again: Vec<(f64, String)> =
-        FIGURES.iter().map(|(_, id, _)| figure(&b, id)).collect();
-    assert_eq!(
-        figures_again, figures_shown,
-        "the link did not reproduce the figures"
-    );
-
-    // Bad values: a visible note, and the scene's default.
-    b.goto(&format!(
-        "{}?seed=abc&ack.crash_rate=2&repeats.operation=multiply&ordering.in_flight=1.5&nope.x=1",
-        lesson.url()
-    ));
-    let requests = wait_all_ready(&b);
-    let catalog: Value = serde_json::from_str(&lesson.get("/api/scenes").1).unwrap();
-    let default = |scene: &str, name: &str| {
-        catalog
-            .as_array()
-            .unwrap()
-            .iter()
-            .find(|s| s["scene"] == scene)
-            .unwrap()["params"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .find(|p| p["name"] == name)
-            .unwrap()["default"]
-            .clone()
-    };
-    let at = |scene: &str| &requests[SCENES.iter().position(|s| *s == scene).unwrap()];
-    assert_eq!(at("ack")["seed"], 1);
-    assert_eq!(
-        at("ack")["params"]["crash_rate"],
-        default("ack", "crash_rate")
-    );
-    assert_eq!(
-        at("repeats")["params"]["operation"],
-        default("repeats", "operation")
-    );
-    assert_eq!(
-        at("ordering")["params"]["in_flight"],
-        default("ordering", "in_flight")
-    );
-    let note = b.execute(
-        "const n = document.getElementById('url-note'); const r = n.getBoundingClientRect();\
-         return [n.textContent, r.height];",
-        vec![],
-    );
-    let text = note[0].as_str().unwrap();
-    for part in [
-        "seed=abc",
-        "ack.crash_rate=2",
-        "repeats.operation=multiply",
-        "ordering.in_flight=1.5",
-        "nope.x",
-    ] {
-        assert!(
-            text.contains(part),
-            "the note does not mention {part}: {text}"
-        );
-    }
-    assert!(
-        note[1].as_f64().unwrap() > 10.0,
-        "the note is not visible: {note}"
-    );
-    for scene in SCENES {
-        figures_match_courier_sim(&b, scene);
-    }
+    ordering_says_why_and_sweeps_the_range(&b);
+    a_link_reproduces_every_scene(&b);
+    bad_values_get_a_note(&b, &lesson);
 }
 
 /// The path of axe-core's browser build; panics (the test fails) when it is
@@ -1006,16 +744,7 @@ fn audit_layout_tap_targets_and_contrast_at_desktop_and_phone_widths() {
     let b = Browser::launch(1280, 900);
     b.goto(&lesson.url());
     wait_all_ready(&b);
-    // Open one crash point's details, as a touch user would.
-    b.click(&b.find("section[data-scene=\"crash-points\"] .tl-crash.tl-duplicate, section[data-scene=\"crash-points\"] .tl-crash.tl-loss"));
-    let detail = b.execute(
-        "return document.querySelector('section[data-scene=\"crash-points\"] .tl-detail').textContent;",
-        vec![],
-    );
-    assert!(
-        detail.as_str().unwrap().starts_with("Crash after"),
-        "{detail}"
-    );
+    let detail = open_a_crash_point(&b);
     let dir = screenshot_dir();
     let mut saved = Vec::new();
     for width in [1280u32, 390, 320] {
@@ -1069,18 +798,8 @@ fn audit_layout_tap_targets_and_contrast_at_desktop_and_phone_widths() {
             saved.push(path);
         }
     }
-    // Every link to this server's own pages answers.
-    let links = b.execute(
-        "return [...document.querySelectorAll('a[href^=\"/\"]')].map(a => a.getAttribute('href'));",
-        vec![],
-    );
-    let links = links.as_array().unwrap();
-    assert!(links.len() >= 4, "where-to-go-next links: {links:?}");
-    for href in links {
-        let (status, body) = lesson.get(href.as_str().unwrap());
-        assert_eq!(status, 200, "{href}");
-        assert!(body.len() > 500, "{href} is nearly empty");
-    }
+    labels_stay_inside_at_the_extremes(&b, &lesson);
+    own_links_answer(&b, &lesson);
     let errors = b.execute("return window.__lessonErrors;", vec![]);
     assert_eq!(errors, json!([]), "the page raised script errors");
     eprintln!("screenshots ({}): {}", saved.len(), dir.display());
@@ -1129,4 +848,345 @@ fn without_javascript_each_scene_shows_its_figures_at_the_defaults() {
         !page.contains("<!-- noscript"),
         "a marker was left unreplaced"
     );
+}
+
+/// With the quizzes out of view or another control focused, digits answer nothing.
+fn digits_do_nothing_out_of_view(b: &Browser) {
+    b.execute(
+        "window.scrollTo(0, 0); document.activeElement.blur();",
+        vec![],
+    );
+    b.press(&["2", keys::ENTER, "1"]);
+    for quiz in ["quiz-guarantee", "quiz-interview"] {
+        let s = quiz_state(b, quiz);
+        assert_eq!(s["state"], "asking", "{quiz} answered from the top: {s}");
+    }
+    // Nor with a term chip focused (the chip keeps Enter: the card opens).
+    b.execute("document.querySelector('#terms .term').focus();", vec![]);
+    b.press(&["1"]);
+    assert_eq!(quiz_state(b, "quiz-guarantee")["state"], "asking");
+}
+
+/// A digit answers the quiz in view; after it, Enter still belongs to the focused control.
+fn a_digit_answers_the_quiz_in_view(b: &Browser) {
+    b.execute(
+        "document.getElementById('quiz-guarantee').scrollIntoView({block: 'center'});\
+         document.activeElement.blur();",
+        vec![],
+    );
+    let first = answers(b, "quiz-guarantee")[0];
+    b.press(&[&(first + 1).to_string()]);
+    let s = quiz_state(b, "quiz-guarantee");
+    assert_eq!(s["state"], "right", "{s}");
+    assert_eq!(s["xp"], 20);
+    assert_eq!(
+        s["focusInside"], true,
+        "focus dropped after the answer: {s}"
+    );
+
+    // After an answer, Enter on another control presses that control.
+    b.execute("document.querySelector('#terms .term').focus();", vec![]);
+    b.press(&[keys::ENTER]);
+    let open = b.execute(
+        "return document.getElementById('term-dialog').open;",
+        vec![],
+    );
+    assert_eq!(
+        open,
+        json!(true),
+        "Enter on a term chip did not open its card"
+    );
+    assert_eq!(
+        quiz_state(b, "quiz-guarantee")["count"],
+        "Question 1 of 5",
+        "Enter on a term chip moved the quiz on"
+    );
+    b.press(&[keys::ESCAPE]);
+    b.wait_for("the term card to close", 5_000, |b| {
+        (b.execute(
+            "return document.getElementById('term-dialog').open;",
+            vec![],
+        ) == json!(false))
+        .then_some(())
+    });
+}
+
+/// Both quizzes answered by keyboard, twice: XP counts each question once.
+fn xp_stays_within_its_maximum(b: &Browser) {
+    b.execute(
+        "document.querySelector('#quiz-guarantee .next').focus();",
+        vec![],
+    );
+    b.press(&[keys::ENTER]);
+    let s = quiz_state(b, "quiz-guarantee");
+    assert_eq!(s["count"], "Question 2 of 5", "{s}");
+    assert_eq!(s["focusInside"], true, "focus dropped after Next: {s}");
+    let right = answers(b, "quiz-guarantee");
+    for a in &right[1..] {
+        b.press(&[&(a + 1).to_string(), keys::ENTER]);
+        let s = quiz_state(b, "quiz-guarantee");
+        assert_eq!(s["focusInside"], true, "{s}");
+    }
+    let s = quiz_state(b, "quiz-guarantee");
+    assert_eq!(s["state"], "done", "{s}");
+    assert_eq!(s["xp"], 100);
+
+    // "Try again" (Enter on the focused button) and a second perfect round
+    // earn nothing more.
+    b.press(&[keys::ENTER]);
+    answer_all_by_keyboard(b, "quiz-guarantee");
+    assert_eq!(quiz_state(b, "quiz-guarantee")["xp"], 100);
+
+    b.execute(
+        "document.getElementById('quiz-interview').scrollIntoView({block: 'center'});\
+         document.querySelector('#quiz-interview .question').focus();",
+        vec![],
+    );
+    answer_all_by_keyboard(b, "quiz-interview");
+    b.press(&[keys::ENTER]);
+    answer_all_by_keyboard(b, "quiz-interview");
+    let s = quiz_state(b, "quiz-interview");
+    assert_eq!(
+        (s["xp"].clone(), s["max"].clone()),
+        (json!(220), json!(220)),
+        "{s}"
+    );
+    let header = b.execute("return document.getElementById('xp').textContent;", vec![]);
+    assert_eq!(header, "220 / 220 XP");
+}
+
+/// Segmented buttons are one tab stop and move with the arrow keys.
+fn radio_group_moves_with_arrows(b: &Browser) {
+    let before = scene_state(b, "repeats")[1].as_str().unwrap().to_string();
+    let group = b.execute(
+        "const g = document.getElementById('ctl-repeats-operation');\
+         const checked = g.querySelector('[aria-checked=\"true\"]');\
+         checked.focus();\
+         return [...g.children].map(x => [x.dataset.value, x.tabIndex, x.getAttribute('aria-checked')]);",
+        vec![],
+    );
+    let stops = group
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|r| r[1] == 0)
+        .count();
+    assert_eq!(stops, 1, "one tab stop per radio group: {group}");
+    let checked = group
+        .as_array()
+        .unwrap()
+        .iter()
+        .position(|r| r[2] == "true")
+        .unwrap();
+    b.press(&[keys::ARROW_RIGHT]);
+    let want = group[(checked + 1) % group.as_array().unwrap().len()][0].clone();
+    let now = b.execute(
+        "const a = document.activeElement; return [a.dataset.value, a.getAttribute('aria-checked')];",
+        vec![],
+    );
+    assert_eq!(
+        now,
+        json!([want, "true"]),
+        "ArrowRight did not move the choice"
+    );
+    let request = wait_recomputed(b, "repeats", &before);
+    assert_eq!(request["params"]["operation"], want);
+    figures_match_courier_sim(b, "repeats");
+}
+
+/// Sliders announce values, not positions.
+fn sliders_announce_values(b: &Browser) {
+    let texts = b.execute(
+        "return [...document.querySelectorAll('input[type=range]')].map(i =>\
+           [i.id, i.getAttribute('aria-valuetext'), document.getElementById(i.id + '-value').textContent, i.value]);",
+        vec![],
+    );
+    for t in texts.as_array().unwrap() {
+        assert_eq!(t[1], t[2], "aria-valuetext is not the shown value: {t}");
+    }
+    let by_id = |id: &str| {
+        texts
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|t| t[0] == id)
+            .unwrap_or_else(|| panic!("no slider {id}"))[1]
+            .as_str()
+            .unwrap()
+            .to_string()
+    };
+    assert_eq!(by_id("ctl-key-lifetime-key_lifetime_s"), "5 min");
+    assert!(by_id("ctl-ack-crash_rate").ends_with('%'));
+    let errors = b.execute("return window.__lessonErrors;", vec![]);
+    assert_eq!(errors, json!([]), "the page raised script errors");
+}
+
+/// Past the round trip the reading says why more in flight stopped mattering, and
+/// the sweep covers the slider's whole range.
+fn ordering_says_why_and_sweeps_the_range(b: &Browser) {
+    let reading = b.execute(
+        "return document.querySelector('section[data-scene=\"ordering\"] .reading').textContent;",
+        vec![],
+    );
+    assert!(
+        reading.as_str().unwrap().contains("changes nothing"),
+        "{reading}"
+    );
+    // The sweep covers the slider's whole range.
+    let columns = b.execute(
+        "return [document.querySelectorAll('section[data-scene=\"ordering\"] svg rect.mark').length,\
+                 Number(document.getElementById('ctl-ordering-in_flight').max)];",
+        vec![],
+    );
+    assert_eq!(
+        columns[0], columns[1],
+        "sweep columns vs the slider's maximum"
+    );
+}
+
+/// Moving a control updates the address; opening it again reproduces every scene.
+fn a_link_reproduces_every_scene(b: &Browser) {
+    let before = scene_state(b, "ordering")[1].as_str().unwrap().to_string();
+    b.send_keys(&b.find("#ctl-ordering-in_flight"), keys::ARROW_LEFT);
+    wait_recomputed(b, "ordering", &before);
+    let href = b.execute("return location.href;", vec![]);
+    let href = href.as_str().unwrap().to_string();
+    assert!(href.contains("ordering.in_flight=10"), "{href}");
+    let shown: Vec<Value> = SCENES
+        .iter()
+        .map(|s| scene_state(b, s)[1].clone())
+        .collect();
+    let figures_shown: Vec<(f64, String)> =
+        FIGURES.iter().map(|(_, id, _)| figure(b, id)).collect();
+    b.goto("about:blank");
+    b.goto(&href);
+    wait_all_ready(b);
+    let again: Vec<Value> = SCENES
+        .iter()
+        .map(|s| scene_state(b, s)[1].clone())
+        .collect();
+    assert_eq!(again, shown, "the link did not reproduce the requests");
+    let figures_again: Vec<(f64, String)> =
+        FIGURES.iter().map(|(_, id, _)| figure(b, id)).collect();
+    assert_eq!(
+        figures_again, figures_shown,
+        "the link did not reproduce the figures"
+    );
+}
+
+/// Bad values in the address: a visible note, and the scene's default.
+fn bad_values_get_a_note(b: &Browser, lesson: &Lesson) {
+    b.goto(&format!(
+        "{}?seed=abc&ack.crash_rate=2&repeats.operation=multiply&ordering.in_flight=1.5&nope.x=1",
+        lesson.url()
+    ));
+    let requests = wait_all_ready(b);
+    let catalog: Value = serde_json::from_str(&lesson.get("/api/scenes").1).unwrap();
+    let default = |scene: &str, name: &str| {
+        catalog
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|s| s["scene"] == scene)
+            .unwrap()["params"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|p| p["name"] == name)
+            .unwrap()["default"]
+            .clone()
+    };
+    let at = |scene: &str| &requests[SCENES.iter().position(|s| *s == scene).unwrap()];
+    assert_eq!(at("ack")["seed"], 1);
+    assert_eq!(
+        at("ack")["params"]["crash_rate"],
+        default("ack", "crash_rate")
+    );
+    assert_eq!(
+        at("repeats")["params"]["operation"],
+        default("repeats", "operation")
+    );
+    assert_eq!(
+        at("ordering")["params"]["in_flight"],
+        default("ordering", "in_flight")
+    );
+    let note = b.execute(
+        "const n = document.getElementById('url-note'); const r = n.getBoundingClientRect();\
+         return [n.textContent, r.height];",
+        vec![],
+    );
+    let text = note[0].as_str().unwrap();
+    for part in [
+        "seed=abc",
+        "ack.crash_rate=2",
+        "repeats.operation=multiply",
+        "ordering.in_flight=1.5",
+        "nope.x",
+    ] {
+        assert!(
+            text.contains(part),
+            "the note does not mention {part}: {text}"
+        );
+    }
+    assert!(
+        note[1].as_f64().unwrap() > 10.0,
+        "the note is not visible: {note}"
+    );
+    for scene in SCENES {
+        figures_match_courier_sim(b, scene);
+    }
+}
+
+/// Labels at the ends of the ranges (a full bar, a marker at either end of
+/// its axis) stay inside their charts too.
+fn labels_stay_inside_at_the_extremes(b: &Browser, lesson: &Lesson) {
+    for query in [
+        "?ack.crash_rate=0.2&ack.gap_share=1&key-lifetime.key_lifetime_s=2592000&ordering.in_flight=16",
+        "?ack.crash_rate=0.5&ack.gap_share=0.5&key-lifetime.key_lifetime_s=1&repeats.duplicate_rate=0.2",
+    ] {
+        b.goto(&format!("{}{query}", lesson.url()));
+        wait_all_ready(b);
+        let note = b.execute("return document.getElementById('url-note').textContent;", vec![]);
+        assert_eq!(note, "", "{query}");
+        for width in [320u32, 390, 1280] {
+            resize_to(b, width);
+            let clipped = b.execute(CLIPPED_JS, vec![]);
+            assert_eq!(clipped, json!([]), "chart labels clipped at {width} px with {query}");
+            let overflow = b.execute(OVERFLOW_JS, vec![]);
+            assert_eq!(overflow, json!([]), "wider than the window at {width} px with {query}");
+        }
+    }
+}
+
+/// Every link to this server's own pages answers.
+fn own_links_answer(b: &Browser, lesson: &Lesson) {
+    let links = b.execute(
+        "return [...document.querySelectorAll('a[href^=\"/\"]')].map(a => a.getAttribute('href'));",
+        vec![],
+    );
+    let links = links.as_array().unwrap();
+    assert!(links.len() >= 4, "where-to-go-next links: {links:?}");
+    for href in links {
+        let (status, body) = lesson.get(href.as_str().unwrap());
+        assert_eq!(status, 200, "{href}");
+        assert!(body.len() > 500, "{href} is nearly empty");
+    }
+}
+
+/// Opens one crash point's details, as a touch user would (a click, no
+/// hover), and returns them.
+fn open_a_crash_point(b: &Browser) -> Value {
+    b.click(&b.find(
+        "section[data-scene=\"crash-points\"] .tl-crash.tl-duplicate, \
+         section[data-scene=\"crash-points\"] .tl-crash.tl-loss",
+    ));
+    let detail = b.execute(
+        "return document.querySelector('section[data-scene=\"crash-points\"] .tl-detail').textContent;",
+        vec![],
+    );
+    assert!(
+        detail.as_str().unwrap().starts_with("Crash after"),
+        "{detail}"
+    );
+    detail
 }
