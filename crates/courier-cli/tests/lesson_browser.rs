@@ -155,7 +155,13 @@ fn api_answers_runs_and_refuses_bad_input() {
 
     let (status, page) = lesson.get("/");
     assert_eq!(status, 200);
-    for asset in ["/style.css", "/app.js", "/charts.js", "/content.js"] {
+    for asset in [
+        "/style.css",
+        "/noscript.css",
+        "/app.js",
+        "/charts.js",
+        "/content.js",
+    ] {
         assert!(page.contains(asset), "the page does not load {asset}");
         assert_eq!(lesson.get(asset).0, 200, "{asset}");
     }
@@ -724,13 +730,14 @@ fn screenshot_dir() -> std::path::PathBuf {
 fn resize_to(b: &Browser, width: u32) {
     b.set_window_size(width, 900);
     b.wait_for(&format!("the layout to reach {width} px"), 10_000, |b| {
-        (b.execute("return window.innerWidth;", vec![]).as_f64()? <= f64::from(width) + 1.0)
-            .then_some(())
+        let inner = b.execute("return window.innerWidth;", vec![]).as_f64()?;
+        ((inner - f64::from(width)).abs() <= 16.0).then_some(())
     });
     b.wait_for(&format!("charts to be redrawn at {width} px"), 10_000, |b| {
         let v = b.execute(
             "const W = document.documentElement.clientWidth;\
-             return [...document.querySelectorAll('.chart svg')].every(s => s.width.baseVal.value <= W && s.closest('.chart').clientWidth >= s.width.baseVal.value);",
+             return [...document.querySelectorAll('.chart svg')].every(s => s.width.baseVal.value <= W\
+               && Math.abs(s.width.baseVal.value - Math.max(200, Math.floor(s.parentElement.clientWidth))) < 1);",
             vec![],
         );
         (v == json!(true)).then_some(())
@@ -848,6 +855,35 @@ fn without_javascript_each_scene_shows_its_figures_at_the_defaults() {
         !page.contains("<!-- noscript"),
         "a marker was left unreplaced"
     );
+
+    // In a browser without JavaScript every scene shows its table.
+    let b = Browser::launch_with(1280, 900, &["--blink-settings=scriptEnabled=false"]);
+    b.goto(&lesson.url());
+    let shown = b.execute(
+        "return [...document.querySelectorAll('section[data-scene] .noscript-scene')]\
+           .map(d => [d.dataset.scene, d.querySelector('pre').getBoundingClientRect().height]);",
+        vec![],
+    );
+    let shown = shown.as_array().unwrap();
+    assert_eq!(shown.len(), SCENES.len(), "{shown:?}");
+    for row in shown {
+        assert!(row[1].as_f64().unwrap() > 40.0, "{row} is not shown");
+    }
+    // What only the scripts fill in is hidden rather than left empty.
+    let empty_shown = b.execute(
+        "return ['.seed-row', '#terms', '#quiz-guarantee', '#who-cards', '#next-list']\
+           .filter(s => document.querySelector(s).getClientRects().length > 0);",
+        vec![],
+    );
+    assert_eq!(
+        empty_shown,
+        json!([]),
+        "script-only parts shown without JavaScript"
+    );
+    let png = b
+        .screenshot_element("main")
+        .expect("the page has a main element");
+    std::fs::write(screenshot_dir().join("noscript-1280.png"), png).unwrap();
 }
 
 /// With the quizzes out of view or another control focused, digits answer nothing.

@@ -39,6 +39,7 @@ use tokio::sync::Semaphore;
 
 const INDEX_HTML: &str = include_str!("../../../../web/lesson/index.html");
 const STYLE_CSS: &str = include_str!("../../../../web/lesson/style.css");
+const NOSCRIPT_CSS: &str = include_str!("../../../../web/lesson/noscript.css");
 const APP_JS: &str = include_str!("../../../../web/lesson/app.js");
 const CHARTS_JS: &str = include_str!("../../../../web/lesson/charts.js");
 const CONTENT_JS: &str = include_str!("../../../../web/lesson/content.js");
@@ -121,6 +122,10 @@ pub fn router() -> Router {
         .route(
             "/style.css",
             get(|| async { asset("text/css; charset=utf-8", STYLE_CSS) }),
+        )
+        .route(
+            "/noscript.css",
+            get(|| async { asset("text/css; charset=utf-8", NOSCRIPT_CSS) }),
         )
         .route(
             "/app.js",

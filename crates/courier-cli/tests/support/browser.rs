@@ -116,13 +116,19 @@ impl Browser {
     /// Starts chromedriver and a headless Chromium with a window of the given
     /// size. Panics with an installation hint when either is missing.
     pub fn launch(width: u32, height: u32) -> Browser {
-        match Browser::try_launch(width, height) {
+        Browser::launch_with(width, height, &[])
+    }
+
+    /// As [`Browser::launch`], with extra Chromium flags (for example
+    /// `--blink-settings=scriptEnabled=false` for a browser without JavaScript).
+    pub fn launch_with(width: u32, height: u32, extra_flags: &[&str]) -> Browser {
+        match Browser::try_launch(width, height, extra_flags) {
             Ok(b) => b,
             Err(e) => panic!("{e}"),
         }
     }
 
-    pub fn try_launch(width: u32, height: u32) -> Result<Browser, String> {
+    pub fn try_launch(width: u32, height: u32, extra_flags: &[&str]) -> Result<Browser, String> {
         let install = "install them with `apt-get install -y chromium chromium-driver` \
                        (or point $CHROMIUM and $CHROMEDRIVER at them)";
         let chromium = find_binary("CHROMIUM", &["chromium", "chromium-browser"])
@@ -155,7 +161,7 @@ impl Browser {
                         session: String::new(),
                         profile,
                     };
-                    b.new_session(&chromium, width, height)?;
+                    b.new_session(&chromium, width, height, extra_flags)?;
                     return Ok(b);
                 }
                 Err(e) => {
@@ -168,8 +174,18 @@ impl Browser {
         Err(format!("chromedriver did not start: {last_error}"))
     }
 
-    fn new_session(&mut self, chromium: &Path, width: u32, height: u32) -> Result<(), String> {
-        let mut args: Vec<String> = CHROMIUM_FLAGS.iter().map(|s| s.to_string()).collect();
+    fn new_session(
+        &mut self,
+        chromium: &Path,
+        width: u32,
+        height: u32,
+        extra_flags: &[&str],
+    ) -> Result<(), String> {
+        let mut args: Vec<String> = CHROMIUM_FLAGS
+            .iter()
+            .chain(extra_flags)
+            .map(|s| s.to_string())
+            .collect();
         args.push(format!("--user-data-dir={}", self.profile.path().display()));
         args.push(format!("--window-size={width},{height}"));
         let caps = json!({
