@@ -76,7 +76,7 @@ window.Lesson.content = {
         "Two cures: allow one request in flight (slow), or number the messages so the broker refuses any that skips ahead (Kafka’s idempotent producer uses <a href=\"#\" data-term=\"sequence-number\">sequence numbers</a>).",
         "More in flight only matters up to the round trip. The first answer comes back after as many sends as fit in a round trip, and from then on each answer frees a slot for the next send: so no more requests can be unanswered at once than the round trip has slots, and raising the limit past it changes nothing.",
       ],
-      tryThis: "Move “Requests in flight” one step either way and watch the share follow; then push it past the round trip of 8 and see it stop. Then set it to 1, or switch sequence numbers on.",
+      tryThis: "Move “Requests in flight” one step either way and watch the share follow; then push it past the round trip and see it stop. Then set it to 1, or switch sequence numbers on.",
       figures: [
         { id: "fig-ord-share", label: "of messages consumed before an earlier one", kind: "dup" },
         { id: "fig-ord-model", label: "the model’s expectation", kind: "muted" },

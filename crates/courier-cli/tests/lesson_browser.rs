@@ -7,8 +7,10 @@
 //! installs the pinned version into `web/test/node_modules/` (or point
 //! `$AXE_CORE_JS` at an `axe.min.js`).
 //!
-//! Screenshots go to `target/lesson-screenshots/` (one per scene and part of
-//! the page, at 1280 and 390 px) and `target/tmp/lesson-{desktop,phone}.png`.
+//! Screenshots go to `target/lesson-screenshots/` (`{part}-{1280,390}.png`,
+//! one per scene and part of the page, the 390 px ones with touch emulation
+//! on; `noscript-1280.png`, the page without JavaScript) and
+//! `target/tmp/lesson-{desktop,phone}.png` (the whole page).
 
 #[path = "support/browser.rs"]
 mod browser;
@@ -756,6 +758,9 @@ fn audit_layout_tap_targets_and_contrast_at_desktop_and_phone_widths() {
     let mut saved = Vec::new();
     for width in [1280u32, 390, 320] {
         resize_to(&b, width);
+        if width == 390 {
+            hints_suit_touch_screens(&b);
+        }
         let kept = b.execute(
             "return document.querySelector('section[data-scene=\"crash-points\"] .tl-detail').textContent;",
             vec![],
@@ -1225,4 +1230,26 @@ fn open_a_crash_point(b: &Browser) -> Value {
         "{detail}"
     );
     detail
+}
+
+/// From the phone width on, the window is a touch screen: the quizzes
+/// stop telling the reader to press keys.
+fn hints_suit_touch_screens(b: &Browser) {
+    let shown = || {
+        b.execute(
+            "return [...document.querySelectorAll('#quiz-guarantee .hint > span')]\
+               .map(s => [s.className, s.getClientRects().length > 0]);",
+            vec![],
+        )
+    };
+    assert_eq!(shown(), json!([["hint-keys", true], ["hint-touch", false]]));
+    b.cmd(
+        "POST",
+        "/goog/cdp/execute",
+        json!({ "cmd": "Emulation.setTouchEmulationEnabled",
+                "params": { "enabled": true, "maxTouchPoints": 5 } }),
+    );
+    let touch = b.execute("return matchMedia('(pointer: coarse)').matches;", vec![]);
+    assert_eq!(touch, json!(true), "touch emulation did not take");
+    assert_eq!(shown(), json!([["hint-keys", false], ["hint-touch", true]]));
 }
