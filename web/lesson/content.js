@@ -49,7 +49,7 @@ window.Lesson.content = {
         "The cheapest defence against duplicates is an operation that shrugs them off. “Add 10 to the balance” is hurt by every repeat. “The balance is now 1,250” is not; neither is “insert payment 8812 unless it is already there”, nor “apply version 17 if it is newer than what you have”. These are <a href=\"#\" data-term=\"idempotent\">idempotent</a>.",
         "So turn accumulating operations into set-like ones: record the fact under a natural or client-supplied id, store absolute values instead of deltas, or carry a version so an old message cannot overwrite a newer state.",
       ],
-      tryThis: "Pick the increment with a 1% duplicate rate, then switch to set. Then raise the share of late copies and compare set with versioned.",
+      tryThis: "Start with “Add the amount” at a 1% duplicate rate, then switch to “Set the balance”. Then raise the share of late copies and compare “Set the balance” with “Versioned update”.",
       figures: [
         { id: "fig-rep-dups", label: "duplicate effects", kind: "dup" },
         { id: "fig-rep-off", label: "final balance minus the right one", kind: "loss" },
