@@ -18,6 +18,8 @@ window.Lesson.content = {
       intro: [
         "A network can lose a message, and it can lose the reply to a message, and the sender cannot tell which of the two happened. So a broker that wants every message handled keeps redelivering until the consumer acknowledges it. Promising that each message arrives <em>exactly once</em> is impossible this way — it is the <a href=\"#\" data-term=\"two-generals\">Two Generals problem</a> in disguise.",
         "What a system can promise is an <a href=\"#\" data-term=\"exactly-once-effect\">exactly-once effect</a>: deliver <a href=\"#\" data-term=\"at-least-once\">at least once</a>, and make the second delivery harmless. Where the consumer sends its <a href=\"#\" data-term=\"ack\">acknowledgement</a> decides which failure you get when it crashes.",
+        "The three strategies below: <strong>ack first</strong> is <a href=\"#\" data-term=\"at-most-once\">at-most-once</a> (a crash after the ack loses the message); <strong>ack after</strong> is <a href=\"#\" data-term=\"at-least-once\">at-least-once</a> (a crash before the ack delivers it again — for a payment, a double delivery is a double charge); <strong>ack after + dedup table</strong> is at-least-once delivery with a <a href=\"#\" data-term=\"dedup-table\">dedup table</a> that turns the repeat into a no-op: an exactly-once effect, which is still not <a href=\"#\" data-term=\"exactly-once-delivery\">exactly-once delivery</a>.",
+        "The dedup table works only if it is written atomically with the effect, in one transaction. Written apart, a crash between the two writes loses or repeats the effect: <a href=\"#write-order\">scene 7</a> shows how.",
       ],
       tryThis: "Try a 1% crash rate with half of the crashes in the gap between the work and the ack, then move the crash rate and watch which bar grows.",
       figures: [
@@ -38,6 +40,7 @@ window.Lesson.content = {
         { id: "fig-key-late", label: "of retries arrive after the key expired", kind: "dup" },
         { id: "fig-key-model", label: "the model’s expectation", kind: "muted" },
       ],
+      takeaway: "For payments, keep keys at least a day: a retry that finds no key charges the card again. Stripe keeps each key for at least 24 hours.",
     },
     "repeats": {
       kicker: "3 · Designing for repeats",
@@ -46,7 +49,7 @@ window.Lesson.content = {
         "The cheapest defence against duplicates is an operation that shrugs them off. “Add 10 to the balance” is hurt by every repeat. “The balance is now 1,250” is not; neither is “insert payment 8812 unless it is already there”, nor “apply version 17 if it is newer than what you have”. These are <a href=\"#\" data-term=\"idempotent\">idempotent</a>.",
         "So turn accumulating operations into set-like ones: record the fact under a natural or client-supplied id, store absolute values instead of deltas, or carry a version so an old message cannot overwrite a newer state.",
       ],
-      tryThis: "Pick the increment with a 1% duplicate rate, then switch to set. Then raise the share of late copies and compare set with versioned.",
+      tryThis: "Start with “Add the amount” at a 1% duplicate rate, then switch to “Set the balance”. Then raise the share of late copies and compare “Set the balance” with “Versioned update”.",
       figures: [
         { id: "fig-rep-dups", label: "duplicate effects", kind: "dup" },
         { id: "fig-rep-off", label: "final balance minus the right one", kind: "loss" },
@@ -71,8 +74,9 @@ window.Lesson.content = {
       intro: [
         "A <a href=\"#\" data-term=\"partition\">partition</a> keeps the order in which messages reached it, so messages that must stay in order share a key that maps to one partition. But the producer can still hand them over out of order: with several requests in flight, a failed request is retried after later ones have already landed.",
         "Two cures: allow one request in flight (slow), or number the messages so the broker refuses any that skips ahead (Kafka’s idempotent producer uses <a href=\"#\" data-term=\"sequence-number\">sequence numbers</a>).",
+        "More in flight only matters up to the round trip. The first answer comes back after as many sends as fit in a round trip, and from then on each answer frees a slot for the next send: so no more requests can be unanswered at once than the round trip has slots, and raising the limit past it changes nothing.",
       ],
-      tryThis: "With 5 requests in flight and 5% failing, a few percent of messages overtake an earlier one. Set in-flight to 1, or switch sequence numbers on.",
+      tryThis: "Move “Requests in flight” one step either way and watch the share follow; then push it past the round trip and see it stop. Then set it to 1, or switch sequence numbers on.",
       figures: [
         { id: "fig-ord-share", label: "of messages consumed before an earlier one", kind: "dup" },
         { id: "fig-ord-model", label: "the model’s expectation", kind: "muted" },
@@ -190,27 +194,67 @@ window.Lesson.content = {
       name: "Kafka",
       what: "idempotent producer and transactions",
       text: "Every producer gets an id and numbers its messages per partition, so the broker drops a retried batch it already has and refuses one that skips ahead. Transactions then let a read-process-write job commit its output records and its consumer offsets together: exactly-once processing, as long as the pipeline stays inside Kafka.",
+      source: "KIP-98: Exactly Once Delivery and Transactional Messaging (Apache Kafka, 2017)",
+      href: "https://cwiki.apache.org/confluence/display/KAFKA/KIP-98+-+Exactly+Once+Delivery+and+Transactional+Messaging",
     },
     {
       name: "Amazon SQS",
       what: "standard and FIFO queues",
       text: "Standard queues deliver every message at least once, occasionally more than once, and not necessarily in the order sent. FIFO queues keep order within a message group and drop a message whose deduplication id was already seen in the last five minutes.",
+      source: "Amazon SQS Developer Guide: “Exactly-once processing in Amazon SQS” (FIFO queues)",
+      href: "https://docs.aws.amazon.com/AWSSimpleQueueService/latest/SQSDeveloperGuide/FIFO-queues-exactly-once-processing.html",
     },
     {
       name: "Stripe",
       what: "idempotency keys",
       text: "A POST request may carry an Idempotency-Key header. Stripe saves the first response under that key and returns it again for any repeat, and may remove a key once it is at least 24 hours old.",
+      source: "Stripe API reference: Idempotent requests",
+      href: "https://docs.stripe.com/api/idempotent_requests",
     },
     {
       name: "The Two Generals problem",
-      what: "a classic impossibility result",
+      what: "the impossibility result behind all three",
       text: "Two generals must attack together but can only send messengers through enemy ground. However many acknowledgements they trade, the last one might be lost, so neither can be sure. Networks inherit the problem — which is why real systems pair at-least-once delivery with effects that tolerate repeats.",
+      source: "Akkoyunlu, Ekanadham and Huber, “Some constraints and tradeoffs in the design of network communications” (SOSP 1975); named by Gray, “Notes on Data Base Operating Systems” (1978)",
+      href: "https://doi.org/10.1145/800213.806523",
     },
   ],
 
+  // Choice values are the simulations' names; the page shows these instead.
+  choiceLabels: {
+    "increment": "Add the amount",
+    "set": "Set the balance",
+    "insert-if-new": "Insert if new",
+    "versioned": "Versioned update",
+    "write-then-commit": "Write, then commit",
+    "commit-then-write": "Commit, then write",
+    "transactional": "One transaction",
+    "external-effect": "Transaction + outside call",
+  },
+
   next: [
-    "Run <code>courier sim list</code> to see every scene’s parameters, and <code>courier sim ack --seed 7</code> to replay a run in the terminal.",
-    "Read how courier itself keeps one SMS per action: a stable key per action, a lookup before any resend, and fenced leases.",
-    "Look up Kafka’s KIP-98 for the design of idempotent producers and transactions.",
+    {
+      html: "Run the relay lab: <code>courier relay lab --scenario all</code> injects a lost publication, a lost publish ACK and a lost consumer ACK into an outbox in etcd, relayed through NATS JetStream to a deduplicating consumer, and checks each task was applied once; <code>--protocol no-dedup</code> shows what the dedup record prevents.",
+      doc: "/docs/relay.md",
+      docLabel: "The relay, explained (docs/relay.md)",
+    },
+    {
+      html: "Watch exactly-once effects survive real crashes: <code>courier chaos --seed 42</code> SIGKILLs worker processes hundreds of times and crash-restarts PostgreSQL, then judges the run by the provider’s own log.",
+      doc: "/docs/README.md",
+      docLabel: "The chaos proof, in the README",
+    },
+    {
+      html: "Check a run yourself: <code>courier verify --provider-log FILE</code> reads a provider’s log, prints what it found and exits non-zero on any violation of the contract.",
+      doc: "/docs/provider-api.md",
+      docLabel: "The provider contract the verifier checks (docs/provider-api.md)",
+    },
+    {
+      html: "Run courier and watch it: the dashboard, its metrics and the reports.",
+      doc: "/docs/operations.md",
+      docLabel: "Operating courier (docs/operations.md)",
+    },
+    {
+      html: "Replay any scene in the terminal: <code>courier sim list</code> shows every parameter, and <code>courier sim ack --seed 7</code> prints the same figures as this page with seed 7.",
+    },
   ],
 };

@@ -32,7 +32,13 @@
 //! `P(out of order) = 1 − Σ_k (1 − f) f^k (1 − f^(k+1))^n`, which for two lanes
 //! is `f / (1 + f)`: 4.76% at 5% failures (5 in flight, a 2-slot round trip).
 //! One request in flight (or a one-slot round trip) gives one lane and zero;
-//! sequence numbers give zero by construction.
+//! sequence numbers give zero by construction. More in flight than the round
+//! trip has slots changes nothing: answers come back before more requests can
+//! be outstanding.
+//!
+//! The defaults (5 in flight, as Kafka's producer allows, and an 8-slot round
+//! trip) leave room on both sides, so the first move of the in-flight slider
+//! changes the share; the sweep covers the slider's whole range (1..=16).
 //!
 //! # Invariants
 //! - Every message is consumed at most once (the log holds no id twice).
@@ -86,7 +92,7 @@ pub const ROUND_TRIP_SLOTS: Count = Count {
     label: "Round trip, in send slots",
     min: 1,
     max: 16,
-    default: 2,
+    default: 8,
     log: false,
     help: "How many sends fit in the time an answer takes to come back.",
 };
@@ -106,8 +112,9 @@ pub const SEQUENCE_NUMBERS: Flag = Flag {
     help: "The broker accepts only the next expected message, as Kafka's idempotent producer does.",
 };
 
-/// The sweep shows the share for one to this many requests in flight.
-const SWEEP_IN_FLIGHT_MAX: u64 = 8;
+/// The sweep shows the share for one to this many requests in flight: the
+/// in-flight slider's whole range.
+const SWEEP_IN_FLIGHT_MAX: u64 = IN_FLIGHT.max;
 /// How many consumed ids the strip chart shows.
 const STRIP_LEN: usize = 40;
 
@@ -329,7 +336,7 @@ pub struct Outcome {
     pub given_up: u64,
     /// The first consumed message numbers (1-based), for a strip chart.
     pub first_consumed: Vec<u32>,
-    /// The same run with 1..=8 requests in flight (same seed).
+    /// The same run with 1..=16 requests in flight (same seed).
     pub sweep: Vec<SweepPoint>,
     pub reading: String,
 }
@@ -382,7 +389,7 @@ messages were consumed before one sent earlier (the model expects {}).",
             text::pct(share_now, 2),
             text::count(consumed),
             text::pct(expected, 2),
-        )
+        ) + &past_round_trip(params)
     };
     Ok(Outcome {
         messages: params.messages,
@@ -399,6 +406,21 @@ messages were consumed before one sent earlier (the model expects {}).",
         sweep,
         reading,
     })
+}
+
+/// Why more in flight stopped mattering, when the setting is past the round
+/// trip (empty otherwise).
+fn past_round_trip(p: &Params) -> String {
+    if p.in_flight <= p.round_trip_slots {
+        return String::new();
+    }
+    let rt = p.round_trip_slots;
+    format!(
+        " More than {rt} in flight changes nothing here: the first answer comes back after {rt} send{}, \
+so no more than {rt} request{} can ever be unanswered at once.",
+        if rt == 1 { "" } else { "s" },
+        if rt == 1 { "" } else { "s" },
+    )
 }
 
 impl Outcome {
@@ -478,9 +500,10 @@ mod tests {
     }
 
     #[test]
-    fn lesson_setting_five_in_flight_five_percent() {
+    fn five_in_flight_two_slot_round_trip_is_two_lanes() {
         let p = Params {
             messages: 100_000,
+            round_trip_slots: 2,
             ..Params::default()
         };
         let o = run(&p, 31).unwrap();
@@ -602,7 +625,7 @@ mod tests {
             ..Params::default()
         };
         let o = run(&p, 6).unwrap();
-        assert_eq!(o.sweep.len(), 8);
+        assert_eq!(o.sweep.len() as u64, IN_FLIGHT.max);
         assert_eq!(o.sweep[0].out_of_order_share, 0.0);
         assert_eq!(o.sweep[4].out_of_order_share, o.out_of_order_share);
         assert_eq!(o.first_consumed.len(), 40);
@@ -632,6 +655,40 @@ mod tests {
         ] {
             assert!(run(&bad, 1).is_err(), "{bad:?}");
         }
+    }
+
+    #[test]
+    fn defaults_show_the_effect_of_the_first_move() {
+        // One step either way on the in-flight slider changes the share, and
+        // past the round trip nothing changes (the reading says why).
+        let p = Params {
+            messages: 4_000,
+            ..Params::default()
+        };
+        let o = run(&p, 1).unwrap();
+        let at = |w: u64| o.sweep[(w - 1) as usize].out_of_order_share;
+        assert!(at(4) < at(5) && at(5) < at(6), "{:?}", o.sweep);
+        let rt = p.round_trip_slots;
+        assert!(p.in_flight < rt && rt < IN_FLIGHT.max);
+        for w in rt..=IN_FLIGHT.max {
+            assert_eq!(at(w), at(rt), "{w} in flight");
+        }
+        assert!(!o.reading.contains("changes nothing"));
+        let past = run(
+            &Params {
+                in_flight: rt + 3,
+                ..p
+            },
+            1,
+        )
+        .unwrap();
+        assert_eq!(past.out_of_order_share, at(rt));
+        assert!(
+            past.reading
+                .contains("More than 8 in flight changes nothing"),
+            "{}",
+            past.reading
+        );
     }
 
     #[test]

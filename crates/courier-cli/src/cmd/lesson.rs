@@ -8,6 +8,12 @@
 //!
 //! Bad input is a 400 with `{"error": "..."}`; an unknown scene a 404.
 //!
+//! The page (`GET /`) carries, inside `<noscript>`, each scene's figures at
+//! its defaults with seed [`NOSCRIPT_SEED`]: the table and reading that
+//! `courier sim <scene> --seed 1` prints, computed once per process by
+//! `courier-sim` (never typed in). `GET /docs/{file}` serves the few project
+//! documents the page's "Where to go next" links to, as plain text.
+//!
 //! # Invariants
 //! - At most [`SIMS_IN_PARALLEL_MAX`] simulations run at once, off the async
 //!   workers; a request that waits longer than [`SIM_QUEUE_WAIT_MS`] gets a 503.
@@ -33,10 +39,31 @@ use tokio::sync::Semaphore;
 
 const INDEX_HTML: &str = include_str!("../../../../web/lesson/index.html");
 const STYLE_CSS: &str = include_str!("../../../../web/lesson/style.css");
+const NOSCRIPT_CSS: &str = include_str!("../../../../web/lesson/noscript.css");
 const APP_JS: &str = include_str!("../../../../web/lesson/app.js");
 const CHARTS_JS: &str = include_str!("../../../../web/lesson/charts.js");
 const CONTENT_JS: &str = include_str!("../../../../web/lesson/content.js");
 const FAVICON_SVG: &str = include_str!("../../../../web/lesson/favicon.svg");
+
+/// The documents the page links to, by the name in `/docs/{file}`.
+const DOCS: [(&str, &str); 4] = [
+    ("README.md", include_str!("../../../../README.md")),
+    ("relay.md", include_str!("../../../../docs/relay.md")),
+    (
+        "operations.md",
+        include_str!("../../../../docs/operations.md"),
+    ),
+    (
+        "provider-api.md",
+        include_str!("../../../../docs/provider-api.md"),
+    ),
+];
+
+/// The seed of the figures shown without JavaScript (the page's default seed).
+pub const NOSCRIPT_SEED: u64 = 1;
+
+/// The page with its `<noscript>` figures, rendered on first use.
+static PAGE: tokio::sync::OnceCell<String> = tokio::sync::OnceCell::const_new();
 
 /// Simulations running at once (the machine has two cores).
 pub const SIMS_IN_PARALLEL_MAX: usize = 2;
@@ -63,6 +90,8 @@ pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
     if !addr.ip().is_loopback() {
         eprintln!("warning: the lesson is reachable from other machines at {addr}");
     }
+    // Render the page's <noscript> figures while the first reader arrives.
+    tokio::spawn(page());
     axum::serve(listener, router())
         .with_graceful_shutdown(async {
             // If the signal handler cannot be installed, serve until killed.
@@ -87,11 +116,16 @@ pub fn router() -> Router {
     Router::new()
         .route(
             "/",
-            get(|| async { asset("text/html; charset=utf-8", INDEX_HTML) }),
+            get(|| async { asset("text/html; charset=utf-8", page().await.as_str()) }),
         )
+        .route("/docs/{file}", get(doc))
         .route(
             "/style.css",
             get(|| async { asset("text/css; charset=utf-8", STYLE_CSS) }),
+        )
+        .route(
+            "/noscript.css",
+            get(|| async { asset("text/css; charset=utf-8", NOSCRIPT_CSS) }),
         )
         .route(
             "/app.js",
@@ -116,8 +150,8 @@ pub fn router() -> Router {
         .with_state(state)
 }
 
-fn asset(content_type: &'static str, body: &'static str) -> Response {
-    let mut r = body.into_response();
+fn asset(content_type: &'static str, body: &str) -> Response {
+    let mut r = body.to_string().into_response();
     let h = r.headers_mut();
     h.insert(header::CONTENT_TYPE, HeaderValue::from_static(content_type));
     h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
@@ -130,6 +164,66 @@ fn asset(content_type: &'static str, body: &'static str) -> Response {
         HeaderValue::from_static("default-src 'self'; img-src 'self' data:; base-uri 'none'"),
     );
     r
+}
+
+async fn doc(Path(file): Path<String>) -> Response {
+    match DOCS.iter().find(|(name, _)| *name == file) {
+        Some((_, text)) => asset("text/plain; charset=utf-8", text),
+        None => error(StatusCode::NOT_FOUND, "no such document"),
+    }
+}
+
+/// The page, with each scene's `<!-- noscript NAME -->` marker replaced by
+/// its figures at the defaults.
+async fn page() -> &'static String {
+    PAGE.get_or_init(|| async {
+        tokio::task::spawn_blocking(render_page)
+            .await
+            // A simulation that panicked leaves the page without its
+            // <noscript> figures rather than without a page.
+            .unwrap_or_else(|_| INDEX_HTML.to_string())
+    })
+    .await
+}
+
+fn render_page() -> String {
+    let mut page = INDEX_HTML.to_string();
+    for scene in courier_sim::Scene::ALL {
+        let marker = format!("<!-- noscript {} -->", scene.name());
+        let body = match courier_sim::run(scene, &serde_json::Value::Null, NOSCRIPT_SEED) {
+            Ok(run) => format!(
+                "<h2>{}</h2><p>At the defaults, seed {NOSCRIPT_SEED} (<code>courier sim {} --seed {NOSCRIPT_SEED}</code>):</p>\
+                 <pre>{}</pre><p class=\"noscript-reading\">{}</p>",
+                html_escape(scene.title()),
+                scene.name(),
+                html_escape(&run.table),
+                html_escape(&run.reading),
+            ),
+            Err(e) => format!("<p>This scene could not be computed: {}</p>", html_escape(&e.to_string())),
+        };
+        page = page.replace(
+            &marker,
+            &format!(
+                "<noscript><div class=\"noscript-scene\" data-scene=\"{}\">{body}</div></noscript>",
+                scene.name()
+            ),
+        );
+    }
+    page
+}
+
+fn html_escape(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for c in text.chars() {
+        match c {
+            '&' => out.push_str("&amp;"),
+            '<' => out.push_str("&lt;"),
+            '>' => out.push_str("&gt;"),
+            '"' => out.push_str("&quot;"),
+            _ => out.push(c),
+        }
+    }
+    out
 }
 
 fn json_response(status: StatusCode, body: &impl serde::Serialize) -> Response {

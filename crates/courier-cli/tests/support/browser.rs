@@ -56,6 +56,8 @@ pub mod keys {
     pub const ARROW_RIGHT: &str = "\u{E014}";
     pub const HOME: &str = "\u{E011}";
     pub const END: &str = "\u{E010}";
+    pub const ESCAPE: &str = "\u{E00C}";
+    pub const TAB: &str = "\u{E004}";
 }
 
 /// A web element reference.
@@ -114,13 +116,19 @@ impl Browser {
     /// Starts chromedriver and a headless Chromium with a window of the given
     /// size. Panics with an installation hint when either is missing.
     pub fn launch(width: u32, height: u32) -> Browser {
-        match Browser::try_launch(width, height) {
+        Browser::launch_with(width, height, &[])
+    }
+
+    /// As [`Browser::launch`], with extra Chromium flags (for example
+    /// `--blink-settings=scriptEnabled=false` for a browser without JavaScript).
+    pub fn launch_with(width: u32, height: u32, extra_flags: &[&str]) -> Browser {
+        match Browser::try_launch(width, height, extra_flags) {
             Ok(b) => b,
             Err(e) => panic!("{e}"),
         }
     }
 
-    pub fn try_launch(width: u32, height: u32) -> Result<Browser, String> {
+    pub fn try_launch(width: u32, height: u32, extra_flags: &[&str]) -> Result<Browser, String> {
         let install = "install them with `apt-get install -y chromium chromium-driver` \
                        (or point $CHROMIUM and $CHROMEDRIVER at them)";
         let chromium = find_binary("CHROMIUM", &["chromium", "chromium-browser"])
@@ -153,7 +161,7 @@ impl Browser {
                         session: String::new(),
                         profile,
                     };
-                    b.new_session(&chromium, width, height)?;
+                    b.new_session(&chromium, width, height, extra_flags)?;
                     return Ok(b);
                 }
                 Err(e) => {
@@ -166,8 +174,18 @@ impl Browser {
         Err(format!("chromedriver did not start: {last_error}"))
     }
 
-    fn new_session(&mut self, chromium: &Path, width: u32, height: u32) -> Result<(), String> {
-        let mut args: Vec<String> = CHROMIUM_FLAGS.iter().map(|s| s.to_string()).collect();
+    fn new_session(
+        &mut self,
+        chromium: &Path,
+        width: u32,
+        height: u32,
+        extra_flags: &[&str],
+    ) -> Result<(), String> {
+        let mut args: Vec<String> = CHROMIUM_FLAGS
+            .iter()
+            .chain(extra_flags)
+            .map(|s| s.to_string())
+            .collect();
         args.push(format!("--user-data-dir={}", self.profile.path().display()));
         args.push(format!("--window-size={width},{height}"));
         let caps = json!({
@@ -233,6 +251,21 @@ impl Browser {
             "/execute/sync",
             json!({ "script": script, "args": args }),
         )
+    }
+
+    /// Runs an asynchronous script: its body calls `arguments[arguments.length - 1]`
+    /// with the result (the W3C execute/async command).
+    pub fn execute_async(&self, script: &str, args: Vec<Value>) -> Value {
+        self.cmd(
+            "POST",
+            "/execute/async",
+            json!({ "script": script, "args": args }),
+        )
+    }
+
+    /// Sets how long an asynchronous script may run.
+    pub fn set_script_timeout(&self, ms: u64) {
+        self.cmd("POST", "/timeouts", json!({ "script": ms }));
     }
 
     pub fn find(&self, css: &str) -> Element {
@@ -313,6 +346,35 @@ impl Browser {
         );
         let data = v["data"].as_str().expect("screenshot data");
         base64_decode(data).expect("screenshot is base64")
+    }
+
+    /// A PNG of the page area of the first element matching `css` (page
+    /// coordinates, beyond the viewport), or `None` when nothing matches.
+    pub fn screenshot_element(&self, css: &str) -> Option<Vec<u8>> {
+        let r = self.execute(
+            "window.scrollTo(0, 0);\
+             const e = document.querySelector(arguments[0]);\
+             if (!e) return null;\
+             const r = e.getBoundingClientRect();\
+             return [r.left + window.scrollX, r.top + window.scrollY, r.width, r.height];",
+            vec![json!(css)],
+        );
+        let r = r.as_array()?;
+        let n = |i: usize| r[i].as_f64().unwrap_or(0.0);
+        let v = self.cmd(
+            "POST",
+            "/goog/cdp/execute",
+            json!({
+                "cmd": "Page.captureScreenshot",
+                "params": {
+                    "format": "png",
+                    "captureBeyondViewport": true,
+                    "clip": { "x": n(0), "y": n(1), "width": n(2).max(1.0), "height": n(3).max(1.0), "scale": 1 }
+                }
+            }),
+        );
+        let data = v["data"].as_str().expect("screenshot data");
+        Some(base64_decode(data).expect("screenshot is base64"))
     }
 
     /// Polls `probe` until it returns `Some`, or panics after `timeout_ms`
