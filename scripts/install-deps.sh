@@ -16,6 +16,8 @@
 #   chromium chromium-driver           the browser tests
 #   postgresql-15                      only where PostgreSQL's server binaries
 #                                      are missing (a new machine has them)
+# and from npm, pinned by web/test/package-lock.json (scripts/install-web-deps.sh):
+#   axe-core                           the lesson's accessibility audit
 # Then it checks that every tool and file the build and tests use is there.
 # Idempotent: it installs only what is not installed, and is quick then.
 #
@@ -59,6 +61,10 @@ if [ "$group" = all ] && ! cargo nextest --version >/dev/null 2>&1; then
   cargo install cargo-nextest --locked
 fi
 
+if [ "$group" = all ]; then
+  ./scripts/install-web-deps.sh
+fi
+
 # Check, rather than trust the package list: each of these is used by name.
 fail=0
 need_file() { [ -e "$1" ] || { echo "missing after install: $1 ($2)" >&2; fail=1; }; }
@@ -72,6 +78,7 @@ if [ "$group" = all ]; then
   need_tool chromium chromium
   need_tool chromedriver chromium-driver
   pg_bin || { echo "missing after install: initdb (postgresql-15)" >&2; fail=1; }
+  need_file web/test/node_modules/axe-core/axe.min.js axe-core
 fi
 [ "$fail" = 0 ] || exit 1
 
