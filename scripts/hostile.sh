@@ -117,12 +117,32 @@ echo "== after the run"
 if ! kill -0 "$server_pid" 2>/dev/null; then
   echo "FAILED: courier serve is no longer running"; tail -50 "$run/serve.log"; exit 1
 fi
-health=$(curl -s -o /dev/null -w '%{http_code}' "$api/healthz" || true)
+# GET URL [TOKEN]: the status code on the first line, then the body. (Python's
+# urllib: a new machine has python3, not curl.)
+http_get() {
+  python3 - "$@" <<'PY'
+import sys, urllib.error, urllib.request
+req = urllib.request.Request(sys.argv[1])
+if len(sys.argv) > 2:
+    req.add_header("Authorization", "Bearer " + sys.argv[2])
+try:
+    with urllib.request.urlopen(req, timeout=10) as r:
+        code, body = r.status, r.read()
+except urllib.error.HTTPError as e:
+    code, body = e.code, e.read()
+except OSError as e:
+    code, body = 0, str(e).encode()
+print(code)
+sys.stdout.write(body.decode("utf-8", "replace"))
+PY
+}
+health=$(http_get "$api/healthz")
+health=${health%%$'\n'*}
 if [ "$health" != "200" ]; then
   echo "FAILED: /healthz answered $health after the run"; exit 1
 fi
 echo "-- what the server counted:"
-curl -s -H "Authorization: Bearer $token" "$api/metrics" \
+http_get "$api/metrics" "$token" | tail -n +2 \
   | grep -E '^courier_(enqueued_total|webhooks_total|webhook_signature_failures_total|actions\{)' || true
 if grep -q "panicked" "$run/serve.log"; then
   echo "FAILED: the server panicked"; grep -A5 panicked "$run/serve.log"; exit 1
