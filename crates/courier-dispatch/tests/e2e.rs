@@ -7,7 +7,7 @@ use common::{client, limits, new_action, start_api, verify, wait_all_final, work
 use courier_core::{action_key, Limits, Status};
 use courier_provider::fake::{self, FakeConfig, Latency};
 use courier_provider::{ClientConfig, ProviderClient, SendOutcome};
-use courier_store::ClaimMode;
+use courier_store::{ClaimMode, Claimed, PgStore};
 use courier_testkit::fresh_db;
 use std::sync::Arc;
 use std::time::Duration;
@@ -55,6 +55,36 @@ async fn every_action_has_exactly_one_effect_through_a_flaky_provider() {
     assert_eq!(s.state("done"), 300, "{:?}", s.by_state);
 }
 
+/// A first owner claims (a 300 ms lease), writes the intent, counts an
+/// attempt and sends, then dies before it records the answer. Its message
+/// carries no status callback, so the status can only be learned by looking
+/// the key up.
+async fn send_and_die(store: &PgStore, provider: &str, l: &Limits) -> Claimed {
+    let dead: Arc<str> = Arc::from("dead");
+    let c = store
+        .action_claim(&dead, 1, 300, 4, ClaimMode::Fair)
+        .await
+        .unwrap()
+        .remove(0);
+    let key = action_key(&c.uid);
+    store.outbox_intent(&c.lease, &key).await.unwrap().unwrap();
+    store
+        .outbox_count_attempt(&c.lease, 0)
+        .await
+        .unwrap()
+        .unwrap();
+    let silent = ProviderClient::new(ClientConfig {
+        base_url: provider.to_string(),
+        api_key: KEY.into(),
+        status_callback: None,
+        timeout: Duration::from_millis(l.request_timeout_ms),
+    })
+    .unwrap();
+    let first = silent.send(&key, &c.to, &c.body).await;
+    assert!(matches!(first, SendOutcome::Accepted(_)), "{first:?}");
+    c
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_reclaimed_action_is_looked_up_and_sent_once() {
     let db = fresh_db().await;
@@ -66,36 +96,7 @@ async fn a_reclaimed_action_is_looked_up_and_sent_once() {
     let api = start_api(db.store.clone()).await;
     db.store.action_enqueue(&new_action(0, 1)).await.unwrap();
     let l = limits();
-    // A first owner claims, writes the intent, counts an attempt and sends,
-    // then dies before it records the answer. Its message carries no status
-    // callback, so the status can only be learned by looking the key up.
-    let dead: Arc<str> = Arc::from("dead");
-    let c = db
-        .store
-        .action_claim(&dead, 1, 300, 4, ClaimMode::Fair)
-        .await
-        .unwrap()
-        .remove(0);
-    let key = action_key(&c.uid);
-    db.store
-        .outbox_intent(&c.lease, &key)
-        .await
-        .unwrap()
-        .unwrap();
-    db.store
-        .outbox_count_attempt(&c.lease, 0)
-        .await
-        .unwrap()
-        .unwrap();
-    let silent = ProviderClient::new(ClientConfig {
-        base_url: provider.url(),
-        api_key: KEY.into(),
-        status_callback: None,
-        timeout: Duration::from_millis(l.request_timeout_ms),
-    })
-    .unwrap();
-    let first = silent.send(&key, &c.to, &c.body).await;
-    assert!(matches!(first, SendOutcome::Accepted(_)), "{first:?}");
+    let c = send_and_die(&db.store, &provider.url(), &l).await;
     // A live worker starts at once and takes over at epoch + 1 as soon as
     // the dead owner's lease runs out (its claimer polls; nothing here
     // sleeps through the lease).
