@@ -17,6 +17,7 @@
 //! Request ──after_send──> Settle | Fail | RetryLookup
 //! Lookup ──after_lookup──> Settle | Send | RetryLookup
 //! RetryLookup ──after_backoff──> Lookup
+//! any step ──unless_fenced──> Abandon, once the heartbeat found another owner
 //! ```
 //!
 //! # Invariants
@@ -229,6 +230,17 @@ pub fn after_send(answer: &SendAnswer) -> Step {
     }
 }
 
+/// Before every step: once the heartbeat has found the action at another
+/// epoch, the delivery stops, whatever was next (a refusal already found
+/// keeps its own name).
+pub fn unless_fenced(next: Step, found_fenced: bool) -> Step {
+    match next {
+        Step::Abandon(_) => next,
+        _ if found_fenced => Step::Abandon(FencedAt::Heartbeat),
+        _ => next,
+    }
+}
+
 /// After the backoff of a [`Step::RetryLookup`].
 pub fn after_backoff() -> Step {
     Step::Lookup
@@ -360,6 +372,30 @@ mod tests {
             after_send(&SendAnswer::Accepted(Status::Accepted)),
             Step::Settle(Status::Accepted)
         );
+    }
+
+    #[test]
+    fn a_fence_found_by_the_heartbeat_stops_every_step() {
+        let steps = [
+            Step::ReadIntent,
+            Step::Send,
+            Step::Extend(Resume::Send),
+            Step::CountAttempt,
+            Step::Request,
+            Step::Lookup,
+            Step::RetryLookup,
+            Step::Settle(Status::Sent),
+            Step::Fail("x".into()),
+        ];
+        for s in steps {
+            assert_eq!(
+                unless_fenced(s.clone(), true),
+                Step::Abandon(FencedAt::Heartbeat)
+            );
+            assert_eq!(unless_fenced(s.clone(), false), s);
+        }
+        let refused = Step::Abandon(FencedAt::Attempt);
+        assert_eq!(unless_fenced(refused.clone(), true), refused);
     }
 
     #[test]

@@ -76,9 +76,7 @@ impl<'a, P: Provider> Delivery<'a, P> {
         let lease = self.ctx.local_lease(self.held);
         let mut step = step::on_claim(self.attempt_counted, lease, margin_ms);
         loop {
-            if self.held.fenced.is_cancelled() {
-                step = Step::Abandon(FencedAt::Heartbeat);
-            }
+            step = step::unless_fenced(step, self.held.fenced.is_cancelled());
             step = match step {
                 Step::ReadIntent => self.read_intent().await,
                 Step::Send => self.check_lease(),
