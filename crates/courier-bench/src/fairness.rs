@@ -823,7 +823,6 @@ async fn run_one(
                 idle_poll_ms: cfg.idle_poll_ms,
                 reconcile: false,
                 seed: cfg.seed.wrapping_add(u64::from(i)),
-                unsafe_resend: None,
             },
         ));
         workers.push(worker.clone());

@@ -596,7 +596,6 @@ async fn start_workers<P: Provider + Clone>(
                 idle_poll_ms: 20,
                 reconcile: reconcile_one && i == 0,
                 seed: ctx.cfg.seed.wrapping_add(u64::from(i)),
-                unsafe_resend: None,
             },
         ));
         workers.push(worker.clone());

@@ -115,10 +115,20 @@ mod tests {
     }
 
     #[test]
-    fn action_keys_are_stable_and_valid() {
+    fn action_keys_are_pinned_and_valid() {
+        // The key is written down, not recomputed: providers remember keys
+        // for their retention window, so a change of derivation would turn
+        // every resend after an upgrade into a second message.
         let uid = "0f8fad5bd9cb469fa16570867728950e";
-        assert_eq!(action_key(uid), action_key(uid));
+        assert_eq!(action_key(uid), "courier-0f8fad5bd9cb469fa16570867728950e");
         assert!(validate_key(&action_key(uid)).is_ok());
         assert_ne!(action_key(uid), action_key("another"));
+        // The longest uid whose key the contract still accepts.
+        let longest = "u".repeat(KEY_LEN_MAX - "courier-".len());
+        assert!(validate_key(&action_key(&longest)).is_ok());
+        assert_eq!(
+            validate_key(&action_key(&format!("{longest}u"))),
+            Err(KeyError::TooLong)
+        );
     }
 }

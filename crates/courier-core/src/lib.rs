@@ -10,10 +10,13 @@
 //! - The idempotency key of an action is a pure function of the action (`key`),
 //!   so every owner of the action, at every epoch, sends with the same key.
 //! - A send is preceded by a lookup whenever an earlier attempt may have left
-//!   (`step::after_claim`, `step::after_lookup`, `step::after_send`).
+//!   (`step::after_claim`, `step::after_lookup`, `step::after_send`), and no
+//!   request leaves without a counted attempt and a passing local lease check
+//!   (`step::before_request`, `lease`).
 
 pub mod backoff;
 pub mod key;
+pub mod lease;
 pub mod limits;
 pub mod phone;
 pub mod status;

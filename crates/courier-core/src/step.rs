@@ -1,22 +1,52 @@
 //! The delivery loop's decisions, returned as data.
 //!
-//! The runtime asks what to do next and performs it; nothing here touches the
-//! network. The rule that makes resends safe: once an attempt was counted, any
-//! owner looks the key up before it sends again, and resends only on a
-//! definite "not found", with the same key.
+//! The runtime performs one step, reports what happened, and asks what to do
+//! next; nothing here touches the network, the database or a clock. The rule
+//! that makes resends safe: once an attempt was counted, any owner looks the
+//! key up before it sends again, and resends only on a definite "not found",
+//! with the same key.
+//!
+//! One delivery walks these steps (each arrow is one function below):
+//!
+//! ```text
+//! on_claim ──> ReadIntent ──after_intent──> after_claim ──> Send | Lookup | Settle
+//!          └─> Request (the claim counted the first attempt) | Lookup
+//! Send ──before_attempt──> CountAttempt | Extend(CountAttempt)
+//! Extend(then) ──after_extend──> then | Abandon
+//! CountAttempt ──after_count──> Request | Lookup | Extend(Send) | Abandon
+//! Request ──after_send──> Settle | Fail | RetryLookup
+//! Lookup ──after_lookup──> Settle | Send | RetryLookup
+//! RetryLookup ──after_backoff──> Lookup
+//! any step ──unless_fenced──> Abandon, once the heartbeat found another owner
+//! ```
 //!
 //! # Invariants
 //! - `Step::Send` follows a claim only when no attempt was ever counted.
+//! - `Step::Request` (a request leaves) follows only a counted attempt and a
+//!   passing local lease check, made by the same function that chose it.
 //! - After an unknown send outcome the next network call is a lookup.
-//! - A rejection is never answered with a resend.
+//! - A rejection is never answered with a resend; a refusal of our own
+//!   credentials never fails the action.
 
+use crate::lease::LocalLease;
 use crate::Status;
 
 /// What the worker does next for one claimed action.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Step {
-    /// Count an attempt (fenced), then send with the action's key.
+    /// (A reclaim.) Read the intent a previous owner wrote, fenced.
+    ReadIntent,
+    /// A send is due: check the lease locally, count an attempt, then send
+    /// with the action's key.
     Send,
+    /// The lease may end before a request lands: extend it (fenced), then
+    /// resume with the step named.
+    Extend(Resume),
+    /// Count an attempt (fenced, refused when the lease ends within the margin).
+    CountAttempt,
+    /// The attempt is counted and the local lease check has just passed:
+    /// send now.
+    Request,
     /// Look the key up.
     Lookup,
     /// Wait (backoff), then look the key up.
@@ -25,6 +55,43 @@ pub enum Step {
     Settle(Status),
     /// The provider refused the action: mark it failed with this reason, alert.
     Fail(String),
+    /// Another owner holds the action: write nothing more, send nothing more.
+    Abandon(FencedAt),
+}
+
+/// Where [`Step::Extend`] goes once the lease was extended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Resume {
+    /// The local check failed before counting: count now.
+    CountAttempt,
+    /// The database refused to count (lease too short): check again, then count.
+    Send,
+}
+
+/// Which fenced operation found that another owner holds the action.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum FencedAt {
+    /// The heartbeat found the lease at a newer epoch.
+    Heartbeat,
+    Intent,
+    Extend,
+    Attempt,
+    Settle,
+    Fail,
+}
+
+impl FencedAt {
+    /// The name used in metrics labels and `events` rows.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            FencedAt::Heartbeat => "heartbeat",
+            FencedAt::Intent => "intent",
+            FencedAt::Extend => "extend",
+            FencedAt::Attempt => "attempt",
+            FencedAt::Settle => "settle",
+            FencedAt::Fail => "fail",
+        }
+    }
 }
 
 /// What a lookup answered.
@@ -42,8 +109,57 @@ pub enum SendAnswer {
     Accepted(Status),
     /// A definite refusal (400, 422, ...): no message, and resending would not help.
     Rejected(String),
+    /// 401 or 403: the provider refused our credentials, not the action. No
+    /// message was created by this request, but the action is not at fault.
+    CredentialsRefused(String),
     /// Time-out, 409, 429, 5xx, reset or refused: the message may or may not exist.
     Unknown,
+}
+
+/// What the fenced read of the intent found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum IntentRead {
+    /// Ours: the attempts counted so far and the status reported so far.
+    Held {
+        attempts: u32,
+        status: Status,
+    },
+    Fenced,
+}
+
+/// What a fenced lease extension found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Extended {
+    Held,
+    /// Fenced, or the row stayed locked past the extension's patience.
+    Lost,
+}
+
+/// What the fenced count of an attempt answered.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Counted {
+    Counted,
+    /// The lease ends within the margin: nothing was counted.
+    LeaseShort,
+    Fenced,
+}
+
+/// The first step of a claimed action. A fresh action's claim wrote its
+/// intent and counted its first attempt in the same statement, so it sends at
+/// once if the lease allows; a reclaimed one reads the intent first.
+pub fn on_claim(attempt_counted: bool, lease: LocalLease, margin_ms: u64) -> Step {
+    if attempt_counted {
+        before_request(lease, margin_ms)
+    } else {
+        Step::ReadIntent
+    }
+}
+
+pub fn after_intent(read: IntentRead) -> Step {
+    match read {
+        IntentRead::Held { attempts, status } => after_claim(attempts, status),
+        IntentRead::Fenced => Step::Abandon(FencedAt::Intent),
+    }
 }
 
 /// The first step after a claim, from what the outbox row says.
@@ -52,6 +168,45 @@ pub fn after_claim(attempts: u32, status: Status) -> Step {
         Step::Settle(status)
     } else if attempts == 0 {
         Step::Send
+    } else {
+        Step::Lookup
+    }
+}
+
+/// Before counting an attempt: a lease that may end before the request lands
+/// is extended first.
+pub fn before_attempt(lease: LocalLease, margin_ms: u64) -> Step {
+    if lease.may_send(margin_ms) {
+        Step::CountAttempt
+    } else {
+        Step::Extend(Resume::CountAttempt)
+    }
+}
+
+pub fn after_extend(then: Resume, extended: Extended) -> Step {
+    match (extended, then) {
+        (Extended::Held, Resume::CountAttempt) => Step::CountAttempt,
+        (Extended::Held, Resume::Send) => Step::Send,
+        (Extended::Lost, _) => Step::Abandon(FencedAt::Extend),
+    }
+}
+
+/// After the fenced count, with the lease as measured right after it.
+pub fn after_count(counted: Counted, lease: LocalLease, margin_ms: u64) -> Step {
+    match counted {
+        Counted::Counted => before_request(lease, margin_ms),
+        // Nothing was counted: extend, then check and count again.
+        Counted::LeaseShort => Step::Extend(Resume::Send),
+        Counted::Fenced => Step::Abandon(FencedAt::Attempt),
+    }
+}
+
+/// With an attempt counted: the request leaves only if the local lease check
+/// passes right now. Otherwise the next step is a lookup: from a counted
+/// attempt on, every path looks the key up before any further send.
+pub fn before_request(lease: LocalLease, margin_ms: u64) -> Step {
+    if lease.may_send(margin_ms) {
+        Step::Request
     } else {
         Step::Lookup
     }
@@ -69,8 +224,26 @@ pub fn after_send(answer: &SendAnswer) -> Step {
     match answer {
         SendAnswer::Accepted(s) => Step::Settle(*s),
         SendAnswer::Rejected(reason) => Step::Fail(reason.clone()),
-        SendAnswer::Unknown => Step::RetryLookup,
+        // Our credentials, not the action: alert and keep asking; never fail
+        // the action for it.
+        SendAnswer::CredentialsRefused(_) | SendAnswer::Unknown => Step::RetryLookup,
     }
+}
+
+/// Before every step: once the heartbeat has found the action at another
+/// epoch, the delivery stops, whatever was next (a refusal already found
+/// keeps its own name).
+pub fn unless_fenced(next: Step, found_fenced: bool) -> Step {
+    match next {
+        Step::Abandon(_) => next,
+        _ if found_fenced => Step::Abandon(FencedAt::Heartbeat),
+        _ => next,
+    }
+}
+
+/// After the backoff of a [`Step::RetryLookup`].
+pub fn after_backoff() -> Step {
+    Step::Lookup
 }
 
 /// Whether a request may leave now, given the lease deadline as this process
@@ -84,6 +257,13 @@ pub fn may_send(now_ms: u64, lease_deadline_ms: u64, margin_ms: u64) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn lease(now_ms: u64, deadline_ms: u64) -> LocalLease {
+        LocalLease {
+            now_ms,
+            deadline_ms,
+        }
+    }
 
     #[test]
     fn a_fresh_claim_sends_and_a_reclaim_looks_up_first() {
@@ -101,6 +281,76 @@ mod tests {
     }
 
     #[test]
+    fn a_claim_that_counted_the_attempt_skips_the_intent_but_not_the_lease_check() {
+        assert_eq!(on_claim(true, lease(0, 5_000), 500), Step::Request);
+        // Too late to send: the counted attempt may not leave, so the next
+        // owner of this key (this one included) looks it up first.
+        assert_eq!(on_claim(true, lease(4_600, 5_000), 500), Step::Lookup);
+        assert_eq!(on_claim(false, lease(0, 5_000), 500), Step::ReadIntent);
+        assert_eq!(on_claim(false, lease(4_600, 5_000), 500), Step::ReadIntent);
+    }
+
+    #[test]
+    fn the_intent_read_decides_or_abandons() {
+        let held = |attempts| IntentRead::Held {
+            attempts,
+            status: Status::Sending,
+        };
+        assert_eq!(after_intent(held(0)), Step::Send);
+        assert_eq!(after_intent(held(2)), Step::Lookup);
+        assert_eq!(
+            after_intent(IntentRead::Held {
+                attempts: 1,
+                status: Status::Sent
+            }),
+            Step::Settle(Status::Sent)
+        );
+        assert_eq!(
+            after_intent(IntentRead::Fenced),
+            Step::Abandon(FencedAt::Intent)
+        );
+    }
+
+    #[test]
+    fn a_short_lease_is_extended_before_counting() {
+        assert_eq!(before_attempt(lease(0, 5_000), 500), Step::CountAttempt);
+        assert_eq!(
+            before_attempt(lease(4_500, 5_000), 500),
+            Step::Extend(Resume::CountAttempt)
+        );
+        assert_eq!(
+            after_extend(Resume::CountAttempt, Extended::Held),
+            Step::CountAttempt
+        );
+        assert_eq!(after_extend(Resume::Send, Extended::Held), Step::Send);
+        for then in [Resume::CountAttempt, Resume::Send] {
+            assert_eq!(
+                after_extend(then, Extended::Lost),
+                Step::Abandon(FencedAt::Extend)
+            );
+        }
+    }
+
+    #[test]
+    fn a_counted_attempt_leaves_only_while_the_lease_holds() {
+        let ok = lease(1_000, 5_000);
+        let late = lease(4_501, 5_000);
+        assert_eq!(after_count(Counted::Counted, ok, 500), Step::Request);
+        assert_eq!(after_count(Counted::Counted, late, 500), Step::Lookup);
+        // Refused as too short: nothing counted, so no lookup is owed yet.
+        assert_eq!(
+            after_count(Counted::LeaseShort, ok, 500),
+            Step::Extend(Resume::Send)
+        );
+        assert_eq!(
+            after_count(Counted::Fenced, ok, 500),
+            Step::Abandon(FencedAt::Attempt)
+        );
+        assert_eq!(before_request(ok, 500), Step::Request);
+        assert_eq!(before_request(late, 500), Step::Lookup);
+    }
+
+    #[test]
     fn only_a_definite_not_found_permits_a_send() {
         assert_eq!(after_lookup(&LookupAnswer::NotFound), Step::Send);
         assert_eq!(after_lookup(&LookupAnswer::Unknown), Step::RetryLookup);
@@ -108,6 +358,7 @@ mod tests {
             after_lookup(&LookupAnswer::Found(Status::Sent)),
             Step::Settle(Status::Sent)
         );
+        assert_eq!(after_backoff(), Step::Lookup);
     }
 
     #[test]
@@ -124,10 +375,58 @@ mod tests {
     }
 
     #[test]
+    fn a_fence_found_by_the_heartbeat_stops_every_step() {
+        let steps = [
+            Step::ReadIntent,
+            Step::Send,
+            Step::Extend(Resume::Send),
+            Step::CountAttempt,
+            Step::Request,
+            Step::Lookup,
+            Step::RetryLookup,
+            Step::Settle(Status::Sent),
+            Step::Fail("x".into()),
+        ];
+        for s in steps {
+            assert_eq!(
+                unless_fenced(s.clone(), true),
+                Step::Abandon(FencedAt::Heartbeat)
+            );
+            assert_eq!(unless_fenced(s.clone(), false), s);
+        }
+        let refused = Step::Abandon(FencedAt::Attempt);
+        assert_eq!(unless_fenced(refused.clone(), true), refused);
+    }
+
+    #[test]
+    fn refused_credentials_never_fail_the_action() {
+        assert_eq!(
+            after_send(&SendAnswer::CredentialsRefused("unauthorized".into())),
+            Step::RetryLookup
+        );
+    }
+
+    #[test]
     fn sends_stop_before_the_margin() {
         assert!(may_send(1_000, 2_000, 500));
         assert!(!may_send(1_500, 2_000, 500));
         assert!(!may_send(2_500, 2_000, 0));
         assert!(!may_send(u64::MAX, 2_000, 10));
+    }
+
+    #[test]
+    fn fence_names_are_distinct() {
+        let all = [
+            FencedAt::Heartbeat,
+            FencedAt::Intent,
+            FencedAt::Extend,
+            FencedAt::Attempt,
+            FencedAt::Settle,
+            FencedAt::Fail,
+        ];
+        let names: std::collections::HashSet<_> = all.iter().map(|f| f.as_str()).collect();
+        assert_eq!(names.len(), all.len());
+        assert_eq!(FencedAt::Heartbeat.as_str(), "heartbeat");
+        assert_eq!(FencedAt::Attempt.as_str(), "attempt");
     }
 }

@@ -1,11 +1,17 @@
 //! courier-dispatch: the courier runtime.
 //!
 //! - [`worker`]: claimer, sender, heartbeat and reconciler of one worker process.
+//! - [`broken`]: the deliberately broken resend modes (a provider wrapper),
+//!   for the chaos run's negative controls.
+//! - `failpoint` (feature `failpoints`, tests only): the worker's named crash points.
 //! - [`server`]: the enqueue API and the provider's status webhooks.
 //! - [`metrics`], [`dashboard`], [`openapi`]: operating courier: Prometheus
 //!   metrics, the live dashboard, the API's OpenAPI description.
 
+pub mod broken;
 pub mod dashboard;
+#[cfg(feature = "failpoints")]
+pub mod failpoint;
 pub mod metrics;
 pub mod openapi;
 pub mod server;

@@ -699,22 +699,9 @@ pub fn raise_fd_limit(want: u64) -> std::io::Result<u64> {
     Ok(soft_new)
 }
 
-/// Serves `app` on `listener` over HTTP/1.1 until `shutdown` is cancelled,
-/// then lets requests in progress finish for up to `shutdown_grace_ms`.
-///
-/// Unlike `axum::serve`, it bounds how long a client may take to send a
-/// request head and how many connections are served at once, and raises the
-/// open-files limit to fit `connections_max` (lowering the cap when it cannot).
-pub async fn serve(
-    listener: TcpListener,
-    app: Router,
-    limits: &HttpLimits,
-    shutdown: CancellationToken,
-) -> Result<(), ServeError> {
-    use hyper_util::rt::{TokioIo, TokioTimer};
-    use hyper_util::service::TowerToHyperService;
-
-    limits.validate()?;
+/// How many connections [`serve`] serves at once: `connections_max`, lowered
+/// when the open-files limit cannot be raised to fit it.
+fn connection_cap(limits: &HttpLimits) -> usize {
     let want = limits.connections_max as u64 + FDS_RESERVED;
     let fds = raise_fd_limit(want).unwrap_or(want);
     let cap = limits
@@ -727,13 +714,39 @@ pub async fn serve(
             "the open-files limit is too low; serving at most {cap} connections"
         );
     }
+    cap
+}
+
+/// The HTTP/1.1 connection settings of [`serve`]: the header read time-out
+/// and the header limits.
+fn http1(limits: &HttpLimits) -> hyper::server::conn::http1::Builder {
     let mut http = hyper::server::conn::http1::Builder::new();
-    http.timer(TokioTimer::new())
+    http.timer(hyper_util::rt::TokioTimer::new())
         .header_read_timeout(Duration::from_millis(limits.header_read_timeout_ms))
         .max_headers(limits.headers_max)
         .max_buf_size(limits.header_bytes_max.max(8192) * 2)
         .max_header_size(limits.header_bytes_max);
-    let permits = Arc::new(Semaphore::new(cap));
+    http
+}
+
+/// Serves `app` on `listener` over HTTP/1.1 until `shutdown` is cancelled,
+/// then lets requests in progress finish for up to `shutdown_grace_ms`.
+///
+/// Unlike `axum::serve`, it bounds how long a client may take to send a
+/// request head and how many connections are served at once, and raises the
+/// open-files limit to fit `connections_max` (lowering the cap when it cannot).
+pub async fn serve(
+    listener: TcpListener,
+    app: Router,
+    limits: &HttpLimits,
+    shutdown: CancellationToken,
+) -> Result<(), ServeError> {
+    use hyper_util::rt::TokioIo;
+    use hyper_util::service::TowerToHyperService;
+
+    limits.validate()?;
+    let http = http1(limits);
+    let permits = Arc::new(Semaphore::new(connection_cap(limits)));
     let tracker = TaskTracker::new();
     loop {
         let permit = tokio::select! {

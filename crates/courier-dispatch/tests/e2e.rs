@@ -1,129 +1,17 @@
 //! The worker end to end: a real PostgreSQL, the real fake provider over
 //! HTTP (faults on), the real API for webhooks; judged by the provider's log.
 
+mod common;
+
+use common::{client, limits, new_action, start_api, verify, wait_all_final, worker, KEY, SECRET};
 use courier_core::{action_key, Limits, Status};
-use courier_dispatch::server::{router, ServerConfig};
-use courier_dispatch::worker::{Worker, WorkerConfig};
 use courier_provider::fake::{self, FakeConfig, Latency};
-use courier_provider::verify::{verify_reader, Expectation, ReadLimits};
 use courier_provider::{ClientConfig, ProviderClient, SendOutcome};
-use courier_store::{ClaimMode, NewAction, PgStore};
+use courier_store::{ClaimMode, Claimed, PgStore};
 use courier_testkit::fresh_db;
-use std::path::Path;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 use tokio_util::sync::CancellationToken;
-
-const KEY: &str = "e2e-key";
-const SECRET: &str = "e2e-secret";
-
-fn limits() -> Limits {
-    Limits {
-        lease_ttl_ms: 1_500,
-        heartbeat_interval_ms: 300,
-        send_margin_ms: 300,
-        request_timeout_ms: 400,
-        final_overdue_ms: 3_000,
-        backoff_base_ms: 20,
-        backoff_cap_ms: 300,
-        ..Limits::default()
-    }
-}
-
-async fn start_api(store: PgStore) -> String {
-    let app = router(
-        store,
-        ServerConfig {
-            limits: limits(),
-            webhook_secret: SECRET.as_bytes().to_vec(),
-            api_token: None,
-            request_timeout: Duration::from_secs(10),
-        },
-    );
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
-    format!("http://{addr}")
-}
-
-fn client(provider: &str, api: &str, l: &Limits) -> ProviderClient {
-    ProviderClient::new(ClientConfig {
-        base_url: provider.to_string(),
-        api_key: KEY.to_string(),
-        status_callback: Some(format!("{api}/v1/webhooks/provider")),
-        timeout: Duration::from_millis(l.request_timeout_ms),
-    })
-    .unwrap()
-}
-
-fn worker(store: &PgStore, c: ProviderClient, l: Limits, name: &str) -> Worker {
-    Worker::new(
-        store.clone(),
-        c,
-        WorkerConfig {
-            limits: l,
-            claim_mode: ClaimMode::Fair,
-            owner: name.to_string(),
-            idle_poll_ms: 10,
-            reconcile: true,
-            seed: 7,
-            unsafe_resend: None,
-        },
-    )
-}
-
-async fn wait_all_final(store: &PgStore, n: i64, within: Duration) {
-    let deadline = Instant::now() + within;
-    let mut last_print = Instant::now();
-    loop {
-        let s = store.summary(1800).await.unwrap();
-        if last_print.elapsed() > Duration::from_secs(2) {
-            eprintln!("waiting: {:?} {:?} {:?}", s.by_state, s.by_status, s.events);
-            last_print = Instant::now();
-        }
-        if s.state("done") + s.state("failed") >= n {
-            return;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "not final in time: {:?} {:?}",
-            s.by_state,
-            s.by_status
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-}
-
-async fn verify(store: &PgStore, log: &Path) -> courier_provider::verify::Report {
-    let expected: Vec<Expectation> = store
-        .action_outcomes()
-        .await
-        .unwrap()
-        .into_iter()
-        .map(|o| Expectation {
-            key: action_key(&o.uid),
-            action_id: o.action_id.to_string(),
-            courier_final: o.final_status,
-            refused: o.state == "failed",
-        })
-        .collect();
-    let f = std::fs::File::open(log).unwrap();
-    verify_reader(
-        std::io::BufReader::new(f),
-        &ReadLimits::default(),
-        Some(&expected),
-    )
-    .unwrap()
-}
-
-fn new_action(i: usize, stores: usize) -> NewAction {
-    NewAction {
-        store: format!("s{}", i % stores),
-        to: "+15551234567".into(),
-        body: format!("order {i}"),
-        key: None,
-    }
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn every_action_has_exactly_one_effect_through_a_flaky_provider() {
@@ -167,6 +55,36 @@ async fn every_action_has_exactly_one_effect_through_a_flaky_provider() {
     assert_eq!(s.state("done"), 300, "{:?}", s.by_state);
 }
 
+/// A first owner claims (a 300 ms lease), writes the intent, counts an
+/// attempt and sends, then dies before it records the answer. Its message
+/// carries no status callback, so the status can only be learned by looking
+/// the key up.
+async fn send_and_die(store: &PgStore, provider: &str, l: &Limits) -> Claimed {
+    let dead: Arc<str> = Arc::from("dead");
+    let c = store
+        .action_claim(&dead, 1, 300, 4, ClaimMode::Fair)
+        .await
+        .unwrap()
+        .remove(0);
+    let key = action_key(&c.uid);
+    store.outbox_intent(&c.lease, &key).await.unwrap().unwrap();
+    store
+        .outbox_count_attempt(&c.lease, 0)
+        .await
+        .unwrap()
+        .unwrap();
+    let silent = ProviderClient::new(ClientConfig {
+        base_url: provider.to_string(),
+        api_key: KEY.into(),
+        status_callback: None,
+        timeout: Duration::from_millis(l.request_timeout_ms),
+    })
+    .unwrap();
+    let first = silent.send(&key, &c.to, &c.body).await;
+    assert!(matches!(first, SendOutcome::Accepted(_)), "{first:?}");
+    c
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_reclaimed_action_is_looked_up_and_sent_once() {
     let db = fresh_db().await;
@@ -178,38 +96,10 @@ async fn a_reclaimed_action_is_looked_up_and_sent_once() {
     let api = start_api(db.store.clone()).await;
     db.store.action_enqueue(&new_action(0, 1)).await.unwrap();
     let l = limits();
-    // A first owner claims, writes the intent, counts an attempt and sends,
-    // then dies before it records the answer. Its message carries no status
-    // callback, so the status can only be learned by looking the key up.
-    let dead: Arc<str> = Arc::from("dead");
-    let c = db
-        .store
-        .action_claim(&dead, 1, 300, 4, ClaimMode::Fair)
-        .await
-        .unwrap()
-        .remove(0);
-    let key = action_key(&c.uid);
-    db.store
-        .outbox_intent(&c.lease, &key)
-        .await
-        .unwrap()
-        .unwrap();
-    db.store
-        .outbox_count_attempt(&c.lease, 0)
-        .await
-        .unwrap()
-        .unwrap();
-    let silent = ProviderClient::new(ClientConfig {
-        base_url: provider.url(),
-        api_key: KEY.into(),
-        status_callback: None,
-        timeout: Duration::from_millis(l.request_timeout_ms),
-    })
-    .unwrap();
-    let first = silent.send(&key, &c.to, &c.body).await;
-    assert!(matches!(first, SendOutcome::Accepted(_)), "{first:?}");
-    // Its lease runs out; a live worker takes over at epoch + 1.
-    tokio::time::sleep(Duration::from_millis(350)).await;
+    let c = send_and_die(&db.store, &provider.url(), &l).await;
+    // A live worker starts at once and takes over at epoch + 1 as soon as
+    // the dead owner's lease runs out (its claimer polls; nothing here
+    // sleeps through the lease).
     let stop = CancellationToken::new();
     let wk = worker(&db.store, client(&provider.url(), &api, &l), l, "live");
     let s2 = stop.clone();

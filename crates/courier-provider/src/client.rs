@@ -38,6 +38,10 @@ impl SendOutcome {
     pub fn answer(&self) -> SendAnswer {
         match self {
             SendOutcome::Accepted(m) | SendOutcome::Replayed(m) => SendAnswer::Accepted(m.status),
+            SendOutcome::Rejected {
+                status: status @ (401 | 403),
+                error,
+            } => SendAnswer::CredentialsRefused(format!("provider answered {status}: {error}")),
             SendOutcome::Rejected { status, error } => {
                 SendAnswer::Rejected(format!("provider answered {status}: {error}"))
             }
@@ -272,6 +276,22 @@ mod tests {
         assert!(matches!(
             classify_send(400, false, b"{}"),
             SendOutcome::Rejected { status: 400, .. }
+        ));
+    }
+
+    #[test]
+    fn refused_credentials_are_not_the_actions_fault() {
+        use courier_core::step::SendAnswer;
+        for status in [401, 403] {
+            let out = classify_send(status, false, br#"{"error":"unauthorized"}"#);
+            assert_eq!(
+                out.answer(),
+                SendAnswer::CredentialsRefused(format!("provider answered {status}: unauthorized"))
+            );
+        }
+        assert!(matches!(
+            classify_send(400, false, b"{}").answer(),
+            SendAnswer::Rejected(_)
         ));
     }
 

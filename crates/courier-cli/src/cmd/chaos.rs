@@ -11,6 +11,7 @@
 use super::demo::{verify_against, watch_line};
 use crate::{args, harness};
 use anyhow::{bail, Context};
+use courier_dispatch::broken::UnsafeResend;
 use courier_store::cluster::{Cluster, StopMode};
 use courier_store::{PgStore, StoreConfig};
 use indicatif::{MultiProgress, ProgressBar, ProgressStyle};
@@ -61,8 +62,8 @@ pub struct Args {
     report: Option<PathBuf>,
     /// DEMONSTRATION ONLY: run broken workers (no-lookup | new-key) to show
     /// that the verifier catches blind resends and duplicate messages.
-    #[arg(long, value_parser = super::worker::parse_unsafe)]
-    unsafe_resend: Option<courier_dispatch::worker::UnsafeResend>,
+    #[arg(long)]
+    unsafe_resend: Option<UnsafeResend>,
     /// Use a provider that chaos did not start (any implementation of the contract).
     #[arg(long, requires_all = ["provider_log", "provider_api_key", "webhook_secret"])]
     provider_url: Option<String>,
@@ -109,7 +110,7 @@ struct ChaosReport<'a> {
     actions: usize,
     stores: usize,
     workers: usize,
-    unsafe_resend: Option<courier_dispatch::worker::UnsafeResend>,
+    unsafe_resend: Option<UnsafeResend>,
     done: &'a Done,
     verify: serde_json::Value,
 }
@@ -244,11 +245,8 @@ pub async fn run(a: Args) -> anyhow::Result<ExitCode> {
     ]
     .to_vec();
     if let Some(mode) = a.unsafe_resend {
-        let m = match mode {
-            courier_dispatch::worker::UnsafeResend::NoLookup => "no-lookup",
-            courier_dispatch::worker::UnsafeResend::NewKey => "new-key",
-        };
-        worker_args.extend(args!["--unsafe-resend", m]);
+        // The workers build the broken provider wrapper (courier_dispatch::broken).
+        worker_args.extend(args!["--unsafe-resend", mode.as_flag()]);
     }
     let mut fleet = Fleet {
         procs: (0..a.workers).map(|_| None).collect(),

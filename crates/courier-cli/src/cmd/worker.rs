@@ -1,10 +1,12 @@
 //! `courier worker`: one worker process (run as many as you like).
 
 use super::common::{shutdown_on_signal, DbArgs, LimitArgs, ProviderArgs};
-use courier_dispatch::worker::{UnsafeResend, Worker, WorkerConfig};
-use courier_store::ClaimMode;
+use courier_dispatch::broken::{UnsafeProvider, UnsafeResend};
+use courier_dispatch::worker::{Provider, Worker, WorkerConfig};
+use courier_store::{ClaimMode, PgStore};
 use std::process::ExitCode;
 use std::sync::atomic::Ordering;
+use tokio_util::sync::CancellationToken;
 
 #[derive(clap::Args)]
 pub struct Args {
@@ -28,8 +30,9 @@ pub struct Args {
     seed: Option<u64>,
     /// DEMONSTRATION ONLY, BROKEN ON PURPOSE: after an unknown outcome resend
     /// at once without a lookup (no-lookup) or with a new key (new-key), so the
-    /// verifier's negative control has something to catch.
-    #[arg(long, value_parser = parse_unsafe)]
+    /// verifier's negative control has something to catch. It wraps the
+    /// provider client (`courier_dispatch::broken`); the worker is unchanged.
+    #[arg(long)]
     unsafe_resend: Option<UnsafeResend>,
     /// Serve this worker's Prometheus metrics at http://ADDR/metrics (port 0
     /// picks a free one; stderr says which).
@@ -37,61 +40,59 @@ pub struct Args {
     metrics_listen: Option<String>,
 }
 
-pub fn parse_unsafe(s: &str) -> Result<UnsafeResend, String> {
-    match s {
-        "no-lookup" => Ok(UnsafeResend::NoLookup),
-        "new-key" => Ok(UnsafeResend::NewKey),
-        other => Err(format!("unknown mode {other:?} (no-lookup | new-key)")),
-    }
-}
-
 pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
     let limits = args.limits.limits()?;
     let client = args.provider.client(limits.request_timeout_ms)?;
-    // The database may be restarting while this worker starts (a replacement
-    // started during a crash-restart): keep trying for a while.
-    let store = {
-        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
-        let mut wait_ms = 100;
-        loop {
-            match args.db.connect(8).await {
-                Ok(s) => break s,
-                Err(e) if std::time::Instant::now() < deadline => {
-                    tracing::warn!(error = %format!("{e:#}"), "database not reachable yet; retrying");
-                    tokio::time::sleep(std::time::Duration::from_millis(wait_ms)).await;
-                    wait_ms = (wait_ms * 2).min(2_000);
-                }
-                Err(e) => return Err(e),
-            }
-        }
-    };
+    let store = connect(&args).await?;
     let owner = courier_dispatch::owner_name();
     let seed = args.seed.unwrap_or_else(rand_seed);
     eprintln!(
         "courier worker {owner} (seed {seed}, claim {:?})",
         args.claim
     );
-    if let Some(mode) = args.unsafe_resend {
-        eprintln!("WARNING: --unsafe-resend {mode:?}: this worker is broken on purpose (a demonstration for the verifier)");
-    }
     let shutdown = shutdown_on_signal();
     if let Some(listen) = &args.metrics_listen {
         let addr = courier_dispatch::metrics::serve_standalone(listen, shutdown.clone()).await?;
         eprintln!("courier worker metrics on http://{addr}/metrics");
     }
-    let worker = Worker::new(
-        store,
-        client,
-        WorkerConfig {
-            limits,
-            claim_mode: args.claim,
-            owner,
-            idle_poll_ms: args.idle_poll_ms,
-            reconcile: !args.no_reconcile,
-            seed,
-            unsafe_resend: args.unsafe_resend,
-        },
-    );
+    let cfg = WorkerConfig {
+        limits,
+        claim_mode: args.claim,
+        owner,
+        idle_poll_ms: args.idle_poll_ms,
+        reconcile: !args.no_reconcile,
+        seed,
+    };
+    match args.unsafe_resend {
+        None => run_worker(Worker::new(store, client, cfg), shutdown).await,
+        Some(mode) => {
+            eprintln!("WARNING: --unsafe-resend {mode:?}: this worker is broken on purpose (a demonstration for the verifier)");
+            let broken = UnsafeProvider::new(client, mode, seed);
+            run_worker(Worker::new(store, broken, cfg), shutdown).await;
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// The database may be restarting while this worker starts (a replacement
+/// started during a crash-restart): keep trying for a while.
+async fn connect(args: &Args) -> anyhow::Result<PgStore> {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    let mut wait_ms = 100;
+    loop {
+        match args.db.connect(8).await {
+            Ok(s) => return Ok(s),
+            Err(e) if std::time::Instant::now() < deadline => {
+                tracing::warn!(error = %format!("{e:#}"), "database not reachable yet; retrying");
+                tokio::time::sleep(std::time::Duration::from_millis(wait_ms)).await;
+                wait_ms = (wait_ms * 2).min(2_000);
+            }
+            Err(e) => return Err(e),
+        }
+    }
+}
+
+async fn run_worker<P: Provider>(worker: Worker<P>, shutdown: CancellationToken) {
     worker.run(shutdown).await;
     let s = worker.stats();
     eprintln!(
@@ -105,7 +106,6 @@ pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
         s.failed.load(Ordering::Relaxed),
         s.fenced.load(Ordering::Relaxed),
     );
-    Ok(ExitCode::SUCCESS)
 }
 
 fn rand_seed() -> u64 {

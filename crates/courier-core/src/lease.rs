@@ -1,0 +1,72 @@
+//! A lease as one worker process measures it, on its own monotonic clock.
+//!
+//! The database decides who holds an action (the lease and its epoch); this
+//! local view only decides whether a request may still leave. Its deadline
+//! must never be later than the database's: it is measured from the moment
+//! the statement that granted or renewed the lease was *sent*, which is no
+//! later than the moment the database started it.
+//!
+//! # Invariants
+//! - A local deadline is `sent_ms + lease_ttl_ms` of the statement that set
+//!   it, never later.
+//! - A local deadline only moves later ([`renewed_deadline_ms`]): a renewal
+//!   answered after a later one cannot shorten it.
+
+use crate::step::may_send;
+
+/// The lease of one action as this process sees it now.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LocalLease {
+    /// This process's monotonic clock, in milliseconds.
+    pub now_ms: u64,
+    /// The lease end on the same clock.
+    pub deadline_ms: u64,
+}
+
+impl LocalLease {
+    /// Whether a request may leave now, `margin_ms` before the lease ends.
+    pub fn may_send(self, margin_ms: u64) -> bool {
+        may_send(self.now_ms, self.deadline_ms, margin_ms)
+    }
+}
+
+/// The local deadline of a lease granted (or renewed) by a statement sent at
+/// `sent_ms`. The database started the lease after the statement was sent,
+/// so measuring from the send errs on the safe side; the first send of a
+/// fresh action relies on this deadline alone.
+pub fn deadline_ms(sent_ms: u64, lease_ttl_ms: u64) -> u64 {
+    sent_ms.saturating_add(lease_ttl_ms)
+}
+
+/// The deadline after a renewal sent at `sent_ms` was answered "held".
+pub fn renewed_deadline_ms(current_ms: u64, sent_ms: u64, lease_ttl_ms: u64) -> u64 {
+    current_ms.max(deadline_ms(sent_ms, lease_ttl_ms))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_deadline_counts_from_the_moment_the_statement_was_sent() {
+        assert_eq!(deadline_ms(1_000, 5_000), 6_000);
+        assert_eq!(deadline_ms(u64::MAX - 1, 5_000), u64::MAX);
+    }
+
+    #[test]
+    fn a_late_answer_never_shortens_the_deadline() {
+        // A renewal sent at 2,000 answered after one sent at 3,000.
+        assert_eq!(renewed_deadline_ms(8_000, 2_000, 5_000), 8_000);
+        assert_eq!(renewed_deadline_ms(6_000, 3_000, 5_000), 8_000);
+    }
+
+    #[test]
+    fn the_local_lease_check_is_the_margin_check() {
+        let l = LocalLease {
+            now_ms: 4_499,
+            deadline_ms: 5_000,
+        };
+        assert!(l.may_send(500));
+        assert!(!LocalLease { now_ms: 4_500, ..l }.may_send(500));
+    }
+}

@@ -1,0 +1,123 @@
+//! The claimer: claims as many actions as there is room for, in one
+//! statement, and starts one delivery per action.
+//!
+//! # Invariants
+//! - At most `worker_concurrency_max` deliveries run at once.
+//! - An action is in the held map (renewed by the heartbeat) before its
+//!   delivery starts, with the local deadline measured from the moment the
+//!   claim was sent (`courier_core::lease::deadline_ms`).
+
+use super::context::{Ctx, Held};
+use super::delivery::Delivery;
+use super::observe::Event;
+use super::Provider;
+use courier_core::backoff::{idle_wait_ms, store_retry_delay_ms};
+use courier_core::lease::deadline_ms;
+use courier_store::Claimed;
+use rand::{rngs::StdRng, Rng, SeedableRng};
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::task::JoinSet;
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+
+pub(super) async fn run<P: Provider>(ctx: Arc<Ctx<P>>, shutdown: CancellationToken) {
+    let limits = &ctx.cfg.limits;
+    let mut tasks = JoinSet::new();
+    let mut rng = StdRng::seed_from_u64(ctx.cfg.seed);
+    let mut store_retry = 0u32;
+    while !shutdown.is_cancelled() {
+        while tasks.try_join_next().is_some() {}
+        let room = limits.worker_concurrency_max as usize - tasks.len();
+        if room == 0 {
+            tokio::select! {
+                _ = tasks.join_next() => {}
+                _ = shutdown.cancelled() => break,
+            }
+            continue;
+        }
+        let n = room.min(limits.claim_batch_max as usize) as u32;
+        // How long to wait before the next claim, and whether the end of a
+        // delivery cuts the wait short (only when idle, not after a failure).
+        let (wait_ms, idle) = match claim(&ctx, n).await {
+            Ok((claimed, _)) if claimed.is_empty() => {
+                store_retry = 0;
+                (idle_wait_ms(ctx.cfg.idle_poll_ms, &mut rng), true)
+            }
+            Ok((claimed, sent_ms)) => {
+                store_retry = 0;
+                let deadline = deadline_ms(sent_ms, limits.lease_ttl_ms);
+                for c in claimed {
+                    start(&ctx, &mut tasks, c, deadline, rng.random()).await;
+                }
+                continue;
+            }
+            Err(e) => {
+                ctx.observe(Event::StoreRetry { error: &e }).await;
+                let wait = store_retry_delay_ms(store_retry, &mut rng);
+                store_retry += 1;
+                tracing::warn!(error = %e, wait_ms = wait, "claim failed; retrying");
+                (wait, false)
+            }
+        };
+        tokio::select! {
+            _ = tokio::time::sleep(Duration::from_millis(wait_ms)) => {}
+            // An idle claimer asks again as soon as a delivery ends.
+            _ = tasks.join_next(), if idle && !tasks.is_empty() => {}
+            _ = shutdown.cancelled() => break,
+        }
+    }
+    // Let the actions in hand finish: abandoning them would only delay them
+    // by a lease, but finishing is cleaner.
+    while tasks.join_next().await.is_some() {}
+}
+
+/// One claim statement; also returns when it was sent, on the lease clock.
+async fn claim<P: Provider>(
+    ctx: &Ctx<P>,
+    n: u32,
+) -> Result<(Vec<Claimed>, u64), courier_store::StoreError> {
+    let limits = &ctx.cfg.limits;
+    let started = Instant::now();
+    let sent_ms = ctx.now_ms();
+    let claim = ctx
+        .store
+        .action_claim_to_send(
+            &ctx.owner,
+            n,
+            limits.lease_ttl_ms,
+            limits.store_in_flight_max,
+            ctx.cfg.claim_mode,
+        )
+        .await;
+    let found = claim.as_ref().map_or(0, Vec::len);
+    ctx.observe(Event::ClaimRan {
+        took: started.elapsed(),
+        found,
+    })
+    .await;
+    claim.map(|c| (c, sent_ms))
+}
+
+/// Holds the lease in the map the heartbeat renews, and starts the delivery.
+async fn start<P: Provider>(
+    ctx: &Arc<Ctx<P>>,
+    tasks: &mut JoinSet<()>,
+    c: Claimed,
+    deadline_ms: u64,
+    seed: u64,
+) {
+    ctx.observe(Event::Claimed {
+        lease: &c.lease,
+        reclaimed: c.reclaimed,
+    })
+    .await;
+    let held = Arc::new(Held::new(c.lease.epoch, deadline_ms));
+    let id = c.lease.action_id;
+    ctx.held.lock().expect("held map").insert(id, held.clone());
+    let ctx = ctx.clone();
+    tasks.spawn(async move {
+        Delivery::new(&ctx, c, &held, seed).run().await;
+        ctx.held.lock().expect("held map").remove(&id);
+    });
+}

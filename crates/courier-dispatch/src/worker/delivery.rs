@@ -1,0 +1,146 @@
+//! One claimed action's delivery in this worker: a struct whose fields are
+//! everything the delivery knows, and whose methods are the steps of
+//! `courier_core::step`, one per step, each returning what core decided
+//! from its outcome.
+//!
+//! - this file: the loop, reading a previous owner's intent, abandoning;
+//! - [`send`]: the local lease check, extending, counting the attempt, the request;
+//! - [`lookup`]: the lookup and its backoff;
+//! - [`settle`]: settling (group commit) or failing the action.
+//!
+//! # Invariants
+//! - [`Delivery::run`] performs the step core chose and nothing else: it
+//!   has no branch of its own on an outcome.
+//! - Once the heartbeat has cancelled `held.fenced`, no further step runs.
+
+mod lookup;
+mod send;
+mod settle;
+
+use super::context::{Ctx, Held};
+use super::observe::Event;
+use super::Provider;
+use courier_core::action_key;
+use courier_core::step::{self, after_intent, FencedAt, IntentRead, Step};
+use courier_store::{Claimed, Lease};
+use rand::{rngs::StdRng, SeedableRng};
+
+/// The life of one claimed action (mini-redis's `Handler`: one unit of
+/// work, one struct, one `run`).
+pub(super) struct Delivery<'a, P> {
+    ctx: &'a Ctx<P>,
+    /// The lease this delivery holds; every write carries its owner and epoch.
+    lease: Lease,
+    /// The action's idempotency key, the same at every owner and epoch;
+    /// every request of this delivery carries it.
+    key: String,
+    to: String,
+    body: String,
+    /// Whether the claim wrote the intent and counted the first attempt.
+    attempt_counted: bool,
+    /// The local deadline and the fence signal, shared with the heartbeat.
+    held: &'a Held,
+    /// The provider's message id, once a send or a lookup has given it.
+    message_id: Option<String>,
+    /// Whether the status to settle came from a lookup (not a send answer).
+    from_lookup: bool,
+    /// The epoch a refused write found the action at, for the fence's report.
+    found_epoch: Option<i64>,
+    /// Lookups retried after unknown answers: the backoff's exponent.
+    retries: u32,
+    /// This delivery's jitter (seeded by the claimer, so a seed replays it).
+    rng: StdRng,
+}
+
+impl<'a, P: Provider> Delivery<'a, P> {
+    pub fn new(ctx: &'a Ctx<P>, claimed: Claimed, held: &'a Held, seed: u64) -> Self {
+        Delivery {
+            ctx,
+            key: action_key(&claimed.uid),
+            lease: claimed.lease,
+            to: claimed.to,
+            body: claimed.body,
+            attempt_counted: claimed.attempt_counted,
+            held,
+            message_id: None,
+            from_lookup: false,
+            found_epoch: None,
+            retries: 0,
+            rng: StdRng::seed_from_u64(seed),
+        }
+    }
+
+    /// Performs steps until one ends the delivery.
+    pub async fn run(mut self) {
+        let margin_ms = self.ctx.cfg.limits.send_margin_ms;
+        let lease = self.ctx.local_lease(self.held);
+        let mut step = step::on_claim(self.attempt_counted, lease, margin_ms);
+        loop {
+            step = step::unless_fenced(step, self.held.fenced.is_cancelled());
+            step = match step {
+                Step::ReadIntent => self.read_intent().await,
+                Step::Send => self.check_lease(),
+                Step::Extend(then) => self.extend(then).await,
+                Step::CountAttempt => self.count_attempt().await,
+                Step::Request => self.request().await,
+                Step::Lookup => self.lookup().await,
+                Step::RetryLookup => self.back_off().await,
+                Step::Settle(status) => return self.settle(status).await,
+                Step::Fail(reason) => return self.fail(&reason).await,
+                Step::Abandon(at) => return self.abandon(at).await,
+            };
+        }
+    }
+
+    /// A reclaim: read (fenced) the intent a previous owner wrote.
+    async fn read_intent(&mut self) -> Step {
+        let (ctx, lease, key) = (self.ctx, &self.lease, &self.key);
+        let read = ctx
+            .with_retry(&self.held.fenced, &mut self.rng, || {
+                ctx.store.outbox_intent(lease, key)
+            })
+            .await;
+        match read {
+            None => Step::Abandon(FencedAt::Heartbeat),
+            Some(Ok(i)) => after_intent(IntentRead::Held {
+                attempts: i.attempts,
+                status: i.status,
+            }),
+            Some(Err(f)) => {
+                self.found_epoch = f.current_epoch;
+                after_intent(IntentRead::Fenced)
+            }
+        }
+    }
+
+    /// Another owner holds the action: report it once, write nothing more.
+    async fn abandon(&self, at: FencedAt) {
+        self.ctx
+            .observe(Event::Fenced {
+                lease: &self.lease,
+                at,
+                current_epoch: self.found_epoch,
+            })
+            .await;
+    }
+}
+
+#[cfg(feature = "failpoints")]
+impl<P: Provider> Delivery<'_, P> {
+    fn hit(&self, point: crate::failpoint::Point) -> crate::failpoint::Hit<'_> {
+        crate::failpoint::Hit {
+            point,
+            action_id: self.lease.action_id,
+            key: &self.key,
+        }
+    }
+
+    async fn crash_point(&self, point: crate::failpoint::Point) {
+        self.ctx.failpoints.crash_point(self.hit(point)).await;
+    }
+
+    async fn skip_lookup(&self) -> bool {
+        let hit = self.hit(crate::failpoint::Point::BeforeLookup);
+        self.ctx.failpoints.skip_lookup(hit).await
+    }
+}

@@ -1,0 +1,56 @@
+//! The lookup steps: ask the provider about the key, and wait (capped,
+//! jittered backoff) before asking again after an unknown answer.
+//!
+//! # Invariants
+//! - Only a definite "not found" leads to a send (core's `after_lookup`).
+//! - A backoff ends early when the heartbeat finds the action fenced.
+
+use super::Delivery;
+use crate::worker::observe::{Event, Looker};
+use crate::worker::Provider;
+use courier_core::backoff::delay_ms;
+use courier_core::step::{self, Step};
+use courier_provider::LookupOutcome;
+use std::time::Duration;
+
+impl<P: Provider> Delivery<'_, P> {
+    pub(super) async fn lookup(&mut self) -> Step {
+        #[cfg(feature = "failpoints")]
+        if self.skip_lookup().await {
+            // The negative control of the failpoint test only: act as if the
+            // provider had answered "not found", without asking it.
+            return step::after_lookup(&courier_core::step::LookupAnswer::NotFound);
+        }
+        let out = self.ctx.client.lookup(&self.key).await;
+        self.ctx
+            .observe(Event::LookedUp {
+                action_id: self.lease.action_id,
+                key: &self.key,
+                outcome: &out,
+                by: Looker::Delivery,
+            })
+            .await;
+        let answer = out.answer();
+        if let LookupOutcome::Found(m) = out {
+            self.message_id = Some(m.id);
+            self.from_lookup = true;
+        }
+        step::after_lookup(&answer)
+    }
+
+    pub(super) async fn back_off(&mut self) -> Step {
+        let limits = &self.ctx.cfg.limits;
+        let wait = delay_ms(
+            self.retries,
+            limits.backoff_base_ms,
+            limits.backoff_cap_ms,
+            &mut self.rng,
+        );
+        self.retries += 1;
+        tokio::select! {
+            _ = tokio::time::sleep(Duration::from_millis(wait)) => {}
+            _ = self.held.fenced.cancelled() => {}
+        }
+        step::after_backoff()
+    }
+}

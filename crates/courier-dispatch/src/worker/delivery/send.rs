@@ -1,0 +1,81 @@
+//! The send steps: the local lease check, extending a short lease, counting
+//! the attempt (fenced), and the request itself.
+//!
+//! # Invariants
+//! - The request leaves only from [`Delivery::request`], which core chooses
+//!   only right after a counted attempt and a passing local lease check.
+//! - The request carries the action's key; nothing here changes it.
+
+use super::Delivery;
+use crate::worker::heartbeat::extend_one;
+use crate::worker::observe::Event;
+use crate::worker::Provider;
+use courier_core::step::{self, Counted, FencedAt, Resume, Step};
+use courier_provider::SendOutcome;
+use courier_store::AttemptRefused;
+
+impl<P: Provider> Delivery<'_, P> {
+    /// A send is due: the local lease check decides whether to extend first.
+    pub(super) fn check_lease(&self) -> Step {
+        let lease = self.ctx.local_lease(self.held);
+        step::before_attempt(lease, self.ctx.cfg.limits.send_margin_ms)
+    }
+
+    /// Extends the lease now (fenced), then resumes where core said.
+    pub(super) async fn extend(&mut self, then: Resume) -> Step {
+        let (ctx, lease, held) = (self.ctx, &self.lease, self.held);
+        let extended = ctx
+            .with_retry(&held.fenced, &mut self.rng, || extend_one(ctx, lease, held))
+            .await;
+        match extended {
+            None => Step::Abandon(FencedAt::Heartbeat),
+            Some(e) => step::after_extend(then, e),
+        }
+    }
+
+    /// Counts an attempt (fenced; refused when the lease ends within the
+    /// margin), then lets core decide from the count and the lease as
+    /// measured right after it.
+    pub(super) async fn count_attempt(&mut self) -> Step {
+        let (ctx, lease) = (self.ctx, &self.lease);
+        let margin_ms = ctx.cfg.limits.send_margin_ms;
+        let counted = ctx
+            .with_retry(&self.held.fenced, &mut self.rng, || {
+                ctx.store.outbox_count_attempt(lease, margin_ms)
+            })
+            .await;
+        let counted = match counted {
+            None => return Step::Abandon(FencedAt::Heartbeat),
+            Some(Ok(_attempts)) => Counted::Counted,
+            Some(Err(AttemptRefused::LeaseShort)) => Counted::LeaseShort,
+            Some(Err(AttemptRefused::Fenced(f))) => {
+                self.found_epoch = f.current_epoch;
+                Counted::Fenced
+            }
+        };
+        step::after_count(counted, ctx.local_lease(self.held), margin_ms)
+    }
+
+    /// The request: one send with the action's key, its answer reported,
+    /// and core's decision from it.
+    pub(super) async fn request(&mut self) -> Step {
+        #[cfg(feature = "failpoints")]
+        self.crash_point(crate::failpoint::Point::AfterCount).await;
+        let out = self.ctx.client.send(&self.key, &self.to, &self.body).await;
+        #[cfg(feature = "failpoints")]
+        self.crash_point(crate::failpoint::Point::AfterSend).await;
+        let answer = out.answer();
+        self.ctx
+            .observe(Event::Sent {
+                action_id: self.lease.action_id,
+                outcome: &out,
+                answer: &answer,
+            })
+            .await;
+        if let SendOutcome::Accepted(m) | SendOutcome::Replayed(m) = out {
+            self.message_id = Some(m.id);
+            self.from_lookup = false;
+        }
+        step::after_send(&answer)
+    }
+}

@@ -1,0 +1,69 @@
+//! The last steps: settle (the provider has the message) or fail (the
+//! provider refused the action).
+//!
+//! # Invariants
+//! - A settle waits for the commit of the batch that holds it (group commit).
+//! - A failed action is never resent, with its key or any other.
+
+use super::Delivery;
+use crate::worker::observe::Event;
+use crate::worker::Provider;
+use courier_core::step::FencedAt;
+use courier_core::Status;
+use courier_store::SettleReq;
+
+impl<P: Provider> Delivery<'_, P> {
+    pub(super) async fn settle(&mut self, status: Status) {
+        #[cfg(feature = "failpoints")]
+        self.crash_point(crate::failpoint::Point::BeforeSettle)
+            .await;
+        let ctx = self.ctx;
+        let req = SettleReq {
+            lease: self.lease.clone(),
+            report: status,
+            message_id: self.message_id.clone(),
+            from_lookup: self.from_lookup,
+        };
+        let settled = ctx
+            .with_retry(&self.held.fenced, &mut self.rng, || async {
+                ctx.settles.call(req.clone()).await?
+            })
+            .await;
+        match settled {
+            None => self.abandon(FencedAt::Heartbeat).await,
+            Some(Ok(s)) => {
+                ctx.observe(Event::Settled {
+                    action_id: self.lease.action_id,
+                    status: s.status,
+                })
+                .await;
+            }
+            Some(Err(f)) => {
+                self.found_epoch = f.current_epoch;
+                self.abandon(FencedAt::Settle).await;
+            }
+        }
+    }
+
+    pub(super) async fn fail(&mut self, reason: &str) {
+        let (ctx, lease) = (self.ctx, &self.lease);
+        ctx.observe(Event::Rejected {
+            action_id: lease.action_id,
+            reason,
+        })
+        .await;
+        let failed = ctx
+            .with_retry(&self.held.fenced, &mut self.rng, || {
+                ctx.store.action_fail(lease, reason)
+            })
+            .await;
+        match failed {
+            None => self.abandon(FencedAt::Heartbeat).await,
+            Some(Ok(())) => ctx.observe(Event::Failed).await,
+            Some(Err(f)) => {
+                self.found_epoch = f.current_epoch;
+                self.abandon(FencedAt::Fail).await;
+            }
+        }
+    }
+}

@@ -1,0 +1,143 @@
+//! The worker: claims actions, writes intents, sends, looks up, settles;
+//! heartbeats the leases it holds; reconciles overdue final statuses.
+//!
+//! One process runs one [`Worker`]: one file per loop, over one shared
+//! context ([`context`]):
+//!
+//! - [`claim`]: the claimer; it starts one [`delivery::Delivery`] per
+//!   claimed action (at most `worker_concurrency_max` at once);
+//! - [`delivery`]: one action's delivery, a struct whose methods are the
+//!   steps (`delivery/send.rs`, `delivery/lookup.rs`, `delivery/settle.rs`);
+//! - [`heartbeat`]: extends the leases in hand, cancels deliveries found fenced;
+//! - [`reconcile`]: looks up overdue final statuses and conflicts.
+//!
+//! Every decision comes from `courier_core::step` (what to do next),
+//! `courier_core::lease` (the local deadline) and `courier_core::backoff`
+//! (how long to wait); this module performs them and reports each outcome
+//! once, through [`observe`].
+//!
+//! # Invariants
+//! - No request leaves without an attempt counted (fenced) just before it,
+//!   and without the local lease check passing just before that.
+//! - A task whose lease was found fenced writes nothing more and sends nothing more.
+//! - A database outage pauses work (retry with backoff); it never kills the
+//!   process and never turns into a guess about the provider.
+//! - Time is `tokio::time`: a test may pause and advance it.
+
+mod claim;
+mod context;
+mod delivery;
+mod heartbeat;
+mod observe;
+mod reconcile;
+
+use context::Ctx;
+use courier_core::Limits;
+use courier_provider::{LookupOutcome, ProviderClient, SendOutcome};
+use courier_store::{ClaimMode, PgStore};
+use std::future::Future;
+use std::sync::atomic::AtomicU64;
+use std::sync::Arc;
+use tokio_util::sync::CancellationToken;
+
+/// What the worker needs of a provider: the contract's send and lookup, with
+/// answers classified by what the caller does next. [`ProviderClient`] is the
+/// real one (HTTP); benchmarks plug in an in-process stub to measure the
+/// claim-to-settle path alone, and [`crate::broken`] wraps one in the broken
+/// modes of the chaos run's negative controls.
+pub trait Provider: Send + Sync + 'static {
+    fn send(&self, key: &str, to: &str, body: &str) -> impl Future<Output = SendOutcome> + Send;
+    fn lookup(&self, key: &str) -> impl Future<Output = LookupOutcome> + Send;
+}
+
+impl Provider for ProviderClient {
+    fn send(&self, key: &str, to: &str, body: &str) -> impl Future<Output = SendOutcome> + Send {
+        ProviderClient::send(self, key, to, body)
+    }
+    fn lookup(&self, key: &str) -> impl Future<Output = LookupOutcome> + Send {
+        ProviderClient::lookup(self, key)
+    }
+}
+
+/// What a worker needs besides the store and the provider client.
+#[derive(Debug, Clone)]
+pub struct WorkerConfig {
+    pub limits: Limits,
+    pub claim_mode: ClaimMode,
+    /// This process's identity as a lease owner.
+    pub owner: String,
+    /// How long an idle claimer waits before asking again.
+    pub idle_poll_ms: u64,
+    /// Whether this worker also runs the reconciler.
+    pub reconcile: bool,
+    pub seed: u64,
+}
+
+/// Counters of one worker, also exported as metrics (both written by
+/// [`observe`], nowhere else).
+#[derive(Debug, Default)]
+pub struct WorkerStats {
+    /// Claim statements run, and how many of them found nothing.
+    pub claims: AtomicU64,
+    pub claims_empty: AtomicU64,
+    /// The slowest claim statement so far, in microseconds.
+    pub claim_us_max: AtomicU64,
+    pub claimed: AtomicU64,
+    pub reclaimed: AtomicU64,
+    pub sends: AtomicU64,
+    pub sends_unknown: AtomicU64,
+    pub lookups: AtomicU64,
+    pub settled: AtomicU64,
+    pub failed: AtomicU64,
+    pub fenced: AtomicU64,
+    pub store_retries: AtomicU64,
+}
+
+/// A worker process's runtime.
+pub struct Worker<P = ProviderClient> {
+    ctx: Arc<Ctx<P>>,
+}
+
+impl<P: Provider> Worker<P> {
+    /// Must be called within a tokio runtime: it starts the settle batcher.
+    pub fn new(store: PgStore, client: P, cfg: WorkerConfig) -> Self {
+        Worker {
+            ctx: Arc::new(Ctx::new(store, client, cfg)),
+        }
+    }
+
+    /// Arms the crash points of this worker (see [`crate::failpoint`]).
+    /// Call it before [`Worker::run`].
+    #[cfg(feature = "failpoints")]
+    pub fn with_failpoints(mut self, hook: crate::failpoint::Hook) -> Self {
+        Arc::get_mut(&mut self.ctx)
+            .expect("failpoints are armed before the worker runs")
+            .failpoints = crate::failpoint::Failpoints::armed(hook);
+        self
+    }
+
+    pub fn stats(&self) -> &WorkerStats {
+        &self.ctx.stats
+    }
+
+    /// Runs until `shutdown` is cancelled, then lets the actions in hand
+    /// finish (their leases would otherwise run out and be reclaimed).
+    /// With failpoints armed, it also returns when a crash point fires: then
+    /// everything in hand is dropped where it stood, as a SIGKILL would.
+    pub async fn run(&self, shutdown: CancellationToken) {
+        let ctx = self.ctx.clone();
+        let heartbeat = tokio::spawn(heartbeat::run(ctx.clone()));
+        let reconciler = ctx
+            .cfg
+            .reconcile
+            .then(|| tokio::spawn(reconcile::run(ctx.clone(), shutdown.clone())));
+        let claims = claim::run(ctx.clone(), shutdown);
+        #[cfg(feature = "failpoints")]
+        let claims = ctx.failpoints.until_crash(claims);
+        claims.await;
+        heartbeat.abort();
+        if let Some(r) = reconciler {
+            r.abort();
+        }
+    }
+}

@@ -1,0 +1,220 @@
+//! One place where the worker reports what happened: [`Ctx::observe`]
+//! updates the worker's counters ([`super::WorkerStats`]), the Prometheus
+//! counter and, for the events an operator audits later (reclaims, fences,
+//! unknown send outcomes), the `events` row, together.
+//!
+//! # Invariants
+//! - Every event is counted once, here: no loop touches a counter or writes
+//!   an `events` row of its own.
+//! - A failed `events` write never stops a delivery (the row is an audit
+//!   trail; the protocol does not read it).
+
+use super::context::Ctx;
+use courier_core::step::{FencedAt, SendAnswer};
+use courier_core::Status;
+use courier_provider::{LookupOutcome, SendOutcome};
+use courier_store::{Lease, StoreError};
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+/// Who looked a key up.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Looker {
+    Delivery,
+    Reconciler,
+}
+
+/// Something the worker did or found, worth counting.
+pub(super) enum Event<'a> {
+    /// One claim statement ran and returned `found` actions.
+    ClaimRan {
+        took: Duration,
+        found: usize,
+    },
+    /// An action was claimed; `reclaimed` when another owner's lease had run out.
+    Claimed {
+        lease: &'a Lease,
+        reclaimed: bool,
+    },
+    Sent {
+        action_id: i64,
+        outcome: &'a SendOutcome,
+        answer: &'a SendAnswer,
+    },
+    LookedUp {
+        action_id: i64,
+        key: &'a str,
+        outcome: &'a LookupOutcome,
+        by: Looker,
+    },
+    Settled {
+        action_id: i64,
+        status: Status,
+    },
+    /// The provider refused the action; it is about to be marked failed.
+    Rejected {
+        action_id: i64,
+        reason: &'a str,
+    },
+    /// The action was marked failed.
+    Failed,
+    /// A fenced operation found another owner; the delivery stops.
+    Fenced {
+        lease: &'a Lease,
+        at: FencedAt,
+        current_epoch: Option<i64>,
+    },
+    /// A store call failed and will be retried.
+    StoreRetry {
+        error: &'a StoreError,
+    },
+}
+
+fn add(counter: &std::sync::atomic::AtomicU64) {
+    counter.fetch_add(1, Ordering::Relaxed);
+}
+
+impl<P> Ctx<P> {
+    pub async fn observe(&self, event: Event<'_>) {
+        match event {
+            Event::ClaimRan { took, found } => self.claim_ran(took, found),
+            Event::Claimed { lease, reclaimed } => self.claimed(lease, reclaimed).await,
+            Event::Sent {
+                action_id,
+                outcome,
+                answer,
+            } => self.sent(action_id, outcome, answer).await,
+            Event::LookedUp {
+                action_id,
+                key,
+                outcome,
+                by,
+            } => self.looked_up(action_id, key, outcome, by),
+            Event::Settled { action_id, status } => {
+                add(&self.stats.settled);
+                metrics::counter!("courier_settled_total").increment(1);
+                tracing::debug!(action = action_id, status = %status, "settled");
+            }
+            Event::Rejected { action_id, reason } => {
+                tracing::error!(
+                    action = action_id,
+                    reason,
+                    "provider rejected the action; marking it failed"
+                );
+                metrics::counter!("courier_rejections_total").increment(1);
+            }
+            Event::Failed => add(&self.stats.failed),
+            Event::Fenced {
+                lease,
+                at,
+                current_epoch,
+            } => self.fenced(lease, at, current_epoch).await,
+            Event::StoreRetry { error } => {
+                add(&self.stats.store_retries);
+                if !error.is_unavailable() {
+                    tracing::error!(error = %error, "store error");
+                }
+            }
+        }
+    }
+
+    fn claim_ran(&self, took: Duration, found: usize) {
+        crate::metrics::claim_observed(took);
+        add(&self.stats.claims);
+        self.stats.claim_us_max.fetch_max(
+            u64::try_from(took.as_micros()).unwrap_or(u64::MAX),
+            Ordering::Relaxed,
+        );
+        if found == 0 {
+            add(&self.stats.claims_empty);
+        }
+    }
+
+    async fn claimed(&self, lease: &Lease, reclaimed: bool) {
+        add(&self.stats.claimed);
+        metrics::counter!("courier_claims_total").increment(1);
+        if reclaimed {
+            add(&self.stats.reclaimed);
+            metrics::counter!("courier_reclaims_total").increment(1);
+            let epoch = lease.epoch.to_string();
+            self.event_row("reclaimed", lease.action_id, &epoch).await;
+        }
+    }
+
+    async fn sent(&self, action_id: i64, outcome: &SendOutcome, answer: &SendAnswer) {
+        add(&self.stats.sends);
+        metrics::counter!("courier_sends_total", "answer" => send_label(outcome)).increment(1);
+        if let SendOutcome::Unknown(why) = outcome {
+            add(&self.stats.sends_unknown);
+            tracing::debug!(action = action_id, why, "send outcome unknown");
+            self.event_row("send_unknown", action_id, why).await;
+        }
+        if let SendAnswer::CredentialsRefused(error) = answer {
+            tracing::error!(error, "provider refused our credentials");
+        }
+    }
+
+    fn looked_up(&self, action_id: i64, key: &str, outcome: &LookupOutcome, by: Looker) {
+        metrics::counter!("courier_lookups_total", "answer" => lookup_label(outcome)).increment(1);
+        match (by, outcome) {
+            (Looker::Delivery, LookupOutcome::Unknown(why)) => {
+                tracing::debug!(action = action_id, why, "lookup unknown");
+            }
+            (Looker::Reconciler, LookupOutcome::Unknown(why)) => {
+                tracing::debug!(why, "reconciler: lookup unknown");
+            }
+            (Looker::Reconciler, LookupOutcome::NotFound) => tracing::warn!(
+                action = action_id,
+                key,
+                "reconciler: provider does not know an accepted key (lookup lag or expired retention)"
+            ),
+            _ => {}
+        }
+        if by == Looker::Delivery {
+            add(&self.stats.lookups);
+        }
+    }
+
+    async fn fenced(&self, lease: &Lease, at: FencedAt, current_epoch: Option<i64>) {
+        add(&self.stats.fenced);
+        metrics::counter!("courier_fenced_writes_total", "op" => at.as_str()).increment(1);
+        tracing::info!(
+            action = lease.action_id,
+            epoch = lease.epoch,
+            current_epoch = ?current_epoch,
+            op = at.as_str(),
+            "fenced: another worker holds this action; abandoning it"
+        );
+        match at {
+            // The store writes these rows itself, in the refused write's own
+            // path (`settle_refused`, `fenced_now`).
+            FencedAt::Settle | FencedAt::Fail => {}
+            FencedAt::Heartbeat | FencedAt::Intent | FencedAt::Extend | FencedAt::Attempt => {
+                self.event_row("fenced", lease.action_id, at.as_str()).await;
+            }
+        }
+    }
+
+    async fn event_row(&self, kind: &str, action_id: i64, detail: &str) {
+        if let Err(e) = self.store.event_record(kind, Some(action_id), detail).await {
+            tracing::debug!(error = %e, kind, "events row not written");
+        }
+    }
+}
+
+fn send_label(o: &SendOutcome) -> &'static str {
+    match o {
+        SendOutcome::Accepted(_) => "accepted",
+        SendOutcome::Replayed(_) => "replayed",
+        SendOutcome::Rejected { .. } => "rejected",
+        SendOutcome::Unknown(_) => "unknown",
+    }
+}
+
+fn lookup_label(o: &LookupOutcome) -> &'static str {
+    match o {
+        LookupOutcome::Found(_) => "found",
+        LookupOutcome::NotFound => "not_found",
+        LookupOutcome::Unknown(_) => "unknown",
+    }
+}

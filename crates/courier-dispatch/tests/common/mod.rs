@@ -1,0 +1,129 @@
+//! What the worker's end-to-end tests share: the limits, the API for the
+//! provider's webhooks, clients, workers, waiting for final states, and the
+//! verifier run on the fake provider's log.
+
+// Each test file uses its own part of this module.
+#![allow(dead_code)]
+
+use courier_core::{action_key, Limits};
+use courier_dispatch::server::{router, ServerConfig};
+use courier_dispatch::worker::{Provider, Worker, WorkerConfig};
+use courier_provider::verify::{verify_reader, Expectation, ReadLimits, Report};
+use courier_provider::{ClientConfig, ProviderClient};
+use courier_store::{ClaimMode, NewAction, PgStore};
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+pub const KEY: &str = "e2e-key";
+pub const SECRET: &str = "e2e-secret";
+
+pub fn limits() -> Limits {
+    Limits {
+        lease_ttl_ms: 1_500,
+        heartbeat_interval_ms: 300,
+        send_margin_ms: 300,
+        request_timeout_ms: 400,
+        final_overdue_ms: 3_000,
+        backoff_base_ms: 20,
+        backoff_cap_ms: 300,
+        ..Limits::default()
+    }
+}
+
+/// The enqueue and webhook API on a free port; returns its base URL.
+pub async fn start_api(store: PgStore) -> String {
+    let app = router(
+        store,
+        ServerConfig {
+            limits: limits(),
+            webhook_secret: SECRET.as_bytes().to_vec(),
+            api_token: None,
+            request_timeout: Duration::from_secs(10),
+        },
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+    format!("http://{addr}")
+}
+
+/// A client whose messages call the API back with their statuses.
+pub fn client(provider: &str, api: &str, l: &Limits) -> ProviderClient {
+    ProviderClient::new(ClientConfig {
+        base_url: provider.to_string(),
+        api_key: KEY.to_string(),
+        status_callback: Some(format!("{api}/v1/webhooks/provider")),
+        timeout: Duration::from_millis(l.request_timeout_ms),
+    })
+    .unwrap()
+}
+
+pub fn worker<P: Provider>(store: &PgStore, c: P, l: Limits, name: &str) -> Worker<P> {
+    Worker::new(
+        store.clone(),
+        c,
+        WorkerConfig {
+            limits: l,
+            claim_mode: ClaimMode::Fair,
+            owner: name.to_string(),
+            idle_poll_ms: 10,
+            reconcile: true,
+            seed: 7,
+        },
+    )
+}
+
+/// Waits until `n` actions are done or failed (polling the store).
+pub async fn wait_all_final(store: &PgStore, n: i64, within: Duration) {
+    let deadline = Instant::now() + within;
+    let mut last_print = Instant::now();
+    loop {
+        let s = store.summary(1800).await.unwrap();
+        if last_print.elapsed() > Duration::from_secs(2) {
+            eprintln!("waiting: {:?} {:?} {:?}", s.by_state, s.by_status, s.events);
+            last_print = Instant::now();
+        }
+        if s.state("done") + s.state("failed") >= n {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "not final in time: {:?} {:?}",
+            s.by_state,
+            s.by_status
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// The verifier on the provider's log, against what courier recorded.
+pub async fn verify(store: &PgStore, log: &Path) -> Report {
+    let expected: Vec<Expectation> = store
+        .action_outcomes()
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|o| Expectation {
+            key: action_key(&o.uid),
+            action_id: o.action_id.to_string(),
+            courier_final: o.final_status,
+            refused: o.state == "failed",
+        })
+        .collect();
+    let f = std::fs::File::open(log).unwrap();
+    verify_reader(
+        std::io::BufReader::new(f),
+        &ReadLimits::default(),
+        Some(&expected),
+    )
+    .unwrap()
+}
+
+pub fn new_action(i: usize, stores: usize) -> NewAction {
+    NewAction {
+        store: format!("s{}", i % stores),
+        to: "+15551234567".into(),
+        body: format!("order {i}"),
+        key: None,
+    }
+}
