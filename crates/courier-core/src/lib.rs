@@ -16,9 +16,11 @@ pub mod backoff;
 pub mod key;
 pub mod limits;
 pub mod phone;
+pub mod state;
 pub mod status;
 pub mod step;
 
 pub use key::{action_key, validate_key, KeyError};
 pub use limits::{Limits, LimitsError};
+pub use state::ActionState;
 pub use status::{merge, Merge, Status};

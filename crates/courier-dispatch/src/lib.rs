@@ -1,11 +1,13 @@
 //! courier-dispatch: the courier runtime.
 //!
 //! - [`worker`]: claimer, sender, heartbeat and reconciler of one worker process.
+//! - [`group_commit`]: the batcher that commits many tasks' writes together.
 //! - [`server`]: the enqueue API and the provider's status webhooks.
 //! - [`metrics`], [`dashboard`], [`openapi`]: operating courier: Prometheus
 //!   metrics, the live dashboard, the API's OpenAPI description.
 
 pub mod dashboard;
+pub mod group_commit;
 pub mod metrics;
 pub mod openapi;
 pub mod server;

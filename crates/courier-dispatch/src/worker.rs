@@ -35,9 +35,9 @@ impl Provider for ProviderClient {
         ProviderClient::lookup(self, key)
     }
 }
+use crate::group_commit::GroupCommit;
 use courier_store::{
-    AttemptRefused, ClaimMode, Claimed, Fenced, GroupCommit, Lease, PgStore, SettleReq, Settled,
-    StoreError,
+    Attempt, ClaimMode, Claimed, Fenced, Lease, PgStore, SettleOutcome, SettleReq, StoreError,
 };
 use rand::{rngs::StdRng, Rng, SeedableRng};
 use std::collections::HashMap;
@@ -110,7 +110,7 @@ struct Ctx<P> {
     held: Mutex<HashMap<i64, Held>>,
     stats: WorkerStats,
     /// Settles of this worker's tasks, committed together.
-    settles: GroupCommit<SettleReq, Result<Result<Settled, Fenced>, StoreError>>,
+    settles: GroupCommit<SettleReq, Result<SettleOutcome, StoreError>>,
 }
 
 impl<P> Ctx<P> {
@@ -137,7 +137,7 @@ impl<P: Provider> Worker<P> {
                 2,
                 move |reqs: Vec<SettleReq>| {
                     let store = store.clone();
-                    async move { store.actions_settle_batch(&reqs, overdue).await }
+                    async move { store.actions_settle(&reqs, overdue).await }
                 },
             )
         };
@@ -528,14 +528,14 @@ async fn deliver<P: Provider>(
                 .await;
                 match counted {
                     None => return note_fenced(ctx, &lease, "heartbeat", None),
-                    Some(Err(AttemptRefused::Fenced(f))) => {
+                    Some(Attempt::Fenced(f)) => {
                         ctx.store
                             .event_record("fenced", Some(lease.action_id), "attempt")
                             .await
                             .ok();
                         return note_fenced(ctx, &lease, "attempt", Some(f));
                     }
-                    Some(Err(AttemptRefused::LeaseShort)) => {
+                    Some(Attempt::LeaseShort) => {
                         // Extend and try again; nothing was counted.
                         match with_retry(ctx, &fenced, &mut rng, || {
                             extend_one(ctx, &lease, &deadline_ms)
@@ -546,7 +546,7 @@ async fn deliver<P: Provider>(
                             _ => return note_fenced(ctx, &lease, "extend", None),
                         }
                     }
-                    Some(Ok(_attempts)) => {
+                    Some(Attempt::Counted(_attempts)) => {
                         send_counted(
                             ctx,
                             &lease,
@@ -577,12 +577,12 @@ async fn deliver<P: Provider>(
                     return note_fenced(ctx, &lease, "heartbeat", None);
                 };
                 match res {
-                    Ok(s) => {
+                    SettleOutcome::Settled(s) => {
                         ctx.stats.settled.fetch_add(1, Ordering::Relaxed);
                         metrics::counter!("courier_settled_total").increment(1);
                         tracing::debug!(action = lease.action_id, status = %s.status, "settled");
                     }
-                    Err(f) => note_fenced(ctx, &lease, "settle", Some(f)),
+                    SettleOutcome::Fenced(f) => note_fenced(ctx, &lease, "settle", Some(f)),
                 }
                 return;
             }

@@ -13,7 +13,8 @@
 //! - Server-level functions name their database explicitly and refuse names
 //!   outside `[a-z0-9_]`, like [`crate::database_recreate`].
 
-use crate::{PgStore, StoreError};
+use crate::error::StoreError;
+use crate::pool::PgStore;
 use serde::Serialize;
 
 /// One accepted action, as the fairness benchmark reads it.

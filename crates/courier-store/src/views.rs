@@ -19,8 +19,11 @@
 //!   [`ACCEPTED_SETTLE_LAG_MS`] ago, so a transaction that committed late
 //!   (its `now()` is its start) is not skipped.
 
-use crate::{PgStore, StoreError};
+use crate::decode::{state_col, state_counts};
+use crate::error::StoreError;
+use crate::pool::PgStore;
 use chrono::{DateTime, Utc};
+use courier_core::ActionState;
 use serde::Serialize;
 
 /// The most rows any one list of a view may ask for.
@@ -30,9 +33,6 @@ pub const VIEW_STATEMENT_TIMEOUT_MS: u64 = 3_000;
 /// Accepted actions are read this long after their settle, so that every
 /// transaction stamped before the cursor has committed.
 pub const ACCEPTED_SETTLE_LAG_MS: u64 = 2_000;
-
-/// The action states, in the order of an action's life.
-pub const ACTION_STATES: [&str; 5] = ["pending", "claimed", "dispatched", "done", "failed"];
 
 /// What a snapshot should contain.
 #[derive(Debug, Clone)]
@@ -106,7 +106,7 @@ pub struct OpenIntent {
     pub store: String,
     pub key: String,
     pub status: String,
-    pub state: String,
+    pub state: ActionState,
     pub attempts: i32,
     pub age_s: f64,
 }
@@ -128,7 +128,7 @@ pub struct OpsSnapshot {
     /// The database's clock when the snapshot was taken (ms since the epoch).
     pub db_now_ms: i64,
     /// Actions by state, every state present (zero included), in life order.
-    pub by_state: Vec<(String, i64)>,
+    pub by_state: Vec<(ActionState, i64)>,
     pub stores: Vec<StoreLoad>,
     pub stores_total: i64,
     pub owners: Vec<OwnerLeases>,
@@ -141,10 +141,12 @@ pub struct OpsSnapshot {
 }
 
 impl OpsSnapshot {
-    pub fn state(&self, s: &str) -> i64 {
+    /// Actions in a state: an [`ActionState`], or its name (`"done"`).
+    pub fn state(&self, s: impl AsRef<str>) -> i64 {
+        let s = s.as_ref();
         self.by_state
             .iter()
-            .find(|(k, _)| k == s)
+            .find(|(k, _)| k.as_str() == s)
             .map_or(0, |(_, v)| *v)
     }
     pub fn event_count(&self, kind: &str) -> i64 {
@@ -191,17 +193,18 @@ impl PgStore {
             .await?
             .get(0);
 
-        let counted: Vec<(String, i64)> = tx
-            .query("SELECT state, count(*) FROM actions GROUP BY state", &[])
-            .await?
-            .iter()
-            .map(|r| (r.get(0), r.get(1)))
-            .collect();
-        let by_state = ACTION_STATES
+        let counted = state_counts(
+            &tx.query(
+                "SELECT state, count(*) AS n FROM actions GROUP BY state",
+                &[],
+            )
+            .await?,
+        )?;
+        let by_state = ActionState::ALL
             .iter()
             .map(|s| {
                 let n = counted.iter().find(|(k, _)| k == s).map_or(0, |(_, v)| *v);
-                (s.to_string(), n)
+                (*s, n)
             })
             .collect();
 
@@ -264,29 +267,31 @@ impl PgStore {
                 "SELECT o.action_id, a.store, o.idem_key, o.status, a.state, o.attempts,
                         extract(epoch FROM now() - o.created_at)::float8 AS age_s
                  FROM outbox o JOIN actions a ON a.id = o.action_id
-                 WHERE o.status NOT IN ('delivered', 'failed')
+                 WHERE NOT courier_status_is_final(o.status)
                  ORDER BY o.created_at, o.action_id
                  LIMIT $1",
                 &[&i64::from(q.intents_max)],
             )
             .await?
             .iter()
-            .map(|r| OpenIntent {
-                action_id: r.get("action_id"),
-                store: r.get("store"),
-                key: r.get("idem_key"),
-                status: r.get("status"),
-                state: r.get("state"),
-                attempts: r.get("attempts"),
-                age_s: r.get("age_s"),
+            .map(|r| {
+                Ok(OpenIntent {
+                    action_id: r.get("action_id"),
+                    store: r.get("store"),
+                    key: r.get("idem_key"),
+                    status: r.get("status"),
+                    state: state_col(r, "state")?,
+                    attempts: r.get("attempts"),
+                    age_s: r.get("age_s"),
+                })
             })
-            .collect();
+            .collect::<Result<_, StoreError>>()?;
         let alert = q.intent_alert_s as f64;
         let row = tx
             .query_one(
                 "SELECT count(*),
                         count(*) FILTER (WHERE created_at < now() - $1 * interval '1 second')
-                 FROM outbox WHERE status NOT IN ('delivered', 'failed')",
+                 FROM outbox WHERE NOT courier_status_is_final(status)",
                 &[&alert],
             )
             .await?;
