@@ -172,11 +172,12 @@ impl PgStore {
         let mut client = self.pool.get().await?;
         let tx = client.transaction().await?;
         let mut rows = merges_lock(&tx, &keys).await?;
+        let ids = event_ids_record(&tx, reports, &rows).await?;
         if self.merges_lock_claimed_actions {
+            // Where the write below would wait if it wrote claimed rows.
             let ids: Vec<i64> = rows.values().map(|r| r.action_id).collect();
             tx.query(sql!("merge/lock_actions_broken"), &[&ids]).await?;
         }
-        let ids = event_ids_record(&tx, reports, &rows).await?;
         let mut w = MergeWrite::default();
         let out = merges_fold(reports, &mut rows, &ids, &mut w);
         for row in rows.values() {
