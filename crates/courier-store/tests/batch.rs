@@ -11,8 +11,8 @@ use courier_core::{action_key, ActionState, Status};
 use courier_store::*;
 use courier_testkit::fixtures::{expire_lease, settle, settled_ok, webhook};
 use courier_testkit::fresh_db;
-use std::collections::{HashMap, HashSet};
-use std::sync::atomic::Ordering;
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -194,16 +194,34 @@ async fn rows(store: &PgStore, ids: &[i64]) -> Vec<String> {
     out
 }
 
-/// One batch of twelve settles over every case a settle meets: reports ahead
-/// of, behind and in conflict with a webhook that overtook it, a lookup's
-/// report, a fenced lease and a retry of a settle that committed.
-#[tokio::test]
-async fn a_settle_batch_answers_and_writes_each_settle_by_the_rules() {
-    let db = fresh_db().await;
-    enqueue(&db.store, &["a", "b", "c"], 4).await;
+/// The rows `a_settle_batch_answers_and_writes_each_settle_by_the_rules` leaves.
+const SETTLE_BATCH_ROWS: [&str; 16] = [
+    "0 dispatched accepted conflict=false msg=msg_0 check=true released=true",
+    "1 done delivered conflict=false msg=msg_1 check=false released=true",
+    "2 dispatched failed conflict=true msg=msg_1 check=true released=true",
+    "3 dispatched sent conflict=false msg=msg_1 check=true released=true",
+    "4 dispatched sent conflict=false msg=msg_4 check=true released=true",
+    "5 done delivered conflict=false msg=msg_5 check=false released=true",
+    "6 done failed conflict=false msg=msg_6 check=false released=true",
+    "7 dispatched accepted conflict=false msg=msg_7 check=true released=true",
+    "8 dispatched accepted conflict=false msg=msg_8 check=true released=true",
+    "9 dispatched sent conflict=false msg=msg_9 check=true released=true",
+    "10 claimed sending conflict=false msg= check=false released=false",
+    "11 dispatched accepted conflict=false msg=msg_11 check=true released=true",
+    "event backward Some(1) settle",
+    "event backward Some(3) settle",
+    "event conflict Some(2) settle",
+    "event fenced Some(10) settle",
+];
+
+/// Twelve sent actions of three stores, three of them overtaken by a
+/// webhook, and a settle for each (action 10's at a newer epoch than its
+/// own, action 11's already settled once): the action ids in order, the
+/// settles, and action 10's epoch.
+async fn twelve_settles(store: &PgStore) -> (Vec<i64>, Vec<SettleReq>, i64) {
+    enqueue(store, &["a", "b", "c"], 4).await;
     let w = owner("w1");
-    let mut got = db
-        .store
+    let mut got = store
         .action_claim_to_send(&w, 12, 60_000, 100, ClaimMode::Fair)
         .await
         .unwrap();
@@ -219,7 +237,7 @@ async fn a_settle_batch_answers_and_writes_each_settle_by_the_rules() {
         (3, Status::Sent),
     ] {
         let key = action_key(&got[n].uid);
-        let _ = webhook(&db.store, &format!("pre{n}"), &key, s).await;
+        let _ = webhook(store, &format!("pre{n}"), &key, s).await;
     }
     let reports = [
         Status::Accepted,
@@ -252,7 +270,7 @@ async fn a_settle_batch_answers_and_writes_each_settle_by_the_rules() {
     // Action 11 was settled already (a retry after a lost commit answer).
     settled_ok(
         settle(
-            &db.store,
+            store,
             &reqs[11].lease,
             Status::Accepted,
             Some("msg_11"),
@@ -260,6 +278,16 @@ async fn a_settle_batch_answers_and_writes_each_settle_by_the_rules() {
         )
         .await,
     );
+    (ids, reqs, epoch_10)
+}
+
+/// One batch of twelve settles over every case a settle meets: reports ahead
+/// of, behind and in conflict with a webhook that overtook it, a lookup's
+/// report, a fenced lease and a retry of a settle that committed.
+#[tokio::test]
+async fn a_settle_batch_answers_and_writes_each_settle_by_the_rules() {
+    let db = fresh_db().await;
+    let (ids, reqs, epoch_10) = twelve_settles(&db.store).await;
     let answers: Vec<SettleOutcome> = db
         .store
         .actions_settle(&reqs, 60_000)
@@ -289,29 +317,8 @@ async fn a_settle_batch_answers_and_writes_each_settle_by_the_rules() {
             ok(Accepted, Merge::Same),
         ]
     );
-    let want = [
-        "0 dispatched accepted conflict=false msg=msg_0 check=true released=true",
-        "1 done delivered conflict=false msg=msg_1 check=false released=true",
-        "2 dispatched failed conflict=true msg=msg_1 check=true released=true",
-        "3 dispatched sent conflict=false msg=msg_1 check=true released=true",
-        "4 dispatched sent conflict=false msg=msg_4 check=true released=true",
-        "5 done delivered conflict=false msg=msg_5 check=false released=true",
-        "6 done failed conflict=false msg=msg_6 check=false released=true",
-        "7 dispatched accepted conflict=false msg=msg_7 check=true released=true",
-        "8 dispatched accepted conflict=false msg=msg_8 check=true released=true",
-        "9 dispatched sent conflict=false msg=msg_9 check=true released=true",
-        "10 claimed sending conflict=false msg= check=false released=false",
-        "11 dispatched accepted conflict=false msg=msg_11 check=true released=true",
-        "event backward Some(1) settle",
-        "event backward Some(3) settle",
-        "event conflict Some(2) settle",
-        "event fenced Some(10) settle",
-    ];
     let got_rows = rows(&db.store, &ids).await;
-    assert_eq!(
-        got_rows,
-        want.iter().map(|s| s.to_string()).collect::<Vec<_>>()
-    );
+    assert_eq!(got_rows, SETTLE_BATCH_ROWS.map(String::from));
     // Only the fenced action still holds its store's slot.
     let in_flight: i64 = db
         .store
@@ -420,6 +427,55 @@ async fn webhook_targets(
     (got.iter().map(|c| action_key(&c.uid)).collect(), rows)
 }
 
+/// The rows, events and event ids the model says the webhooks leave.
+async fn assert_store_is_like(store: &PgStore, model: &mut Model, seed: u64) {
+    let c = store.client().await.unwrap();
+    for (key, (status, conflict, _, done)) in &model.rows {
+        let r = c
+            .query_one(
+                "SELECT o.status, o.conflict, a.state FROM outbox o
+                 JOIN actions a ON a.id = o.action_id WHERE o.idem_key = $1",
+                &[key],
+            )
+            .await
+            .unwrap();
+        let got = (
+            r.get::<_, String>(0),
+            r.get::<_, bool>(1),
+            r.get::<_, String>(2) == "done",
+        );
+        assert_eq!(
+            got,
+            (status.to_string(), *conflict, *done),
+            "seed {seed}: {key}"
+        );
+    }
+    let mut kinds: Vec<String> = c
+        .query("SELECT kind FROM events ORDER BY kind", &[])
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    model.events.sort();
+    kinds.sort();
+    assert_eq!(kinds, model.events, "seed {seed}: events");
+    // Every recorded event id with its outcome, and no other.
+    let ids: HashMap<String, String> = c
+        .query("SELECT event_id, outcome FROM webhook_events", &[])
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| (r.get(0), r.get(1)))
+        .collect();
+    let want_ids: HashMap<String, String> = model
+        .recorded
+        .iter()
+        .map(|(k, v)| (k.clone(), v.to_string()))
+        .collect();
+    assert_eq!(ids, want_ids, "seed {seed}: event ids");
+}
+
 /// Merged in batches of 1 to 12 (and all in one), webhooks answer and write
 /// what the model says they do one after another.
 #[tokio::test]
@@ -460,51 +516,7 @@ async fn webhook_batches_of_any_size_merge_as_the_rules_say() {
                 "seed {seed} never produced {want:?}"
             );
         }
-        let c = db.store.client().await.unwrap();
-        for (key, (status, conflict, _, done)) in &model.rows {
-            let r = c
-                .query_one(
-                    "SELECT o.status, o.conflict, a.state FROM outbox o
-                     JOIN actions a ON a.id = o.action_id WHERE o.idem_key = $1",
-                    &[key],
-                )
-                .await
-                .unwrap();
-            let got = (
-                r.get::<_, String>(0),
-                r.get::<_, bool>(1),
-                r.get::<_, String>(2) == "done",
-            );
-            assert_eq!(
-                got,
-                (status.to_string(), *conflict, *done),
-                "seed {seed}: {key}"
-            );
-        }
-        let mut kinds: Vec<String> = c
-            .query("SELECT kind FROM events ORDER BY kind", &[])
-            .await
-            .unwrap()
-            .iter()
-            .map(|r| r.get(0))
-            .collect();
-        model.events.sort();
-        kinds.sort();
-        assert_eq!(kinds, model.events, "seed {seed}: events");
-        // Every recorded event id with its outcome, and no other.
-        let ids: HashMap<String, String> = c
-            .query("SELECT event_id, outcome FROM webhook_events", &[])
-            .await
-            .unwrap()
-            .iter()
-            .map(|r| (r.get(0), r.get(1)))
-            .collect();
-        let want_ids: HashMap<String, String> = model
-            .recorded
-            .iter()
-            .map(|(k, v)| (k.clone(), v.to_string()))
-            .collect();
-        assert_eq!(ids, want_ids, "seed {seed}: event ids");
+        assert_store_is_like(&db.store, &mut model, seed).await;
     }
 }
 
@@ -633,94 +645,115 @@ async fn fair_and_fifo_claims_fold_releases_without_deadlock() {
     racing_claims_and_settles(true).await;
 }
 
+/// One racing worker: claims (to send) and settles until nothing is
+/// pending; how many it settled.
+async fn claim_and_settle_until_empty(
+    store: PgStore,
+    w: usize,
+    mode: ClaimMode,
+    cap: u32,
+) -> usize {
+    let who = owner(&format!("w{w}"));
+    let mut settled = 0;
+    loop {
+        let got = store
+            .action_claim_to_send(&who, 3, 60_000, cap, mode)
+            .await
+            .unwrap();
+        if got.is_empty() {
+            if store
+                .summary(3600)
+                .await
+                .unwrap()
+                .state(ActionState::Pending)
+                == 0
+            {
+                return settled;
+            }
+            tokio::time::sleep(Duration::from_millis(2)).await;
+            continue;
+        }
+        let reqs: Vec<SettleReq> = got
+            .iter()
+            .map(|c| SettleReq {
+                lease: c.lease.clone(),
+                report: Status::Accepted,
+                message_id: None,
+                from_lookup: false,
+            })
+            .collect();
+        settled += store
+            .actions_settle(&reqs, 60_000)
+            .await
+            .unwrap()
+            .into_iter()
+            .filter(|r| matches!(r, Ok(SettleOutcome::Settled(_))))
+            .count();
+    }
+}
+
+/// Samples every store's in-flight count against the claimed actions (one
+/// statement, one snapshot) until `stop`; how many samples it took.
+async fn probe_in_flight(
+    store: PgStore,
+    stop: Arc<AtomicBool>,
+    with_fifo: bool,
+    cap: u32,
+) -> usize {
+    let c = store.client().await.unwrap();
+    let mut samples = 0;
+    while !stop.load(Ordering::SeqCst) {
+        for r in c
+            .query(
+                "SELECT s.store, s.in_flight,
+                        (SELECT count(*) FROM actions a
+                         WHERE a.store = s.store AND a.state = 'claimed')::int AS claimed
+                 FROM store_in_flight s",
+                &[],
+            )
+            .await
+            .unwrap()
+        {
+            let (store, counted, claimed): (String, i32, i32) = (r.get(0), r.get(1), r.get(2));
+            assert!(
+                with_fifo || claimed <= cap as i32,
+                "{store}: {claimed} claimed, cap {cap}"
+            );
+            assert_eq!(
+                counted, claimed,
+                "{store}: counted {counted}, claimed {claimed}"
+            );
+        }
+        samples += 1;
+    }
+    samples
+}
+
 async fn racing_claims_and_settles(with_fifo: bool) {
     let db = fresh_db().await;
     enqueue(&db.store, &["a", "b", "c"], 40).await;
     let cap = 2u32;
-    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let stop = Arc::new(AtomicBool::new(false));
     let mut tasks = Vec::new();
     for w in 0..4 {
-        let store = db.store.clone();
         let mode = if !with_fifo || w % 2 == 0 {
             ClaimMode::Fair
         } else {
             ClaimMode::Fifo
         };
-        tasks.push(tokio::spawn(async move {
-            let who = owner(&format!("w{w}"));
-            let mut settled = 0;
-            loop {
-                let got = store
-                    .action_claim_to_send(&who, 3, 60_000, cap, mode)
-                    .await
-                    .unwrap();
-                if got.is_empty() {
-                    if store
-                        .summary(3600)
-                        .await
-                        .unwrap()
-                        .state(ActionState::Pending)
-                        == 0
-                    {
-                        return settled;
-                    }
-                    tokio::time::sleep(Duration::from_millis(2)).await;
-                    continue;
-                }
-                let reqs: Vec<SettleReq> = got
-                    .iter()
-                    .map(|c| SettleReq {
-                        lease: c.lease.clone(),
-                        report: Status::Accepted,
-                        message_id: None,
-                        from_lookup: false,
-                    })
-                    .collect();
-                settled += store
-                    .actions_settle(&reqs, 60_000)
-                    .await
-                    .unwrap()
-                    .into_iter()
-                    .filter(|r| matches!(r, Ok(SettleOutcome::Settled(_))))
-                    .count();
-            }
-        }));
+        tasks.push(tokio::spawn(claim_and_settle_until_empty(
+            db.store.clone(),
+            w,
+            mode,
+            cap,
+        )));
     }
-    let probe = {
-        let store = db.store.clone();
-        let stop = stop.clone();
-        tokio::spawn(async move {
-            let c = store.client().await.unwrap();
-            let mut samples = 0;
-            while !stop.load(Ordering::SeqCst) {
-                // One statement, one snapshot: the truth and the count.
-                for r in c
-                    .query(
-                        "SELECT s.store, s.in_flight,
-                                (SELECT count(*) FROM actions a
-                                 WHERE a.store = s.store AND a.state = 'claimed')::int AS claimed
-                         FROM store_in_flight s",
-                        &[],
-                    )
-                    .await
-                    .unwrap()
-                {
-                    let (store, counted, claimed): (String, i32, i32) =
-                        (r.get(0), r.get(1), r.get(2));
-                    assert!(
-                        with_fifo || claimed <= cap as i32,
-                        "{store}: {claimed} claimed, cap {cap}"
-                    );
-                    assert_eq!(
-                        counted, claimed,
-                        "{store}: counted {counted}, claimed {claimed}"
-                    );
-                }
-                samples += 1;
-            }
-            samples
-        })
-    };
+    let probe = tokio::spawn(probe_in_flight(
+        db.store.clone(),
+        stop.clone(),
+        with_fifo,
+        cap,
+    ));
     let mut total = 0;
     for t in tasks {
         total += t.await.unwrap();
