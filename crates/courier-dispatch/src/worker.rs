@@ -37,7 +37,8 @@ impl Provider for ProviderClient {
 }
 use crate::group_commit::GroupCommit;
 use courier_store::{
-    Attempt, ClaimMode, Claimed, Fenced, Lease, PgStore, SettleOutcome, SettleReq, StoreError,
+    AttemptRefused, ClaimMode, Claimed, Fenced, Lease, PgStore, SettleOutcome, SettleReq,
+    StoreError,
 };
 use rand::{rngs::StdRng, Rng, SeedableRng};
 use std::collections::HashMap;
@@ -528,14 +529,14 @@ async fn deliver<P: Provider>(
                 .await;
                 match counted {
                     None => return note_fenced(ctx, &lease, "heartbeat", None),
-                    Some(Attempt::Fenced(f)) => {
+                    Some(Err(AttemptRefused::Fenced(f))) => {
                         ctx.store
                             .event_record("fenced", Some(lease.action_id), "attempt")
                             .await
                             .ok();
                         return note_fenced(ctx, &lease, "attempt", Some(f));
                     }
-                    Some(Attempt::LeaseShort) => {
+                    Some(Err(AttemptRefused::LeaseShort)) => {
                         // Extend and try again; nothing was counted.
                         match with_retry(ctx, &fenced, &mut rng, || {
                             extend_one(ctx, &lease, &deadline_ms)
@@ -546,7 +547,7 @@ async fn deliver<P: Provider>(
                             _ => return note_fenced(ctx, &lease, "extend", None),
                         }
                     }
-                    Some(Attempt::Counted(_attempts)) => {
+                    Some(Ok(_attempts)) => {
                         send_counted(
                             ctx,
                             &lease,

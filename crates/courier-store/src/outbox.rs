@@ -17,15 +17,12 @@ pub struct Intent {
     pub written_now: bool,
 }
 
-/// What counting an attempt did.
+/// Why an attempt was not counted.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Attempt {
-    /// Counted: the attempts of this action so far, this one included.
-    Counted(u32),
-    /// Our lease ends within the margin: nothing counted; extend it first.
-    LeaseShort,
-    /// The action is no longer ours: nothing counted.
+pub enum AttemptRefused {
     Fenced(Fenced),
+    /// Our lease ends within the margin: extend it first.
+    LeaseShort,
 }
 
 /// An action whose final status is overdue (or in conflict): look it up.
@@ -83,7 +80,7 @@ impl PgStore {
         &self,
         lease: &Lease,
         margin_ms: u64,
-    ) -> Result<Attempt, StoreError> {
+    ) -> Result<Result<u32, AttemptRefused>, StoreError> {
         let client = self.pool.get().await?;
         let margin = margin_ms as f64;
         let now = self.clock.now();
@@ -102,11 +99,11 @@ impl PgStore {
         let attempts: Option<i32> = row.get("attempts");
         let held: bool = row.get("held");
         Ok(match (attempts, held) {
-            (Some(a), _) => Attempt::Counted(u32::try_from(a).unwrap_or(0)),
-            (None, true) => Attempt::LeaseShort,
-            (None, false) => Attempt::Fenced(Fenced {
+            (Some(a), _) => Ok(u32::try_from(a).unwrap_or(0)),
+            (None, true) => Err(AttemptRefused::LeaseShort),
+            (None, false) => Err(AttemptRefused::Fenced(Fenced {
                 current_epoch: row.get("current_epoch"),
-            }),
+            })),
         })
     }
 

@@ -54,7 +54,7 @@ async fn sent_action(db: &TestDb, who: &Arc<str>) -> (Lease, String) {
     let (lease, key) = intent_written(db, who, LONG_LEASE_MS).await;
     assert_eq!(
         db.store.outbox_count_attempt(&lease, 0).await.unwrap(),
-        Attempt::Counted(1)
+        Ok(1)
     );
     (lease, key)
 }

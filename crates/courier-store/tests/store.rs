@@ -89,7 +89,7 @@ async fn a_worker_whose_lease_was_taken_can_write_nothing() {
     ));
     assert!(matches!(
         db.store.outbox_count_attempt(&old, 0).await.unwrap(),
-        Attempt::Fenced(_)
+        Err(AttemptRefused::Fenced(_))
     ));
     let beat = db
         .store
@@ -110,10 +110,7 @@ async fn a_worker_whose_lease_was_taken_can_write_nothing() {
     assert_eq!(view.status, Some(Status::Sending));
     // The new owner can.
     let new = got_b[0].lease.clone();
-    assert_eq!(
-        db.store.outbox_count_attempt(&new, 0).await.unwrap(),
-        Attempt::Counted(1)
-    );
+    assert_eq!(db.store.outbox_count_attempt(&new, 0).await.unwrap(), Ok(1));
     let settled =
         settled_ok(settle(&db.store, &new, Status::Accepted, Some(MESSAGE_ID), false).await);
     assert_eq!(settled.status, Status::Accepted);
@@ -164,10 +161,7 @@ async fn a_reclaimed_action_continues_from_the_lookup() {
     let intent = store.outbox_intent(&a, &key).await.unwrap().unwrap();
     assert!(intent.written_now);
     assert_eq!(intent.attempts, 0);
-    assert_eq!(
-        store.outbox_count_attempt(&a, 0).await.unwrap(),
-        Attempt::Counted(1)
-    );
+    assert_eq!(store.outbox_count_attempt(&a, 0).await.unwrap(), Ok(1));
     // A dies here, after its request may have left.
     expire_lease(&clock, 100);
     let got = claim(&store, &owner("b"), 1, 60_000).await;
@@ -197,12 +191,9 @@ async fn a_lease_about_to_end_refuses_the_attempt() {
         .unwrap();
     assert_eq!(
         db.store.outbox_count_attempt(&a, 5_000).await.unwrap(),
-        Attempt::LeaseShort
+        Err(AttemptRefused::LeaseShort)
     );
-    assert_eq!(
-        db.store.outbox_count_attempt(&a, 10).await.unwrap(),
-        Attempt::Counted(1)
-    );
+    assert_eq!(db.store.outbox_count_attempt(&a, 10).await.unwrap(), Ok(1));
 }
 
 async fn dispatched_action(db: &courier_testkit::TestDb) -> (Lease, String) {

@@ -8,8 +8,8 @@
 
 use courier_core::{action_key, Status};
 use courier_store::{
-    Attempt, ClaimMode, Clock, Lease, MergeOutcome, NewAction, PgStore, SettleOutcome, SettleReq,
-    Settled, WebhookIn,
+    ClaimMode, Clock, Lease, MergeOutcome, NewAction, PgStore, SettleOutcome, SettleReq, Settled,
+    WebhookIn,
 };
 use std::sync::Arc;
 use std::time::Duration;
@@ -82,7 +82,7 @@ pub async fn sent(store: &PgStore) -> Held {
     let held = claimed(store).await;
     assert_eq!(
         store.outbox_count_attempt(&held.lease, 0).await.unwrap(),
-        Attempt::Counted(1)
+        Ok(1)
     );
     held
 }
