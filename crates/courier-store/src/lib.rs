@@ -1,11 +1,14 @@
 //! courier-store: the only crate that speaks SQL.
 //!
-//! Every statement lives in a file under `sql/`, one per statement and named
-//! entity-then-verb, loaded with `include_str!` (a claim is composed of three
+//! Every statement of the protocol (enqueue, claims, leases, the outbox,
+//! settles, merges, events, the reports) lives in a file under `sql/`, one
+//! per statement and named entity-then-verb, loaded with `include_str!`; the
+//! read-only operator views (`views`) and the benchmarks' helpers
+//! ([`bench_views`]) keep their SQL beside their code (a claim is composed of three
 //! files: its head, its own middle and the shared tail; the outbox status
 //! write and the event insert are fragments shared by every statement that
-//! does them). Each write has one form: a batch, and a single write is a
-//! batch of one.
+//! does them). Each write has one form: settles and merges exist only as
+//! batches, and a single settle or merge is a batch of one.
 //!
 //! - [`cluster`]: the managed local PostgreSQL cluster.
 //! - [`migrate`]: versioned SQL migrations (`migrations/*.sql`), applied on start.
