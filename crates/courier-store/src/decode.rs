@@ -27,3 +27,11 @@ pub(crate) fn state_counts(rows: &[Row]) -> Result<Vec<(ActionState, i64)>, Stor
         .map(|r| Ok((state_col(r, "state")?, r.get("n"))))
         .collect()
 }
+
+/// The count of the state named `s` in counts by state (0 if absent).
+pub(crate) fn state_count(by_state: &[(ActionState, i64)], s: &str) -> i64 {
+    by_state
+        .iter()
+        .find(|(k, _)| k.as_str() == s)
+        .map_or(0, |(_, v)| *v)
+}

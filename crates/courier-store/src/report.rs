@@ -1,7 +1,7 @@
 //! Counts for `courier status`, the demo and the chaos report, and what the
 //! verifier needs to know of each action.
 
-use crate::decode::{opt_status_col, state_col, state_counts};
+use crate::decode::{opt_status_col, state_col, state_count, state_counts};
 use crate::error::StoreError;
 use crate::pool::PgStore;
 use courier_core::{ActionState, Status};
@@ -35,11 +35,7 @@ pub struct Summary {
 impl Summary {
     /// Actions in a state: an [`ActionState`], or its name (`"done"`).
     pub fn state(&self, s: impl AsRef<str>) -> i64 {
-        let s = s.as_ref();
-        self.by_state
-            .iter()
-            .find(|(k, _)| k.as_str() == s)
-            .map_or(0, |(_, v)| *v)
+        state_count(&self.by_state, s.as_ref())
     }
     pub fn event(&self, s: &str) -> i64 {
         self.events

@@ -19,7 +19,7 @@
 //!   [`ACCEPTED_SETTLE_LAG_MS`] ago, so a transaction that committed late
 //!   (its `now()` is its start) is not skipped.
 
-use crate::decode::{state_col, state_counts};
+use crate::decode::{state_col, state_count, state_counts};
 use crate::error::StoreError;
 use crate::pool::PgStore;
 use chrono::{DateTime, Utc};
@@ -143,11 +143,7 @@ pub struct OpsSnapshot {
 impl OpsSnapshot {
     /// Actions in a state: an [`ActionState`], or its name (`"done"`).
     pub fn state(&self, s: impl AsRef<str>) -> i64 {
-        let s = s.as_ref();
-        self.by_state
-            .iter()
-            .find(|(k, _)| k.as_str() == s)
-            .map_or(0, |(_, v)| *v)
+        state_count(&self.by_state, s.as_ref())
     }
     pub fn event_count(&self, kind: &str) -> i64 {
         self.event_counts
