@@ -14,13 +14,12 @@ mod live;
 #[path = "hostile/raw.rs"]
 mod raw;
 
-use courier_core::{action_key, Status};
 use courier_provider::signature;
-use courier_store::{ClaimMode, PgStore};
+use courier_store::PgStore;
+use courier_testkit::fixtures;
 use live::{db_state, fresh_db, Service};
 use raw::{read_answer, request, send, trickle, Ended};
 use serde_json::{json, Value};
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 const SECRET: &str = "hostile-secret";
@@ -100,25 +99,8 @@ impl Live {
             .enqueue(json!({"store": "s1", "to": "+15551234567", "body": "hi", "key": "k1"}))
             .await;
         assert_eq!(code, 201, "{v}");
-        let who: Arc<str> = Arc::from("hostile-worker");
-        let c = self
-            .store
-            .action_claim(&who, 1, 60_000, 4, ClaimMode::Fair)
-            .await
-            .unwrap()
-            .remove(0);
-        let key = action_key(&c.uid);
-        self.store
-            .outbox_intent(&c.lease, &key)
-            .await
-            .unwrap()
-            .unwrap();
-        self.store
-            .action_settle(&c.lease, Status::Accepted, Some("msg_1"), false, 60_000)
-            .await
-            .unwrap()
-            .unwrap();
-        (c.lease.action_id, key)
+        let held = fixtures::settled(&self.store).await;
+        (held.lease.action_id, held.key)
     }
 }
 

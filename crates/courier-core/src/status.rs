@@ -139,10 +139,109 @@ pub fn merge_lookup(current: Status, conflict: bool, looked_up: Status) -> Statu
     }
 }
 
+/// The status and conflict flag of an outbox row after a report.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Folded {
+    pub status: Status,
+    /// Two different final statuses were reported and no lookup settled them.
+    pub conflict: bool,
+}
+
+/// Folds one report into an outbox row's status and conflict flag: the
+/// forward-only [`merge`], except that a lookup's final word settles a
+/// recorded conflict ([`merge_lookup`]). Returns the new row and what the
+/// report did (for the events and the webhook's answer).
+pub fn fold_report(
+    current: Status,
+    conflict: bool,
+    report: Status,
+    from_lookup: bool,
+) -> (Folded, Merge) {
+    if from_lookup && conflict && report.is_final() {
+        let status = merge_lookup(current, conflict, report);
+        return (
+            Folded {
+                status,
+                conflict: false,
+            },
+            Merge::Advance(status),
+        );
+    }
+    let how = merge(current, report);
+    let status = match how {
+        Merge::Advance(s) => s,
+        _ => current,
+    };
+    (
+        Folded {
+            status,
+            conflict: conflict || how == Merge::Conflict,
+        },
+        how,
+    )
+}
+
+/// The kind of the event a merge leaves behind, if any (`events.kind`).
+pub fn merge_event_kind(how: Merge) -> Option<&'static str> {
+    match how {
+        Merge::Backward => Some("backward"),
+        Merge::Conflict => Some("conflict"),
+        Merge::Advance(_) | Merge::Same => None,
+    }
+}
+
+/// The outcome recorded with a webhook event id (`webhook_events.outcome`).
+pub fn merge_label(how: Merge) -> &'static str {
+    match how {
+        Merge::Advance(_) => "advanced",
+        Merge::Same => "same",
+        Merge::Backward => "backward",
+        Merge::Conflict => "conflict",
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use proptest::prelude::*;
+
+    #[test]
+    fn folding_follows_the_core_merge() {
+        let (f, how) = fold_report(Status::Sent, false, Status::Accepted, false);
+        assert_eq!(
+            (f.status, f.conflict, how),
+            (Status::Sent, false, Merge::Backward)
+        );
+        let (f, how) = fold_report(Status::Delivered, false, Status::Failed, false);
+        assert_eq!(
+            (f.status, f.conflict, how),
+            (Status::Delivered, true, Merge::Conflict)
+        );
+        // A lookup settles a conflict.
+        let (f, _) = fold_report(Status::Delivered, true, Status::Failed, true);
+        assert_eq!((f.status, f.conflict), (Status::Failed, false));
+        // A webhook does not.
+        let (f, _) = fold_report(Status::Delivered, true, Status::Failed, false);
+        assert_eq!((f.status, f.conflict), (Status::Delivered, true));
+    }
+
+    #[test]
+    fn only_backward_and_conflicting_reports_leave_an_event() {
+        assert_eq!(merge_event_kind(Merge::Backward), Some("backward"));
+        assert_eq!(merge_event_kind(Merge::Conflict), Some("conflict"));
+        assert_eq!(merge_event_kind(Merge::Same), None);
+        assert_eq!(merge_event_kind(Merge::Advance(Status::Sent)), None);
+        let labels: Vec<&str> = [
+            Merge::Advance(Status::Sent),
+            Merge::Same,
+            Merge::Backward,
+            Merge::Conflict,
+        ]
+        .into_iter()
+        .map(merge_label)
+        .collect();
+        assert_eq!(labels, ["advanced", "same", "backward", "conflict"]);
+    }
 
     fn any_status() -> impl Strategy<Value = Status> {
         prop::sample::select(Status::ALL.to_vec())

@@ -1,6 +1,7 @@
 //! courier-dispatch: the courier runtime.
 //!
 //! - [`worker`]: claimer, sender, heartbeat and reconciler of one worker process.
+//! - [`group_commit`]: the batcher that commits many tasks' writes together.
 //! - [`broken`]: the deliberately broken resend modes (a provider wrapper),
 //!   for the chaos run's negative controls.
 //! - `failpoint` (feature `failpoints`, tests only): the worker's named crash points.
@@ -12,6 +13,7 @@ pub mod broken;
 pub mod dashboard;
 #[cfg(feature = "failpoints")]
 pub mod failpoint;
+pub mod group_commit;
 pub mod metrics;
 pub mod openapi;
 pub mod server;

@@ -34,10 +34,8 @@ use axum::http::{header, HeaderMap};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::Router;
-use courier_core::Limits;
-use courier_store::{
-    AcceptedCursor, OpsSnapshot, PgStore, SnapshotQuery, ACTION_STATES, VIEW_ROWS_MAX,
-};
+use courier_core::{ActionState, Limits};
+use courier_store::{AcceptedCursor, OpsSnapshot, PgStore, SnapshotQuery, VIEW_ROWS_MAX};
 use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
 use metrics_util::MetricKindMask;
 use serde::Serialize;
@@ -333,11 +331,11 @@ impl HistoryPoint {
     fn of(s: &OpsSnapshot) -> Self {
         HistoryPoint {
             t_ms: s.db_now_ms,
-            pending: s.state("pending"),
-            claimed: s.state("claimed"),
-            dispatched: s.state("dispatched"),
-            done: s.state("done"),
-            failed: s.state("failed"),
+            pending: s.state(ActionState::Pending),
+            claimed: s.state(ActionState::Claimed),
+            dispatched: s.state(ActionState::Dispatched),
+            done: s.state(ActionState::Done),
+            failed: s.state(ActionState::Failed),
         }
     }
 }
@@ -449,8 +447,9 @@ impl Sampler {
 
     fn publish(&self, snap: OpsSnapshot) {
         let cfg = &self.inner.cfg;
-        for state in ACTION_STATES {
-            metrics::gauge!("courier_actions", "state" => state).set(snap.state(state) as f64);
+        for state in ActionState::ALL {
+            metrics::gauge!("courier_actions", "state" => state.as_str())
+                .set(snap.state(state) as f64);
         }
         metrics::gauge!("courier_stores").set(snap.stores_total as f64);
         for s in snap.stores.iter().take(cfg.gauge_stores_max) {

@@ -17,6 +17,7 @@
 //!   within `request_timeout`. At most `connections_max` connections are
 //!   served at once; more wait in the kernel's accept queue.
 
+use crate::group_commit::GroupCommit;
 use axum::body::Bytes;
 use axum::extract::rejection::{BytesRejection, PathRejection};
 use axum::extract::{DefaultBodyLimit, Path, Request, State};
@@ -28,11 +29,11 @@ use axum::{Json, Router};
 use courier_core::key::validate_key;
 use courier_core::phone::validate_phone;
 use courier_core::status::Merge;
-use courier_core::Limits;
+use courier_core::{ActionState, Limits};
 use courier_provider::signature;
 use courier_provider::wire::WebhookEvent;
 use courier_store::{
-    EnqueueError, Enqueued, GroupCommit, MergeOutcome, NewAction, PgStore, StoreError, WebhookIn,
+    EnqueueError, Enqueued, MergeOutcome, NewAction, PgStore, StoreError, WebhookIn,
 };
 use serde::Deserialize;
 use serde_json::json;
@@ -239,15 +240,14 @@ fn check_token(state: &AppState, headers: &HeaderMap) -> Result<(), ApiError> {
     check_bearer(state.cfg.api_token.as_deref(), headers)
 }
 
-/// The state of an action.
-#[derive(Debug, Deserialize, ToSchema)]
-#[serde(rename_all = "lowercase")]
-pub enum ActionStateDoc {
-    Pending,
-    Claimed,
-    Dispatched,
-    Done,
-    Failed,
+/// The schema of an action's state: the names of `courier_core::ActionState`,
+/// so the document cannot drift from the enum.
+fn action_state_schema() -> utoipa::openapi::Object {
+    utoipa::openapi::ObjectBuilder::new()
+        .schema_type(utoipa::openapi::schema::Type::String)
+        .enum_values(Some(ActionState::ALL.iter().map(|s| s.as_str())))
+        .description(Some("The state of an action."))
+        .build()
 }
 
 /// A message status, as the courier knows it (forward-only).
@@ -273,7 +273,8 @@ pub struct ActionDoc {
     #[schema(required = true)]
     pub key: Option<String>,
     pub to: String,
-    pub state: ActionStateDoc,
+    #[schema(schema_with = action_state_schema)]
+    pub state: ActionState,
     /// The fencing token: +1 at every claim.
     pub epoch: i64,
     /// None until the intent is written.
@@ -572,7 +573,7 @@ pub fn router(store: PgStore, cfg: ServerConfig) -> Router {
         let store = store.clone();
         GroupCommit::start(WEBHOOK_BATCH_MAX, 2, move |events: Vec<WebhookIn>| {
             let store = store.clone();
-            async move { store.webhooks_merge_batch(&events).await }
+            async move { store.webhooks_merge(&events).await }
         })
     };
     let state = Arc::new(AppState {

@@ -1,13 +1,12 @@
 //! The HTTP API against a real PostgreSQL: bad input is refused with a JSON
 //! 4xx and changes nothing; enqueue is idempotent; forged webhooks change nothing.
 
-use courier_core::{action_key, Limits, Status};
+use courier_core::{ActionState, Limits, Status};
 use courier_dispatch::server::{router, ServerConfig};
 use courier_provider::signature;
-use courier_store::{ClaimMode, PgStore};
-use courier_testkit::fresh_db;
+use courier_store::PgStore;
+use courier_testkit::{fixtures, fresh_db};
 use serde_json::{json, Value};
-use std::sync::Arc;
 use std::time::Duration;
 
 const SECRET: &[u8] = b"test-secret";
@@ -187,24 +186,8 @@ async fn a_forged_webhook_changes_nothing() {
         .send()
         .await
         .unwrap();
-    let who: Arc<str> = Arc::from("w");
-    let c = db
-        .store
-        .action_claim(&who, 1, 60_000, 4, ClaimMode::Fair)
-        .await
-        .unwrap()
-        .remove(0);
-    let key = action_key(&c.uid);
-    db.store
-        .outbox_intent(&c.lease, &key)
-        .await
-        .unwrap()
-        .unwrap();
-    db.store
-        .action_settle(&c.lease, Status::Accepted, Some("msg_1"), false, 60_000)
-        .await
-        .unwrap()
-        .unwrap();
+    let held = fixtures::settled(&db.store).await;
+    let key = held.key.clone();
     let event = json!({"event_id": "evt_1", "message_id": "msg_1", "key": key,
                        "status": "delivered", "occurred_at": "2026-01-01T00:00:00Z"})
     .to_string();
@@ -225,12 +208,12 @@ async fn a_forged_webhook_changes_nothing() {
     }
     let view = db
         .store
-        .action_get(c.lease.action_id)
+        .action_get(held.lease.action_id)
         .await
         .unwrap()
         .unwrap();
     assert_eq!(view.status, Some(Status::Accepted));
-    assert_eq!(view.state, "dispatched");
+    assert_eq!(view.state, ActionState::Dispatched);
     // The genuine one is merged, once.
     for expected in ["advanced", "duplicate"] {
         let resp = http
@@ -246,12 +229,12 @@ async fn a_forged_webhook_changes_nothing() {
     }
     let view = db
         .store
-        .action_get(c.lease.action_id)
+        .action_get(held.lease.action_id)
         .await
         .unwrap()
         .unwrap();
     assert_eq!(view.status, Some(Status::Delivered));
-    assert_eq!(view.state, "done");
+    assert_eq!(view.state, ActionState::Done);
 }
 
 #[tokio::test]

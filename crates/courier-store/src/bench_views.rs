@@ -13,7 +13,8 @@
 //! - Server-level functions name their database explicitly and refuse names
 //!   outside `[a-z0-9_]`, like [`crate::database_recreate`].
 
-use crate::{PgStore, StoreError};
+use crate::error::StoreError;
+use crate::pool::PgStore;
 use serde::Serialize;
 
 /// One accepted action, as the fairness benchmark reads it.
@@ -156,7 +157,9 @@ pub async fn statements_reset(server_url: &str) -> Result<(), StoreError> {
     Ok(())
 }
 
-/// The statements of database `name` that took the most execution time.
+/// The statements of database `name` that took the most execution time,
+/// their text without SQL comments (each statement file opens with one) and
+/// with its white space collapsed.
 pub async fn statements_top(
     server_url: &str,
     name: &str,
@@ -166,7 +169,8 @@ pub async fn statements_top(
     let client = server_client(server_url).await?;
     let rows = client
         .query(
-            "SELECT regexp_replace(s.query, '\\s+', ' ', 'g'), s.calls, s.total_exec_time,
+            "SELECT btrim(regexp_replace(regexp_replace(s.query, '--[^\\n]*', '', 'g'), '\\s+', ' ', 'g')),
+                    s.calls, s.total_exec_time,
                     s.mean_exec_time * 1000, s.rows
              FROM pg_stat_statements s JOIN pg_database d ON d.oid = s.dbid
              WHERE d.datname = $1

@@ -1,147 +1,87 @@
 //! courier-store: the only crate that speaks SQL.
 //!
+//! Every statement of the protocol (enqueue, claims, leases, the outbox,
+//! settles, merges, events, the reports) lives in a file under `sql/`, one
+//! per statement and named entity-then-verb, loaded with `include_str!`; the
+//! read-only operator views (`views`) and the benchmarks' helpers
+//! ([`bench_views`]) keep their SQL beside their code (a claim is composed of three
+//! files: its head, its own middle and the shared tail; the outbox status
+//! write and the event insert are fragments shared by every statement that
+//! does them). Each write has one form: settles and merges exist only as
+//! batches, and a single settle or merge is a batch of one.
+//!
 //! - [`cluster`]: the managed local PostgreSQL cluster.
 //! - [`migrate`]: versioned SQL migrations (`migrations/*.sql`), applied on start.
-//! - [`PgStore`]: every query, named entity-then-verb.
-//! - `views`: read-only views for operators (the dashboard, the gauges).
+//! - [`PgStore`] (`pool`): the connection pool and the [`Clock`] the lease
+//!   statements take their time from.
+//! - `action`: enqueue and read actions. `lease`: claims, heartbeats and the
+//!   fence. `outbox`: the send intent, attempts, reconciling checks.
+//!   `settle`: the owner's settles and fails. `merge`: reports that carry no
+//!   lease (webhooks, reconciling lookups). `event`: notable moments.
+//!   `report`: counts for the CLI and the verifier. `views`: read-only views
+//!   for operators.
 //!
 //! # Invariants
 //! - Every write after a claim checks `(owner, epoch)`; zero rows is
 //!   [`Fenced`], an expected outcome returned as data, not an error.
-//! - Claims and heartbeats lock only with SKIP LOCKED (claims: store rows, then
-//!   action rows; heartbeats: action rows by id): they never wait. Every lock
-//!   that may wait is taken in one order: action row, then its outbox row
-//!   (fenced writes, settles); outbox rows by action id, then their action
-//!   rows (merges). Settles and fails release their store's in-flight slot by
-//!   appending to `store_releases`, never by locking the store row. So
-//!   concurrent claims, fenced writes, batches and merges cannot deadlock.
+//! - No two transactions wait for each other in a cycle, for these reasons
+//!   (`tests/locks.rs` runs the interleaving that would deadlock otherwise,
+//!   and shows that it does when the first rule is broken on purpose):
+//!   1. *Lease writers and merges never wait for each other's action rows.*
+//!      The lease writers (intent, attempt, settle, fail) lock an action row
+//!      only while it is `claimed`, and take it before its outbox row. Merges
+//!      (webhooks, lookups) lock outbox rows first (by action id) and write
+//!      an action row only when it is `dispatched`; a claimed row, locked or
+//!      not, does not match their update and is passed over without waiting.
+//!      So a lease writer may wait for a merge's outbox row, never the
+//!      reverse.
+//!   2. *Writers of one kind take their rows in one order:* settles lock
+//!      action rows by id, merges lock outbox rows by action id.
+//!   3. *Claims and heartbeats never wait for an action row* (SKIP LOCKED).
+//!      The fair claim takes its store rows with SKIP LOCKED too. The FIFO
+//!      claim does wait, for the store rows of what it took, which it locks
+//!      in name order; nothing else that waits locks a store row, because
+//!      settles and fails release their slot by appending to
+//!      `store_releases` (migration 2), not by updating the store row.
 //! - A store's in-flight count (`store_in_flight`) never exceeds the cap: a
 //!   claim folds only the releases it deletes, and a release it cannot see
 //!   yet only makes it count more in flight.
-//! - A report is merged forward only (courier-core's `merge`), in the same
-//!   transaction as the webhook event id that carried it.
+//! - A report is merged forward only (`courier_core::status::fold_report`),
+//!   in the same transaction as the webhook event id that carried it.
+//! - The lease statements (claim, reclaim, heartbeat, the attempt's margin)
+//!   read the time from their [`Clock`]: the database's `now()` in
+//!   production, a clock that tests move instead of sleeping.
 
-mod batch;
+/// The text of statements in `sql/`, joined in order (`sql!("lease/heartbeat")`).
+macro_rules! sql {
+    ($($name:literal),+ $(,)?) => {
+        concat!($(include_str!(concat!(env!("CARGO_MANIFEST_DIR"), "/sql/", $name, ".sql"))),+)
+    };
+}
+
+mod action;
 pub mod bench_views;
+mod clock;
 pub mod cluster;
+mod decode;
+mod error;
+mod event;
+mod lease;
+mod merge;
 pub mod migrate;
-mod queries;
+mod outbox;
+mod pool;
+mod report;
+mod settle;
 mod views;
 
-pub use batch::*;
-pub use queries::*;
+pub use action::*;
+pub use clock::Clock;
+pub use error::StoreError;
+pub use lease::*;
+pub use merge::*;
+pub use outbox::*;
+pub use pool::*;
+pub use report::*;
+pub use settle::*;
 pub use views::*;
-
-use std::time::Duration;
-
-/// Errors by what the caller does next.
-#[derive(Debug, Clone, thiserror::Error)]
-pub enum StoreError {
-    /// The database is unreachable or restarting, or the transaction was
-    /// aborted for a retryable reason; a commit's outcome may be unknown.
-    /// Retry after a pause: every write here is idempotent or re-checkable.
-    #[error("database unavailable: {0}")]
-    Unavailable(String),
-    /// A bug or a broken invariant (a constraint refused a write): do not retry.
-    #[error("database error: {0}")]
-    Query(String),
-}
-
-impl StoreError {
-    pub fn is_unavailable(&self) -> bool {
-        matches!(self, StoreError::Unavailable(_))
-    }
-}
-
-impl From<tokio_postgres::Error> for StoreError {
-    fn from(e: tokio_postgres::Error) -> Self {
-        if let Some(db) = e.as_db_error() {
-            let code = db.code().code();
-            // 08: connection exceptions; 57P0x: shutdown and restart;
-            // 40001 / 40P01: serialization failure and deadlock; 53: resources;
-            // 57014 / 55P03: a statement or lock time-out (a busy database).
-            if code.starts_with("08")
-                || code.starts_with("57P")
-                || code.starts_with("53")
-                || code == "40001"
-                || code == "40P01"
-                || code == "57014"
-                || code == "55P03"
-            {
-                return StoreError::Unavailable(format!("{e}: {} ({code})", db.message()));
-            }
-            return StoreError::Query(format!("{e}: {}", db.message()));
-        }
-        // A value that does not fit its column or parameter is our bug, not
-        // an outage: retrying would repeat it forever.
-        let text = e.to_string();
-        if text.starts_with("error serializing")
-            || text.starts_with("error deserializing")
-            || text.starts_with("invalid column")
-            || text.starts_with("query returned an unexpected number of rows")
-            || text.starts_with("expected ")
-        {
-            return StoreError::Query(format!("{text}: {:?}", std::error::Error::source(&e)));
-        }
-        // No database error: the connection broke, closed or timed out.
-        StoreError::Unavailable(text)
-    }
-}
-
-impl From<deadpool_postgres::PoolError> for StoreError {
-    fn from(e: deadpool_postgres::PoolError) -> Self {
-        match e {
-            deadpool_postgres::PoolError::Backend(e) => e.into(),
-            other => StoreError::Unavailable(other.to_string()),
-        }
-    }
-}
-
-/// How to connect.
-#[derive(Debug, Clone)]
-pub struct StoreConfig {
-    pub url: String,
-    pub pool_size_max: usize,
-    /// How long to wait for a connection from the pool.
-    pub connect_timeout: Duration,
-    /// Apply pending migrations on connect (off for read-only tools).
-    pub migrate: bool,
-}
-
-impl StoreConfig {
-    pub fn new(url: impl Into<String>) -> Self {
-        StoreConfig {
-            url: url.into(),
-            pool_size_max: 8,
-            connect_timeout: Duration::from_secs(5),
-            migrate: true,
-        }
-    }
-}
-
-/// Drops and creates a database on a server (for throwaway runs: the demo,
-/// benchmarks) and returns its URL. `server_url` names any database on it.
-pub async fn database_recreate(server_url: &str, name: &str) -> Result<String, StoreError> {
-    if !name
-        .bytes()
-        .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_')
-    {
-        return Err(StoreError::Query(format!("bad database name {name:?}")));
-    }
-    let (client, conn) = tokio_postgres::connect(server_url, tokio_postgres::NoTls).await?;
-    let conn = tokio::spawn(conn);
-    client
-        .batch_execute(&format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)"))
-        .await?;
-    client
-        .batch_execute(&format!("CREATE DATABASE {name}"))
-        .await?;
-    drop(client);
-    let _ = conn.await;
-    match server_url.rfind('/') {
-        Some(i) if !server_url[..i].ends_with('/') => Ok(format!("{}/{name}", &server_url[..i])),
-        _ => Err(StoreError::Query(format!(
-            "cannot find the database name in {server_url}"
-        ))),
-    }
-}

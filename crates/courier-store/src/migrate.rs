@@ -17,6 +17,11 @@ pub const MIGRATIONS: &[(i32, &str, &str)] = &[
         "fifo_index",
         include_str!("../migrations/0003_fifo_index.sql"),
     ),
+    (
+        4,
+        "status_is_final",
+        include_str!("../migrations/0004_status_is_final.sql"),
+    ),
 ];
 
 /// A lock id for `pg_advisory_xact_lock`, fixed for courier's migrations.

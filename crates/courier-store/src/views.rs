@@ -19,8 +19,11 @@
 //!   [`ACCEPTED_SETTLE_LAG_MS`] ago, so a transaction that committed late
 //!   (its `now()` is its start) is not skipped.
 
-use crate::{PgStore, StoreError};
+use crate::decode::{state_col, state_count, state_counts};
+use crate::error::StoreError;
+use crate::pool::PgStore;
 use chrono::{DateTime, Utc};
+use courier_core::ActionState;
 use serde::Serialize;
 
 /// The most rows any one list of a view may ask for.
@@ -30,9 +33,6 @@ pub const VIEW_STATEMENT_TIMEOUT_MS: u64 = 3_000;
 /// Accepted actions are read this long after their settle, so that every
 /// transaction stamped before the cursor has committed.
 pub const ACCEPTED_SETTLE_LAG_MS: u64 = 2_000;
-
-/// The action states, in the order of an action's life.
-pub const ACTION_STATES: [&str; 5] = ["pending", "claimed", "dispatched", "done", "failed"];
 
 /// What a snapshot should contain.
 #[derive(Debug, Clone)]
@@ -106,7 +106,7 @@ pub struct OpenIntent {
     pub store: String,
     pub key: String,
     pub status: String,
-    pub state: String,
+    pub state: ActionState,
     pub attempts: i32,
     pub age_s: f64,
 }
@@ -128,7 +128,7 @@ pub struct OpsSnapshot {
     /// The database's clock when the snapshot was taken (ms since the epoch).
     pub db_now_ms: i64,
     /// Actions by state, every state present (zero included), in life order.
-    pub by_state: Vec<(String, i64)>,
+    pub by_state: Vec<(ActionState, i64)>,
     pub stores: Vec<StoreLoad>,
     pub stores_total: i64,
     pub owners: Vec<OwnerLeases>,
@@ -141,11 +141,9 @@ pub struct OpsSnapshot {
 }
 
 impl OpsSnapshot {
-    pub fn state(&self, s: &str) -> i64 {
-        self.by_state
-            .iter()
-            .find(|(k, _)| k == s)
-            .map_or(0, |(_, v)| *v)
+    /// Actions in a state: an [`ActionState`], or its name (`"done"`).
+    pub fn state(&self, s: impl AsRef<str>) -> i64 {
+        state_count(&self.by_state, s.as_ref())
     }
     pub fn event_count(&self, kind: &str) -> i64 {
         self.event_counts
@@ -191,135 +189,12 @@ impl PgStore {
             .await?
             .get(0);
 
-        let counted: Vec<(String, i64)> = tx
-            .query("SELECT state, count(*) FROM actions GROUP BY state", &[])
-            .await?
-            .iter()
-            .map(|r| (r.get(0), r.get(1)))
-            .collect();
-        let by_state = ACTION_STATES
-            .iter()
-            .map(|s| {
-                let n = counted.iter().find(|(k, _)| k == s).map_or(0, |(_, v)| *v);
-                (s.to_string(), n)
-            })
-            .collect();
-
-        let stores = tx
-            .query(
-                "SELECT s.store, s.in_flight, coalesce(p.pending, 0) AS pending,
-                        extract(epoch FROM now() - p.oldest)::float8 AS oldest_pending_s
-                 FROM store_in_flight s
-                 LEFT JOIN (SELECT store, count(*) AS pending, min(enqueued_at) AS oldest
-                            FROM actions WHERE state = 'pending' GROUP BY store) p
-                        ON p.store = s.store
-                 ORDER BY coalesce(p.pending, 0) + s.in_flight DESC, s.store
-                 LIMIT $1",
-                &[&i64::from(q.stores_max)],
-            )
-            .await?
-            .iter()
-            .map(|r| StoreLoad {
-                store: r.get("store"),
-                in_flight: r.get("in_flight"),
-                pending: r.get("pending"),
-                oldest_pending_s: r.get("oldest_pending_s"),
-            })
-            .collect();
-        let stores_total: i64 = tx
-            .query_one("SELECT count(*) FROM stores", &[])
-            .await?
-            .get(0);
-
-        let ttl_ms = q.lease_ttl_ms as f64;
-        let owners = tx
-            .query(
-                "SELECT owner, count(*) AS held,
-                        count(*) FILTER (WHERE lease_until < now()) AS expired,
-                        min(epoch) AS epoch_min, max(epoch) AS epoch_max,
-                        extract(epoch FROM max(lease_until) - now())::float8 AS lease_left_s,
-                        extract(epoch FROM now() - (max(lease_until)
-                                - $2 * interval '1 millisecond'))::float8 AS heartbeat_age_s
-                 FROM actions WHERE state = 'claimed'
-                 GROUP BY owner
-                 ORDER BY count(*) DESC, owner
-                 LIMIT $1",
-                &[&i64::from(q.owners_max), &ttl_ms],
-            )
-            .await?
-            .iter()
-            .map(|r| OwnerLeases {
-                owner: r.get("owner"),
-                held: r.get("held"),
-                expired: r.get("expired"),
-                epoch_min: r.get("epoch_min"),
-                epoch_max: r.get("epoch_max"),
-                lease_left_s: r.get("lease_left_s"),
-                heartbeat_age_s: r.get("heartbeat_age_s"),
-            })
-            .collect();
-
-        let oldest_intents = tx
-            .query(
-                "SELECT o.action_id, a.store, o.idem_key, o.status, a.state, o.attempts,
-                        extract(epoch FROM now() - o.created_at)::float8 AS age_s
-                 FROM outbox o JOIN actions a ON a.id = o.action_id
-                 WHERE o.status NOT IN ('delivered', 'failed')
-                 ORDER BY o.created_at, o.action_id
-                 LIMIT $1",
-                &[&i64::from(q.intents_max)],
-            )
-            .await?
-            .iter()
-            .map(|r| OpenIntent {
-                action_id: r.get("action_id"),
-                store: r.get("store"),
-                key: r.get("idem_key"),
-                status: r.get("status"),
-                state: r.get("state"),
-                attempts: r.get("attempts"),
-                age_s: r.get("age_s"),
-            })
-            .collect();
-        let alert = q.intent_alert_s as f64;
-        let row = tx
-            .query_one(
-                "SELECT count(*),
-                        count(*) FILTER (WHERE created_at < now() - $1 * interval '1 second')
-                 FROM outbox WHERE status NOT IN ('delivered', 'failed')",
-                &[&alert],
-            )
-            .await?;
-        let (open_intents, intents_older_than_alert): (i64, i64) = (row.get(0), row.get(1));
-
-        let events = tx
-            .query(
-                "SELECT id, to_char(at AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS.MS\"Z\"') AS at,
-                        kind, action_id, detail
-                 FROM events WHERE kind = ANY($1)
-                 ORDER BY id DESC
-                 LIMIT $2",
-                &[&q.event_kinds, &i64::from(q.events_max)],
-            )
-            .await?
-            .iter()
-            .map(|r| EventRow {
-                id: r.get("id"),
-                at: r.get("at"),
-                kind: r.get("kind"),
-                action_id: r.get("action_id"),
-                detail: r.get("detail"),
-            })
-            .collect();
-        let event_counts = tx
-            .query(
-                "SELECT kind, count(*) FROM events GROUP BY kind ORDER BY kind",
-                &[],
-            )
-            .await?
-            .iter()
-            .map(|r| (r.get(0), r.get(1)))
-            .collect();
+        let by_state = snapshot_by_state(&tx).await?;
+        let (stores, stores_total) = snapshot_stores(&tx, q).await?;
+        let owners = snapshot_owners(&tx, q).await?;
+        let (oldest_intents, open_intents, intents_older_than_alert) =
+            snapshot_intents(&tx, q).await?;
+        let (events, event_counts) = snapshot_events(&tx, q).await?;
         tx.commit().await?;
         Ok(OpsSnapshot {
             db_now_ms,
@@ -411,4 +286,170 @@ impl PgStore {
             .map(|(i, t)| (t.to_string(), row.get::<_, i64>(i)))
             .collect())
     }
+}
+
+type ReadTx<'a> = deadpool_postgres::Transaction<'a>;
+
+/// Actions by state, every state present, in life order.
+async fn snapshot_by_state(tx: &ReadTx<'_>) -> Result<Vec<(ActionState, i64)>, StoreError> {
+    let counted = state_counts(
+        &tx.query(
+            "SELECT state, count(*) AS n FROM actions GROUP BY state",
+            &[],
+        )
+        .await?,
+    )?;
+    Ok(ActionState::ALL
+        .iter()
+        .map(|s| {
+            let n = counted.iter().find(|(k, _)| k == s).map_or(0, |(_, v)| *v);
+            (*s, n)
+        })
+        .collect())
+}
+
+/// The busiest stores, and how many stores there are.
+async fn snapshot_stores(
+    tx: &ReadTx<'_>,
+    q: &SnapshotQuery,
+) -> Result<(Vec<StoreLoad>, i64), StoreError> {
+    let stores = tx
+        .query(
+            "SELECT s.store, s.in_flight, coalesce(p.pending, 0) AS pending,
+                    extract(epoch FROM now() - p.oldest)::float8 AS oldest_pending_s
+             FROM store_in_flight s
+             LEFT JOIN (SELECT store, count(*) AS pending, min(enqueued_at) AS oldest
+                        FROM actions WHERE state = 'pending' GROUP BY store) p
+                    ON p.store = s.store
+             ORDER BY coalesce(p.pending, 0) + s.in_flight DESC, s.store
+             LIMIT $1",
+            &[&i64::from(q.stores_max)],
+        )
+        .await?
+        .iter()
+        .map(|r| StoreLoad {
+            store: r.get("store"),
+            in_flight: r.get("in_flight"),
+            pending: r.get("pending"),
+            oldest_pending_s: r.get("oldest_pending_s"),
+        })
+        .collect();
+    let stores_total: i64 = tx
+        .query_one("SELECT count(*) FROM stores", &[])
+        .await?
+        .get(0);
+    Ok((stores, stores_total))
+}
+
+/// The owners holding most leases.
+async fn snapshot_owners(
+    tx: &ReadTx<'_>,
+    q: &SnapshotQuery,
+) -> Result<Vec<OwnerLeases>, StoreError> {
+    let ttl_ms = q.lease_ttl_ms as f64;
+    Ok(tx
+        .query(
+            "SELECT owner, count(*) AS held,
+                    count(*) FILTER (WHERE lease_until < now()) AS expired,
+                    min(epoch) AS epoch_min, max(epoch) AS epoch_max,
+                    extract(epoch FROM max(lease_until) - now())::float8 AS lease_left_s,
+                    extract(epoch FROM now() - (max(lease_until)
+                            - $2 * interval '1 millisecond'))::float8 AS heartbeat_age_s
+             FROM actions WHERE state = 'claimed'
+             GROUP BY owner
+             ORDER BY count(*) DESC, owner
+             LIMIT $1",
+            &[&i64::from(q.owners_max), &ttl_ms],
+        )
+        .await?
+        .iter()
+        .map(|r| OwnerLeases {
+            owner: r.get("owner"),
+            held: r.get("held"),
+            expired: r.get("expired"),
+            epoch_min: r.get("epoch_min"),
+            epoch_max: r.get("epoch_max"),
+            lease_left_s: r.get("lease_left_s"),
+            heartbeat_age_s: r.get("heartbeat_age_s"),
+        })
+        .collect())
+}
+
+/// The oldest open intents, how many are open, and how many are older than
+/// the alert.
+async fn snapshot_intents(
+    tx: &ReadTx<'_>,
+    q: &SnapshotQuery,
+) -> Result<(Vec<OpenIntent>, i64, i64), StoreError> {
+    let oldest_intents = tx
+        .query(
+            "SELECT o.action_id, a.store, o.idem_key, o.status, a.state, o.attempts,
+                    extract(epoch FROM now() - o.created_at)::float8 AS age_s
+             FROM outbox o JOIN actions a ON a.id = o.action_id
+             WHERE NOT courier_status_is_final(o.status)
+             ORDER BY o.created_at, o.action_id
+             LIMIT $1",
+            &[&i64::from(q.intents_max)],
+        )
+        .await?
+        .iter()
+        .map(|r| {
+            Ok(OpenIntent {
+                action_id: r.get("action_id"),
+                store: r.get("store"),
+                key: r.get("idem_key"),
+                status: r.get("status"),
+                state: state_col(r, "state")?,
+                attempts: r.get("attempts"),
+                age_s: r.get("age_s"),
+            })
+        })
+        .collect::<Result<_, StoreError>>()?;
+    let alert = q.intent_alert_s as f64;
+    let row = tx
+        .query_one(
+            "SELECT count(*),
+                    count(*) FILTER (WHERE created_at < now() - $1 * interval '1 second')
+             FROM outbox WHERE NOT courier_status_is_final(status)",
+            &[&alert],
+        )
+        .await?;
+    let (open_intents, intents_older_than_alert): (i64, i64) = (row.get(0), row.get(1));
+    Ok((oldest_intents, open_intents, intents_older_than_alert))
+}
+
+/// The newest events of the kinds asked for, and every kind's count.
+async fn snapshot_events(
+    tx: &ReadTx<'_>,
+    q: &SnapshotQuery,
+) -> Result<(Vec<EventRow>, Vec<(String, i64)>), StoreError> {
+    let events = tx
+        .query(
+            "SELECT id, to_char(at AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS.MS\"Z\"') AS at,
+                    kind, action_id, detail
+             FROM events WHERE kind = ANY($1)
+             ORDER BY id DESC
+             LIMIT $2",
+            &[&q.event_kinds, &i64::from(q.events_max)],
+        )
+        .await?
+        .iter()
+        .map(|r| EventRow {
+            id: r.get("id"),
+            at: r.get("at"),
+            kind: r.get("kind"),
+            action_id: r.get("action_id"),
+            detail: r.get("detail"),
+        })
+        .collect();
+    let event_counts = tx
+        .query(
+            "SELECT kind, count(*) FROM events GROUP BY kind ORDER BY kind",
+            &[],
+        )
+        .await?
+        .iter()
+        .map(|r| (r.get(0), r.get(1)))
+        .collect();
+    Ok((events, event_counts))
 }

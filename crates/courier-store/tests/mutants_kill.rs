@@ -4,22 +4,21 @@
 //! courier-testkit). Each test names the behaviour it pins down; the comment
 //! above it names the mutant it kills.
 //!
-//! The mutation run that found them (from the workspace root):
+//! The mutation run that found them (from the workspace root) was
 //! `cargo mutants --in-place --test-tool nextest -f crates/courier-store/src/queries.rs
-//! -F '\b(action_settle|settle_refused|merge_unleased|...)\b'`.
+//! -F '\b(action_settle|settle_refused|merge_unleased|...)\b'`, before the
+//! store kept only its batch forms: the single settle's fold now lives in
+//! `src/settle.rs` (`settles_fold`, `settle_refused`) and the unleased merge's
+//! in `src/merge.rs` (`merges_fold`); the tests drive those, through batches
+//! of one.
 
 use courier_core::status::Merge;
-use courier_core::{action_key, Status};
+use courier_core::{action_key, ActionState, Status};
 use courier_store::*;
+use courier_testkit::fixtures::{expire_lease, settle, settled_ok, webhook};
 use courier_testkit::{fresh_db, TestDb};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
 
-/// How long a test waits for a short lease to run out in the database clock
-/// before it gives up: generous, for a loaded two-core machine.
-const LEASE_EXPIRY_WAIT_MS_MAX: u64 = 20_000;
-/// The pause between two claim attempts while waiting for a lease to expire.
-const CLAIM_POLL_MS: u64 = 20;
 /// A lease that outlives every test.
 const LONG_LEASE_MS: u64 = 600_000;
 /// A lease short enough to run out within a test.
@@ -70,56 +69,46 @@ async fn intent_written(db: &TestDb, who: &Arc<str>, lease_ttl_ms: u64) -> (Leas
     (lease, key)
 }
 
-/// Claims for `who` until the expired lease of `action_id` is taken over,
-/// within a bounded deadline; returns the new lease.
+/// Moves the clock past the lease of `action_id` (taken at most
+/// [`SHORT_LEASE_MS`] before) and claims for `who`: the expired lease is
+/// taken over; returns the new lease.
 async fn reclaim(db: &TestDb, who: &Arc<str>, action_id: i64) -> Lease {
-    let deadline = Instant::now() + Duration::from_millis(LEASE_EXPIRY_WAIT_MS_MAX);
-    loop {
-        let got = db
-            .store
-            .action_claim(who, 1, LONG_LEASE_MS, 1_000, ClaimMode::Fair)
-            .await
-            .unwrap();
-        if let Some(c) = got.first() {
-            assert_eq!(c.lease.action_id, action_id);
-            assert!(c.reclaimed, "{c:?}");
-            return c.lease.clone();
-        }
-        assert!(
-            Instant::now() < deadline,
-            "the lease of action {action_id} did not expire within {LEASE_EXPIRY_WAIT_MS_MAX} ms"
-        );
-        tokio::time::sleep(Duration::from_millis(CLAIM_POLL_MS)).await;
-    }
+    let (store, clock) = db.manual_clock().await;
+    expire_lease(&clock, SHORT_LEASE_MS);
+    let got = store
+        .action_claim(who, 1, LONG_LEASE_MS, 1_000, ClaimMode::Fair)
+        .await
+        .unwrap();
+    assert_eq!(got.len(), 1, "{got:?}");
+    let c = &got[0];
+    assert_eq!(c.lease.action_id, action_id);
+    assert!(c.reclaimed, "{c:?}");
+    c.lease.clone()
 }
 
 async fn view(db: &TestDb, action_id: i64) -> ActionView {
     db.store.action_get(action_id).await.unwrap().unwrap()
 }
 
-// Kills `delete ! in PgStore::action_settle` (done = final && conflict),
+// Kills `delete !` in the settle's fold (done = final && conflict),
 // which before only the dispatch end-to-end run caught, by a timeout: a
 // settle with a final status and no conflict finishes the action at once.
 #[tokio::test]
 async fn a_settle_with_a_final_status_finishes_the_action() {
     let db = fresh_db().await;
     let (lease, _key) = sent_action(&db, &owner("a")).await;
-    let settled = db
-        .store
-        .action_settle(&lease, Status::Delivered, Some("msg_1"), true, 60_000)
-        .await
-        .unwrap();
+    let settled = settle(&db.store, &lease, Status::Delivered, Some("msg_1"), true).await;
     assert_eq!(
         settled,
-        Ok(Settled {
+        SettleOutcome::Settled(Settled {
             status: Status::Delivered,
             merge: Merge::Advance(Status::Delivered)
         })
     );
     let v = view(&db, lease.action_id).await;
     assert_eq!(
-        (v.state.as_str(), v.status),
-        ("done", Some(Status::Delivered))
+        (v.state, v.status),
+        (ActionState::Done, Some(Status::Delivered))
     );
     assert_eq!(v.message_id.as_deref(), Some("msg_1"));
     // A finished action is not due for a reconciling lookup.
@@ -133,7 +122,7 @@ async fn a_settle_with_a_final_status_finishes_the_action() {
     assert_eq!(outcomes[0].final_status, Some(Status::Delivered));
 }
 
-// Kills `replace && with || in PgStore::action_settle` and `delete !` there
+// Kills `replace && with || in PgStore::actions_settle` and `delete !` there
 // from the other side: a settle whose report conflicts with a final status a
 // webhook already recorded leaves the action open and due for a lookup.
 #[tokio::test]
@@ -142,30 +131,23 @@ async fn a_settle_conflicting_with_an_earlier_webhook_waits_for_the_lookup() {
     let (lease, key) = sent_action(&db, &owner("a")).await;
     // The provider's webhook overtakes the worker's own settle.
     assert_eq!(
-        db.store
-            .webhook_merge("evt_early", &key, Status::Delivered, "msg_1")
-            .await
-            .unwrap(),
+        webhook(&db.store, "evt_early", &key, Status::Delivered).await,
         MergeOutcome::Applied(Merge::Advance(Status::Delivered))
     );
     // The action is still claimed: a webhook never finishes a claimed action.
-    assert_eq!(view(&db, lease.action_id).await.state, "claimed");
-    let settled = db
-        .store
-        .action_settle(&lease, Status::Failed, Some("msg_1"), false, 60_000)
-        .await
-        .unwrap();
+    assert_eq!(view(&db, lease.action_id).await.state, ActionState::Claimed);
+    let settled = settle(&db.store, &lease, Status::Failed, Some("msg_1"), false).await;
     assert_eq!(
         settled,
-        Ok(Settled {
+        SettleOutcome::Settled(Settled {
             status: Status::Delivered,
             merge: Merge::Conflict
         })
     );
     let v = view(&db, lease.action_id).await;
     assert_eq!(
-        (v.state.as_str(), v.status),
-        ("dispatched", Some(Status::Delivered))
+        (v.state, v.status),
+        (ActionState::Dispatched, Some(Status::Delivered))
     );
     assert_eq!(
         db.store.action_outcomes().await.unwrap()[0].final_status,
@@ -181,7 +163,10 @@ async fn a_settle_conflicting_with_an_earlier_webhook_waits_for_the_lookup() {
         MergeOutcome::Applied(Merge::Advance(Status::Failed))
     );
     let v = view(&db, lease.action_id).await;
-    assert_eq!((v.state.as_str(), v.status), ("done", Some(Status::Failed)));
+    assert_eq!(
+        (v.state, v.status),
+        (ActionState::Done, Some(Status::Failed))
+    );
 }
 
 // Kills `replace == with != in PgStore::settle_refused` on `state == "done"`:
@@ -191,26 +176,18 @@ async fn a_settle_conflicting_with_an_earlier_webhook_waits_for_the_lookup() {
 async fn a_final_settle_retried_after_a_lost_commit_answer_is_accepted() {
     let db = fresh_db().await;
     let (lease, _key) = sent_action(&db, &owner("a")).await;
-    db.store
-        .action_settle(&lease, Status::Delivered, Some("msg_1"), true, 60_000)
-        .await
-        .unwrap()
-        .unwrap();
-    let again = db
-        .store
-        .action_settle(&lease, Status::Delivered, Some("msg_1"), true, 60_000)
-        .await
-        .unwrap();
+    settled_ok(settle(&db.store, &lease, Status::Delivered, Some("msg_1"), true).await);
+    let again = settle(&db.store, &lease, Status::Delivered, Some("msg_1"), true).await;
     assert_eq!(
         again,
-        Ok(Settled {
+        SettleOutcome::Settled(Settled {
             status: Status::Delivered,
             merge: Merge::Same
         })
     );
     // A retry is not a fenced write.
     assert_eq!(db.store.summary(1800).await.unwrap().event("fenced"), 0);
-    assert_eq!(view(&db, lease.action_id).await.state, "done");
+    assert_eq!(view(&db, lease.action_id).await.state, ActionState::Done);
 }
 
 // Kills `replace && with || in PgStore::settle_refused` between the owner and
@@ -233,17 +210,10 @@ async fn an_old_lease_is_fenced_after_the_same_owner_reclaimed_the_action() {
             .unwrap()
             .written_now
     );
-    db.store
-        .action_settle(&new, Status::Accepted, Some("msg_1"), true, 60_000)
-        .await
-        .unwrap()
-        .unwrap();
+    settled_ok(settle(&db.store, &new, Status::Accepted, Some("msg_1"), true).await);
     assert_eq!(
-        db.store
-            .action_settle(&old, Status::Accepted, Some("msg_1"), false, 60_000)
-            .await
-            .unwrap(),
-        Err(Fenced {
+        settle(&db.store, &old, Status::Accepted, Some("msg_1"), false).await,
+        SettleOutcome::Fenced(Fenced {
             current_epoch: Some(new.epoch)
         })
     );
@@ -259,33 +229,23 @@ async fn an_old_lease_stays_fenced_after_the_new_owner_settled() {
     let (old, key) = intent_written(&db, &owner("a"), SHORT_LEASE_MS).await;
     let new = reclaim(&db, &owner("b"), old.action_id).await;
     db.store.outbox_intent(&new, &key).await.unwrap().unwrap();
-    db.store
-        .action_settle(&new, Status::Accepted, Some("msg_1"), true, 60_000)
-        .await
-        .unwrap()
-        .unwrap();
-    assert_eq!(view(&db, old.action_id).await.state, "dispatched");
-    let fenced = Err(Fenced {
+    settled_ok(settle(&db.store, &new, Status::Accepted, Some("msg_1"), true).await);
+    assert_eq!(
+        view(&db, old.action_id).await.state,
+        ActionState::Dispatched
+    );
+    let fenced = SettleOutcome::Fenced(Fenced {
         current_epoch: Some(new.epoch),
     });
     assert_eq!(
-        db.store
-            .action_settle(&old, Status::Accepted, Some("msg_1"), false, 60_000)
-            .await
-            .unwrap(),
+        settle(&db.store, &old, Status::Accepted, Some("msg_1"), false).await,
         fenced
     );
     // Still fenced once the action is done.
-    db.store
-        .webhook_merge("evt_final", &key, Status::Delivered, "msg_1")
-        .await
-        .unwrap();
-    assert_eq!(view(&db, old.action_id).await.state, "done");
+    webhook(&db.store, "evt_final", &key, Status::Delivered).await;
+    assert_eq!(view(&db, old.action_id).await.state, ActionState::Done);
     assert_eq!(
-        db.store
-            .action_settle(&old, Status::Delivered, Some("msg_1"), false, 60_000)
-            .await
-            .unwrap(),
+        settle(&db.store, &old, Status::Delivered, Some("msg_1"), false).await,
         fenced
     );
     // The old owner's settles changed nothing.
@@ -294,7 +254,8 @@ async fn an_old_lease_stays_fenced_after_the_new_owner_settled() {
     assert_eq!(db.store.summary(1800).await.unwrap().event("fenced"), 2);
 }
 
-// Pins the other half of `replace != with == in merge_unleased` on the
+// Pins the other half of `replace != with == in merge_unleased` (now
+// `merges_fold`) on the
 // conflict comparison, which writes the outbox row even when nothing changed
 // (store.rs catches only its first half, a lost conflict flag): a report that
 // changes nothing writes nothing, so a stream of repeated conflicting reports
@@ -303,20 +264,10 @@ async fn an_old_lease_stays_fenced_after_the_new_owner_settled() {
 async fn a_repeated_report_during_a_conflict_does_not_pull_the_lookup_forward() {
     let db = fresh_db().await;
     let (lease, key) = sent_action(&db, &owner("a")).await;
-    db.store
-        .action_settle(&lease, Status::Accepted, Some("msg_1"), false, 60_000)
-        .await
-        .unwrap()
-        .unwrap();
-    db.store
-        .webhook_merge("e1", &key, Status::Delivered, "msg_1")
-        .await
-        .unwrap();
+    settled_ok(settle(&db.store, &lease, Status::Accepted, Some("msg_1"), false).await);
+    webhook(&db.store, "e1", &key, Status::Delivered).await;
     assert_eq!(
-        db.store
-            .webhook_merge("e2", &key, Status::Failed, "msg_1")
-            .await
-            .unwrap(),
+        webhook(&db.store, "e2", &key, Status::Failed).await,
         MergeOutcome::Applied(Merge::Conflict)
     );
     // The conflict is due at once; taking it pushes the next check out.
@@ -332,17 +283,11 @@ async fn a_repeated_report_during_a_conflict_does_not_pull_the_lookup_forward() 
         .is_empty());
     // The same two finals again, under new event ids: nothing changes.
     assert_eq!(
-        db.store
-            .webhook_merge("e3", &key, Status::Failed, "msg_1")
-            .await
-            .unwrap(),
+        webhook(&db.store, "e3", &key, Status::Failed).await,
         MergeOutcome::Applied(Merge::Conflict)
     );
     assert_eq!(
-        db.store
-            .webhook_merge("e4", &key, Status::Delivered, "msg_1")
-            .await
-            .unwrap(),
+        webhook(&db.store, "e4", &key, Status::Delivered).await,
         MergeOutcome::Applied(Merge::Same)
     );
     assert!(
@@ -357,8 +302,8 @@ async fn a_repeated_report_during_a_conflict_does_not_pull_the_lookup_forward() 
     // final status unknown to the verifier until a lookup settles it.
     let v = view(&db, lease.action_id).await;
     assert_eq!(
-        (v.state.as_str(), v.status),
-        ("done", Some(Status::Delivered))
+        (v.state, v.status),
+        (ActionState::Done, Some(Status::Delivered))
     );
     assert_eq!(
         db.store.action_outcomes().await.unwrap()[0].final_status,

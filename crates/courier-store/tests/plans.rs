@@ -16,12 +16,14 @@ use courier_testkit::fresh_db;
 
 const QUIET_STORES: usize = 99;
 
-/// A claim's plan, as text lines, for a batch of 7 with a cap of 1.
+/// A claim's plan, as text lines, for a batch of 7 with a cap of 1, on the
+/// database's clock (the time parameter NULL, as in production).
 async fn plan(c: &tokio_postgres::Client, sql: &str) -> Vec<String> {
+    let now: Option<chrono::DateTime<chrono::Utc>> = None;
     let rows = c
         .query(
             &format!("EXPLAIN {sql}"),
-            &[&"w", &7i64, &60_000f64, &1i32, &true],
+            &[&"w", &7i64, &60_000f64, &1i32, &true, &now],
         )
         .await
         .expect("explain the claim");

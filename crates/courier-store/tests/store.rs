@@ -2,26 +2,18 @@
 //! merges and enqueue. Each test gets a fresh database.
 
 use courier_core::status::Merge;
-use courier_core::{action_key, Status};
+use courier_core::{action_key, ActionState, Status};
 use courier_store::*;
+use courier_testkit::fixtures::{
+    self, expire_lease, new_action, settle, settled_ok, webhook, MESSAGE_ID,
+};
 use courier_testkit::fresh_db;
 use std::collections::HashSet;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
-
-fn new_action(store: &str, n: usize) -> NewAction {
-    NewAction {
-        store: store.to_string(),
-        to: "+15551234567".to_string(),
-        body: format!("order {n} shipped"),
-        key: None,
-    }
-}
+use std::time::Duration;
 
 async fn enqueue_many(store: &PgStore, s: &str, n: usize) {
-    for i in 0..n {
-        store.action_enqueue(&new_action(s, i)).await.unwrap();
-    }
+    fixtures::enqueued(store, s, n).await;
 }
 
 fn owner(name: &str) -> Arc<str> {
@@ -33,11 +25,6 @@ async fn claim(store: &PgStore, who: &Arc<str>, n: u32, ttl_ms: u64) -> Vec<Clai
         .action_claim(who, n, ttl_ms, 1_000, ClaimMode::Fair)
         .await
         .unwrap()
-}
-
-/// Waits (bounded) until the lease of `lease` has run out in the database clock.
-async fn wait_lease_expired(ttl_ms: u64) {
-    tokio::time::sleep(Duration::from_millis(ttl_ms + 20)).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -80,16 +67,17 @@ async fn no_double_claim_under_concurrent_claimers() {
 #[tokio::test]
 async fn a_worker_whose_lease_was_taken_can_write_nothing() {
     let db = fresh_db().await;
-    enqueue_many(&db.store, "s1", 1).await;
+    let (store, clock) = db.manual_clock().await;
+    enqueue_many(&store, "s1", 1).await;
     let a = owner("a");
     let b = owner("b");
-    let got = claim(&db.store, &a, 1, 100).await;
+    let got = claim(&store, &a, 1, 100).await;
     let old = got[0].lease.clone();
     let key = action_key(&got[0].uid);
     // A writes the intent, then stalls past its lease.
-    db.store.outbox_intent(&old, &key).await.unwrap().unwrap();
-    wait_lease_expired(100).await;
-    let got_b = claim(&db.store, &b, 1, 60_000).await;
+    store.outbox_intent(&old, &key).await.unwrap().unwrap();
+    expire_lease(&clock, 100);
+    let got_b = claim(&store, &b, 1, 60_000).await;
     assert_eq!(got_b.len(), 1);
     assert!(got_b[0].reclaimed);
     assert_eq!(got_b[0].lease.epoch, old.epoch + 1);
@@ -110,27 +98,21 @@ async fn a_worker_whose_lease_was_taken_can_write_nothing() {
         .unwrap();
     assert_eq!(beat.held, Vec::<i64>::new());
     assert_eq!(beat.fenced, vec![old.action_id]);
-    assert!(db
-        .store
-        .action_settle(&old, Status::Accepted, Some("msg_1"), false, 10_000)
-        .await
-        .unwrap()
-        .is_err());
+    assert!(matches!(
+        settle(&db.store, &old, Status::Accepted, Some(MESSAGE_ID), false).await,
+        SettleOutcome::Fenced(_)
+    ));
     assert!(db.store.action_fail(&old, "x").await.unwrap().is_err());
     // Nothing the old owner tried changed the row: no attempt, still claimed by b.
     let view = db.store.action_get(old.action_id).await.unwrap().unwrap();
-    assert_eq!(view.state, "claimed");
+    assert_eq!(view.state, ActionState::Claimed);
     assert_eq!(view.attempts, 0);
     assert_eq!(view.status, Some(Status::Sending));
     // The new owner can.
     let new = got_b[0].lease.clone();
     assert_eq!(db.store.outbox_count_attempt(&new, 0).await.unwrap(), Ok(1));
-    let settled = db
-        .store
-        .action_settle(&new, Status::Accepted, Some("msg_1"), false, 10_000)
-        .await
-        .unwrap()
-        .unwrap();
+    let settled =
+        settled_ok(settle(&db.store, &new, Status::Accepted, Some(MESSAGE_ID), false).await);
     assert_eq!(settled.status, Status::Accepted);
     let summary = db.store.summary(1800).await.unwrap();
     assert!(summary.event("fenced") >= 2, "{:?}", summary.events);
@@ -139,47 +121,52 @@ async fn a_worker_whose_lease_was_taken_can_write_nothing() {
 #[tokio::test]
 async fn a_heartbeat_keeps_a_slow_workers_lease() {
     let db = fresh_db().await;
-    enqueue_many(&db.store, "s1", 1).await;
+    let (store, clock) = db.manual_clock().await;
+    enqueue_many(&store, "s1", 1).await;
     let a = owner("a");
-    let got = claim(&db.store, &a, 1, 300).await;
+    let got = claim(&store, &a, 1, 300).await;
     let lease = got[0].lease.clone();
-    // A slow worker heartbeats every 100 ms for 1 s: three lease lengths.
-    let start = Instant::now();
-    while start.elapsed() < Duration::from_millis(1_000) {
-        let beat = db
-            .store
+    // A slow worker heartbeats every 100 ms for 1 s (on the moved clock):
+    // three lease lengths.
+    for _ in 0..10 {
+        clock.advance(Duration::from_millis(100));
+        let beat = store
             .action_heartbeat(&lease.owner, &[(lease.action_id, lease.epoch)], 300)
             .await
             .unwrap();
         assert_eq!(beat.held, vec![lease.action_id]);
         assert!(beat.fenced.is_empty());
         // Nobody else can take it meanwhile.
-        assert!(claim(&db.store, &owner("b"), 1, 300).await.is_empty());
-        tokio::time::sleep(Duration::from_millis(100)).await;
+        assert!(claim(&store, &owner("b"), 1, 300).await.is_empty());
     }
     let key = action_key(&got[0].uid);
-    assert!(db.store.outbox_intent(&lease, &key).await.unwrap().is_ok());
+    assert!(store.outbox_intent(&lease, &key).await.unwrap().is_ok());
     // Without heartbeats the lease runs out and another worker takes over.
-    wait_lease_expired(300).await;
-    assert_eq!(claim(&db.store, &owner("b"), 1, 300).await.len(), 1);
+    // A lease holds up to and including its last instant...
+    clock.advance(Duration::from_millis(300));
+    assert!(claim(&store, &owner("b"), 1, 300).await.is_empty());
+    // ...and not a millisecond longer.
+    clock.advance(Duration::from_millis(1));
+    assert_eq!(claim(&store, &owner("b"), 1, 300).await.len(), 1);
 }
 
 #[tokio::test]
 async fn a_reclaimed_action_continues_from_the_lookup() {
     let db = fresh_db().await;
-    enqueue_many(&db.store, "s1", 1).await;
-    let got = claim(&db.store, &owner("a"), 1, 100).await;
+    let (store, clock) = db.manual_clock().await;
+    enqueue_many(&store, "s1", 1).await;
+    let got = claim(&store, &owner("a"), 1, 100).await;
     let a = got[0].lease.clone();
     let key = action_key(&got[0].uid);
-    let intent = db.store.outbox_intent(&a, &key).await.unwrap().unwrap();
+    let intent = store.outbox_intent(&a, &key).await.unwrap().unwrap();
     assert!(intent.written_now);
     assert_eq!(intent.attempts, 0);
-    assert_eq!(db.store.outbox_count_attempt(&a, 0).await.unwrap(), Ok(1));
+    assert_eq!(store.outbox_count_attempt(&a, 0).await.unwrap(), Ok(1));
     // A dies here, after its request may have left.
-    wait_lease_expired(100).await;
-    let got = claim(&db.store, &owner("b"), 1, 60_000).await;
+    expire_lease(&clock, 100);
+    let got = claim(&store, &owner("b"), 1, 60_000).await;
     let b = got[0].lease.clone();
-    let intent = db.store.outbox_intent(&b, &key).await.unwrap().unwrap();
+    let intent = store.outbox_intent(&b, &key).await.unwrap().unwrap();
     // The intent is the same row with the same key, and the counted attempt
     // tells b to look up before anything else.
     assert!(!intent.written_now);
@@ -211,49 +198,24 @@ async fn a_lease_about_to_end_refuses_the_attempt() {
 
 async fn dispatched_action(db: &courier_testkit::TestDb) -> (Lease, String) {
     enqueue_many(&db.store, "s1", 1).await;
-    let got = claim(&db.store, &owner("a"), 1, 60_000).await;
-    let lease = got[0].lease.clone();
-    let key = action_key(&got[0].uid);
-    db.store.outbox_intent(&lease, &key).await.unwrap().unwrap();
-    db.store
-        .outbox_count_attempt(&lease, 0)
-        .await
-        .unwrap()
-        .unwrap();
-    db.store
-        .action_settle(&lease, Status::Accepted, Some("msg_1"), false, 60_000)
-        .await
-        .unwrap()
-        .unwrap();
-    (lease, key)
+    let held = fixtures::settled(&db.store).await;
+    (held.lease, held.key)
 }
 
 #[tokio::test]
 async fn a_duplicate_webhook_is_a_no_op() {
     let db = fresh_db().await;
     let (lease, key) = dispatched_action(&db).await;
-    let first = db
-        .store
-        .webhook_merge("evt_1", &key, Status::Sent, "msg_1")
-        .await
-        .unwrap();
+    let first = webhook(&db.store, "evt_1", &key, Status::Sent).await;
     assert_eq!(first, MergeOutcome::Applied(Merge::Advance(Status::Sent)));
-    let again = db
-        .store
-        .webhook_merge("evt_1", &key, Status::Sent, "msg_1")
-        .await
-        .unwrap();
+    let again = webhook(&db.store, "evt_1", &key, Status::Sent).await;
     assert_eq!(again, MergeOutcome::Duplicate);
     // Even a duplicate id carrying something else changes nothing.
-    let forged = db
-        .store
-        .webhook_merge("evt_1", &key, Status::Failed, "msg_1")
-        .await
-        .unwrap();
+    let forged = webhook(&db.store, "evt_1", &key, Status::Failed).await;
     assert_eq!(forged, MergeOutcome::Duplicate);
     let view = db.store.action_get(lease.action_id).await.unwrap().unwrap();
     assert_eq!(view.status, Some(Status::Sent));
-    assert_eq!(view.state, "dispatched");
+    assert_eq!(view.state, ActionState::Dispatched);
     let s = db.store.summary(1800).await.unwrap();
     assert_eq!(s.event("duplicate_webhook"), 2);
 }
@@ -262,24 +224,16 @@ async fn a_duplicate_webhook_is_a_no_op() {
 async fn a_backward_report_is_ignored_and_counted() {
     let db = fresh_db().await;
     let (lease, key) = dispatched_action(&db).await;
-    let out = db
-        .store
-        .webhook_merge("evt_d", &key, Status::Delivered, "msg_1")
-        .await
-        .unwrap();
+    let out = webhook(&db.store, "evt_d", &key, Status::Delivered).await;
     assert_eq!(
         out,
         MergeOutcome::Applied(Merge::Advance(Status::Delivered))
     );
-    let out = db
-        .store
-        .webhook_merge("evt_s", &key, Status::Sent, "msg_1")
-        .await
-        .unwrap();
+    let out = webhook(&db.store, "evt_s", &key, Status::Sent).await;
     assert_eq!(out, MergeOutcome::Applied(Merge::Backward));
     let view = db.store.action_get(lease.action_id).await.unwrap().unwrap();
     assert_eq!(view.status, Some(Status::Delivered));
-    assert_eq!(view.state, "done");
+    assert_eq!(view.state, ActionState::Done);
     assert_eq!(db.store.summary(1800).await.unwrap().event("backward"), 1);
 }
 
@@ -287,15 +241,8 @@ async fn a_backward_report_is_ignored_and_counted() {
 async fn two_different_finals_wait_for_the_lookup() {
     let db = fresh_db().await;
     let (lease, key) = dispatched_action(&db).await;
-    db.store
-        .webhook_merge("e1", &key, Status::Delivered, "msg_1")
-        .await
-        .unwrap();
-    let out = db
-        .store
-        .webhook_merge("e2", &key, Status::Failed, "msg_1")
-        .await
-        .unwrap();
+    webhook(&db.store, "e1", &key, Status::Delivered).await;
+    let out = webhook(&db.store, "e2", &key, Status::Failed).await;
     assert_eq!(out, MergeOutcome::Applied(Merge::Conflict));
     // The conflict makes the action due for a lookup at once.
     let due = db.store.outbox_due_checks(10, 60_000).await.unwrap();
@@ -429,11 +376,7 @@ async fn a_batch_claim_respects_the_cap_and_takes_turns() {
         .await
         .unwrap()
         .unwrap();
-    db.store
-        .action_settle(&first_a.lease, Status::Accepted, None, false, 60_000)
-        .await
-        .unwrap()
-        .unwrap();
+    settled_ok(settle(&db.store, &first_a.lease, Status::Accepted, None, false).await);
     let more = db
         .store
         .action_claim(&owner("w"), 7, 60_000, 3, ClaimMode::Fair)
@@ -460,14 +403,10 @@ async fn a_settle_retried_after_a_lost_commit_answer_is_accepted() {
     let db = fresh_db().await;
     let (lease, _key) = dispatched_action(&db).await;
     // The same owner settles again (as after a lost commit answer).
-    let again = db
-        .store
-        .action_settle(&lease, Status::Accepted, Some("msg_1"), false, 60_000)
-        .await
-        .unwrap();
+    let again = settle(&db.store, &lease, Status::Accepted, Some(MESSAGE_ID), false).await;
     assert_eq!(
         again,
-        Ok(Settled {
+        SettleOutcome::Settled(Settled {
             status: Status::Accepted,
             merge: Merge::Same
         })

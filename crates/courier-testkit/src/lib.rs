@@ -4,9 +4,14 @@
 //! use by whichever test process comes first (under a file lock), and is
 //! shared by the rest of the run; the test script stops it at the end.
 //! `COURIER_TEST_DATABASE_URL` points the tests at an existing server instead.
+//!
+//! [`fixtures`] builds actions in the states tests start from (`claimed()`,
+//! `sent()`, `settled()`, `expire_lease()`), through the store's own API.
+
+pub mod fixtures;
 
 use courier_store::cluster::Cluster;
-use courier_store::{PgStore, StoreConfig};
+use courier_store::{Clock, PgStore, StoreConfig};
 use std::path::PathBuf;
 
 /// The directory of the shared test cluster: `COURIER_TEST_PG_DIR`, or a
@@ -56,6 +61,22 @@ fn server_url() -> String {
 pub struct TestDb {
     pub url: String,
     pub store: PgStore,
+}
+
+impl TestDb {
+    /// The store with its lease statements on a manual clock, started at
+    /// the database's time: move the clock ([`fixtures::expire_lease`],
+    /// [`Clock::advance`]) instead of sleeping until a lease runs out.
+    pub async fn manual_clock(&self) -> (PgStore, Clock) {
+        let client = self.store.client().await.expect("a connection");
+        let now = client
+            .query_one("SELECT now()", &[])
+            .await
+            .expect("the database's time")
+            .get(0);
+        let clock = Clock::manual(now);
+        (self.store.with_clock(clock.clone()), clock)
+    }
 }
 
 pub async fn fresh_db() -> TestDb {

@@ -11,7 +11,8 @@ use super::observe::Event;
 use super::{Provider, WorkerConfig, WorkerStats};
 use courier_core::backoff::store_retry_delay_ms;
 use courier_core::lease::{renewed_deadline_ms, LocalLease};
-use courier_store::{Fenced, GroupCommit, PgStore, SettleReq, Settled, StoreError};
+use crate::group_commit::GroupCommit;
+use courier_store::{PgStore, SettleOutcome, SettleReq, StoreError};
 use rand::rngs::StdRng;
 use std::collections::HashMap;
 use std::future::Future;
@@ -51,7 +52,7 @@ impl Held {
 }
 
 /// Settles of one worker's deliveries, committed together.
-pub(super) type Settles = GroupCommit<SettleReq, Result<Result<Settled, Fenced>, StoreError>>;
+pub(super) type Settles = GroupCommit<SettleReq, Result<SettleOutcome, StoreError>>;
 
 pub(super) struct Ctx<P> {
     pub store: PgStore,
@@ -81,7 +82,7 @@ impl<P: Provider> Ctx<P> {
                 2,
                 move |reqs: Vec<SettleReq>| {
                     let store = store.clone();
-                    async move { store.actions_settle_batch(&reqs, overdue).await }
+                    async move { store.actions_settle(&reqs, overdue).await }
                 },
             )
         };

@@ -10,7 +10,7 @@ use crate::worker::observe::Event;
 use crate::worker::Provider;
 use courier_core::step::FencedAt;
 use courier_core::Status;
-use courier_store::SettleReq;
+use courier_store::{SettleOutcome, SettleReq};
 
 impl<P: Provider> Delivery<'_, P> {
     pub(super) async fn settle(&mut self, status: Status) {
@@ -31,14 +31,14 @@ impl<P: Provider> Delivery<'_, P> {
             .await;
         match settled {
             None => self.abandon(FencedAt::Heartbeat).await,
-            Some(Ok(s)) => {
+            Some(SettleOutcome::Settled(s)) => {
                 ctx.observe(Event::Settled {
                     action_id: self.lease.action_id,
                     status: s.status,
                 })
                 .await;
             }
-            Some(Err(f)) => {
+            Some(SettleOutcome::Fenced(f)) => {
                 self.found_epoch = f.current_epoch;
                 self.abandon(FencedAt::Settle).await;
             }

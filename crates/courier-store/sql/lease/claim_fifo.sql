@@ -1,0 +1,25 @@
+-- The middle of the FIFO claim, for comparison: the oldest pending actions
+-- of all stores. `store > ''` (always true) matches the predicate of its
+-- index, which only this claim may use (migration 0003). The per-store cap
+-- does not apply ($4 is only referenced so both claims take the same
+-- parameters). Unlike the fair claim, it waits: for the store rows of what
+-- it took (to count them), which it locks in name order.
+chosen AS (
+    SELECT a.id, a.store FROM actions a
+    WHERE a.state = 'pending' AND a.store > '' AND $4 >= 0
+    ORDER BY a.id
+    LIMIT GREATEST($2 - (SELECT count(*) FROM reclaimed), 0)
+    FOR UPDATE SKIP LOCKED
+),
+-- The chosen actions' store rows, locked in name order (so two FIFO claims
+-- cannot wait on each other in a cycle) before their releases are folded.
+fifo_stores AS (
+    SELECT st.store FROM stores st WHERE st.store IN (SELECT store FROM chosen)
+    ORDER BY st.store
+    FOR NO KEY UPDATE
+),
+released AS (
+    DELETE FROM store_releases r USING fifo_stores f WHERE r.store = f.store
+    RETURNING r.store, r.n
+),
+locked_stores AS (SELECT store FROM fifo_stores),

@@ -1,0 +1,36 @@
+-- The tail of both claims: take the `chosen` pending actions, count them
+-- against their stores, and, when $5, write each fresh action's send intent
+-- with its first attempt counted, in this same statement (so under the very
+-- compare-and-set that proves the claim). The key is `courier-` and the uid
+-- in simple form, as `courier_core::action_key` makes it (a test checks both
+-- agree). A reclaimed action keeps the intent it has: its owner reads it and
+-- decides (a counted attempt means a lookup first). Each claim's middle
+-- defines `chosen`, `released` (the store releases it folds) and
+-- `locked_stores` (the store rows it holds, a superset of the chosen
+-- actions' stores).
+claimed AS (
+    UPDATE actions a
+    SET state = 'claimed', owner = $1, epoch = a.epoch + 1,
+        lease_until = coalesce($6::timestamptz, now()) + $3 * interval '1 millisecond',
+        claimed_at = coalesce($6::timestamptz, now())
+    FROM chosen c WHERE a.id = c.id
+    RETURNING a.id, a.uid, a.store, a.recipient, a.body, a.epoch, false AS reclaimed
+),
+served AS (
+    UPDATE stores st
+    SET in_flight = st.in_flight + coalesce(c.n, 0) - coalesce(r.n, 0),
+        last_served_at = CASE WHEN c.n > 0 THEN clock_timestamp() ELSE st.last_served_at END
+    FROM locked_stores u
+    LEFT JOIN (SELECT store, count(*)::int AS n FROM chosen GROUP BY store) c ON c.store = u.store
+    LEFT JOIN (SELECT store, sum(n)::int AS n FROM released GROUP BY store) r ON r.store = u.store
+    WHERE st.store = u.store AND (c.n IS NOT NULL OR r.n IS NOT NULL)
+),
+intents AS (
+    INSERT INTO outbox (action_id, idem_key, epoch_written, attempts)
+    SELECT id, 'courier-' || replace(uid::text, '-', ''), epoch, 1 FROM claimed WHERE $5
+    ON CONFLICT (action_id) DO NOTHING
+    RETURNING action_id
+)
+SELECT r.*, false AS counted FROM reclaimed r
+UNION ALL
+SELECT c.*, EXISTS (SELECT 1 FROM intents i WHERE i.action_id = c.id) AS counted FROM claimed c

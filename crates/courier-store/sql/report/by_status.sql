@@ -1,0 +1,2 @@
+-- Intents by status.
+SELECT status, count(*) FROM outbox GROUP BY status ORDER BY status

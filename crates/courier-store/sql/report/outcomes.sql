@@ -1,0 +1,6 @@
+-- Every action with its final status (none while a conflict stands), for
+-- the verifier.
+SELECT a.id, a.uid, a.state,
+       CASE WHEN courier_status_is_final(o.status) AND NOT o.conflict
+            THEN o.status END AS final_status
+FROM actions a LEFT JOIN outbox o ON o.action_id = a.id ORDER BY a.id

@@ -1,0 +1,117 @@
+//! Actions: enqueue (also inside the caller's own transaction) and read.
+
+use crate::decode::{opt_status_col, state_col};
+use crate::error::StoreError;
+use crate::pool::PgStore;
+use courier_core::{ActionState, Status};
+use serde::Serialize;
+use tokio_postgres::GenericClient;
+
+/// A new action.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Deserialize, Serialize)]
+pub struct NewAction {
+    pub store: String,
+    pub to: String,
+    pub body: String,
+    pub key: Option<String>,
+}
+
+/// An action as the API shows it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct ActionView {
+    pub id: i64,
+    pub store: String,
+    pub key: Option<String>,
+    pub to: String,
+    pub state: ActionState,
+    pub epoch: i64,
+    pub status: Option<Status>,
+    pub idempotency_key: Option<String>,
+    pub attempts: i32,
+    pub message_id: Option<String>,
+    pub fail_reason: Option<String>,
+    pub enqueued_at: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Enqueued {
+    Created(i64),
+    /// The same `(store, key)` with the same content: the first action.
+    Existing(i64),
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum EnqueueError {
+    #[error("key reused with a different request")]
+    KeyReused { existing_id: i64 },
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}
+
+/// Enqueues inside the caller's transaction (or on any client), so an
+/// application can enqueue atomically with its own rows: the outbox pattern.
+/// Validation of the content is the caller's (see `courier-dispatch`).
+pub async fn action_enqueue(
+    client: &impl GenericClient,
+    new: &NewAction,
+) -> Result<Enqueued, EnqueueError> {
+    client
+        .execute(sql!("action/store_insert"), &[&new.store])
+        .await
+        .map_err(StoreError::from)?;
+    let uid = uuid::Uuid::new_v4();
+    let row = client
+        .query_opt(
+            sql!("action/enqueue"),
+            &[&uid, &new.store, &new.key, &new.to, &new.body],
+        )
+        .await
+        .map_err(StoreError::from)?;
+    if let Some(row) = row {
+        return Ok(Enqueued::Created(row.get(0)));
+    }
+    // A conflict is only possible with a client key.
+    let row = client
+        .query_one(sql!("action/by_client_key"), &[&new.store, &new.key])
+        .await
+        .map_err(StoreError::from)?;
+    let id: i64 = row.get(0);
+    let (to, body): (String, String) = (row.get(1), row.get(2));
+    if to == new.to && body == new.body {
+        Ok(Enqueued::Existing(id))
+    } else {
+        Err(EnqueueError::KeyReused { existing_id: id })
+    }
+}
+
+impl PgStore {
+    pub async fn action_enqueue(&self, new: &NewAction) -> Result<Enqueued, EnqueueError> {
+        let mut client = self.pool.get().await.map_err(StoreError::from)?;
+        let tx = client.transaction().await.map_err(StoreError::from)?;
+        let out = action_enqueue(&*tx, new).await?;
+        tx.commit().await.map_err(StoreError::from)?;
+        Ok(out)
+    }
+
+    pub async fn action_get(&self, id: i64) -> Result<Option<ActionView>, StoreError> {
+        let client = self.pool.get().await?;
+        let row = client.query_opt(sql!("action/get"), &[&id]).await?;
+        row.map(|r| {
+            Ok(ActionView {
+                id: r.get("id"),
+                store: r.get("store"),
+                key: r.get("client_key"),
+                to: r.get("recipient"),
+                state: state_col(&r, "state")?,
+                epoch: r.get("epoch"),
+                status: opt_status_col(&r, "status")?,
+                idempotency_key: r.get("idem_key"),
+                attempts: r.get("attempts"),
+                message_id: r.get("message_id"),
+                fail_reason: r.get("fail_reason"),
+                enqueued_at: r.get("enqueued_at"),
+            })
+        })
+        .transpose()
+    }
+}

@@ -1,0 +1,223 @@
+//! Leases: claims (fair and FIFO, with or without the intent), reclaims of
+//! expired leases, heartbeats, and the fence that every later write checks.
+//! The lease statements read the time from the store's [`crate::Clock`].
+
+use crate::error::StoreError;
+use crate::pool::PgStore;
+use serde::Serialize;
+use std::str::FromStr;
+use std::sync::Arc;
+
+/// A claim's proof of ownership: every later write checks all three.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Lease {
+    pub action_id: i64,
+    pub owner: Arc<str>,
+    pub epoch: i64,
+}
+
+/// A write refused because the action is no longer ours: an expected outcome.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Fenced {
+    /// The action's epoch now (None if the action is gone).
+    pub current_epoch: Option<i64>,
+}
+
+/// An action just claimed.
+#[derive(Debug, Clone)]
+pub struct Claimed {
+    pub lease: Lease,
+    pub uid: String,
+    pub store: String,
+    pub to: String,
+    pub body: String,
+    /// True when the lease had expired under another owner.
+    pub reclaimed: bool,
+    /// True when the claim also wrote the send intent (with the key
+    /// `action_key(uid)`) and counted its first attempt: the request may
+    /// leave once the owner's lease check passes, and if it does not, the
+    /// next step is a lookup.
+    pub attempt_counted: bool,
+}
+
+/// How a worker picks the next actions.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ClaimMode {
+    /// The store served least recently, among stores with work and fewer than
+    /// `store_in_flight_max` actions in flight; then its oldest action.
+    Fair,
+    /// The oldest pending action of all, whatever its store.
+    Fifo,
+}
+
+impl FromStr for ClaimMode {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "fair" => Ok(ClaimMode::Fair),
+            "fifo" => Ok(ClaimMode::Fifo),
+            other => Err(format!("unknown claim mode {other:?} (fair | fifo)")),
+        }
+    }
+}
+
+/// What a heartbeat found.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Heartbeat {
+    /// Leases extended.
+    pub held: Vec<i64>,
+    /// Actions now held by another owner or at a newer epoch.
+    pub fenced: Vec<i64>,
+}
+
+/// The fair claim: expired leases first, then the least recently served
+/// stores with work and room under the cap, one action from each in turn.
+const CLAIM_FAIR: &str = sql!("lease/claim_head", "lease/claim_fair", "lease/claim_tail");
+/// The FIFO claim: expired leases first, then the oldest pending actions.
+const CLAIM_FIFO: &str = sql!("lease/claim_head", "lease/claim_fifo", "lease/claim_tail");
+
+/// The text of a claim statement, so tests can check its plans (parameters:
+/// $1 owner, $2 batch size, $3 lease ttl ms, $4 per-store cap, $5 write
+/// intents, $6 the time or NULL). Not an API: run claims with
+/// [`PgStore::action_claim`] and [`PgStore::action_claim_to_send`].
+#[doc(hidden)]
+pub fn claim_statement(mode: ClaimMode) -> &'static str {
+    match mode {
+        ClaimMode::Fair => CLAIM_FAIR,
+        ClaimMode::Fifo => CLAIM_FIFO,
+    }
+}
+
+impl PgStore {
+    /// Claims up to `n` actions in one round trip: first actions whose lease
+    /// ran out (at epoch + 1), then fresh ones in the chosen order. Safe under
+    /// many concurrent claimers: action rows are locked with SKIP LOCKED, and
+    /// a locked row is re-checked before it is taken (store rows: see the
+    /// crate's invariants). Writes no intent: the owner calls
+    /// [`PgStore::outbox_intent`] next.
+    pub async fn action_claim(
+        &self,
+        owner: &Arc<str>,
+        n: u32,
+        lease_ttl_ms: u64,
+        store_in_flight_max: u32,
+        mode: ClaimMode,
+    ) -> Result<Vec<Claimed>, StoreError> {
+        self.claim(owner, n, lease_ttl_ms, store_in_flight_max, mode, false)
+            .await
+    }
+
+    /// As [`PgStore::action_claim`], and in the same statement, so under the
+    /// same compare-and-set, writes the send intent of every fresh action
+    /// with its first attempt counted ([`Claimed::attempt_counted`]): the
+    /// owner may send it at once, if its own lease check passes. A reclaimed
+    /// action gets no new intent; its owner reads the one it has
+    /// ([`PgStore::outbox_intent`]) and decides from it. One round trip
+    /// instead of three per action.
+    pub async fn action_claim_to_send(
+        &self,
+        owner: &Arc<str>,
+        n: u32,
+        lease_ttl_ms: u64,
+        store_in_flight_max: u32,
+        mode: ClaimMode,
+    ) -> Result<Vec<Claimed>, StoreError> {
+        self.claim(owner, n, lease_ttl_ms, store_in_flight_max, mode, true)
+            .await
+    }
+
+    async fn claim(
+        &self,
+        owner: &Arc<str>,
+        n: u32,
+        lease_ttl_ms: u64,
+        store_in_flight_max: u32,
+        mode: ClaimMode,
+        write_intents: bool,
+    ) -> Result<Vec<Claimed>, StoreError> {
+        let client = self.pool.get().await?;
+        let n = i64::from(n);
+        let ttl = lease_ttl_ms as f64;
+        let cap = i32::try_from(store_in_flight_max).unwrap_or(i32::MAX);
+        // Prepared once per connection: planning the claim costs about as
+        // much as running it.
+        let statement = client.prepare_cached(claim_statement(mode)).await?;
+        let now = self.clock.now();
+        let rows = client
+            .query(
+                &statement,
+                &[&owner.as_ref(), &n, &ttl, &cap, &write_intents, &now],
+            )
+            .await?;
+        Ok(rows
+            .iter()
+            .map(|r| Claimed {
+                lease: Lease {
+                    action_id: r.get("id"),
+                    owner: owner.clone(),
+                    epoch: r.get("epoch"),
+                },
+                uid: r.get::<_, uuid::Uuid>("uid").simple().to_string(),
+                store: r.get("store"),
+                to: r.get("recipient"),
+                body: r.get("body"),
+                reclaimed: r.get("reclaimed"),
+                attempt_counted: r.get("counted"),
+            })
+            .collect())
+    }
+
+    /// Extends the leases this owner still holds. Of the ids asked about,
+    /// `held` were extended and `fenced` now belong to another owner or
+    /// epoch: their tasks must stop at once. An id in neither was settled or
+    /// failed by this owner meanwhile (no longer claimed, still ours), or its
+    /// row was locked at that moment (by this owner's own settle, or by a
+    /// claimer re-checking an expired lease): a heartbeat never waits for a
+    /// lock, and a lease it did not extend is simply not extended.
+    pub async fn action_heartbeat(
+        &self,
+        owner: &str,
+        held: &[(i64, i64)],
+        lease_ttl_ms: u64,
+    ) -> Result<Heartbeat, StoreError> {
+        if held.is_empty() {
+            return Ok(Heartbeat::default());
+        }
+        let client = self.pool.get().await?;
+        let ids: Vec<i64> = held.iter().map(|(id, _)| *id).collect();
+        let epochs: Vec<i64> = held.iter().map(|(_, e)| *e).collect();
+        let ttl = lease_ttl_ms as f64;
+        let now = self.clock.now();
+        let rows = client
+            .query(
+                &client.prepare_cached(sql!("lease/heartbeat")).await?,
+                &[&ids, &epochs, &owner, &ttl, &now],
+            )
+            .await?;
+        let mut out = Heartbeat::default();
+        for r in &rows {
+            let id: i64 = r.get("id");
+            if r.get::<_, bool>("extended") {
+                out.held.push(id);
+            } else if !r.get::<_, bool>("ours") {
+                out.fenced.push(id);
+            }
+        }
+        Ok(out)
+    }
+
+    /// Records a refused fenced write and returns the current epoch.
+    pub async fn fenced_now(&self, lease: &Lease, op: &str) -> Result<Fenced, StoreError> {
+        let client = self.pool.get().await?;
+        let epoch: Option<i64> = client
+            .query_opt(sql!("lease/epoch"), &[&lease.action_id])
+            .await?
+            .map(|r| r.get(0));
+        self.event_record("fenced", Some(lease.action_id), op)
+            .await?;
+        Ok(Fenced {
+            current_epoch: epoch,
+        })
+    }
+}

@@ -1,0 +1,356 @@
+//! Reports that carry no lease: the provider's webhooks and the
+//! reconciler's lookups, merged forward-only into the outbox. One form, the
+//! batch: the webhook API batches its merges (courier-dispatch's group
+//! commit), and a lookup is a batch of one. Each webhook event id is
+//! recorded in the transaction of its merge, so a repeat is a no-op.
+
+use crate::decode::status_col;
+use crate::error::StoreError;
+use crate::pool::PgStore;
+use courier_core::status::{fold_report, merge_event_kind, merge_label, Merge};
+use courier_core::Status;
+use deadpool_postgres::Transaction;
+use std::collections::{HashMap, HashSet};
+
+/// One webhook, already validated and its signature checked.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WebhookIn {
+    pub event_id: String,
+    pub key: String,
+    pub status: Status,
+    pub message_id: String,
+}
+
+/// The result of merging a report that arrived without a lease.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MergeOutcome {
+    Applied(Merge),
+    /// This webhook event id was seen before: nothing changed.
+    Duplicate,
+    /// No intent has this key.
+    UnknownKey,
+}
+
+/// A report without a lease: a webhook (with its event id) or a lookup.
+struct Report<'a> {
+    event_id: Option<&'a str>,
+    key: &'a str,
+    status: Status,
+    message_id: &'a str,
+}
+
+/// An outbox row named by the batch, as its reports fold into it.
+struct OutboxRow {
+    action_id: i64,
+    status: Status,
+    conflict: bool,
+    changed: bool,
+    /// Some report left it final without a conflict: finish a dispatched action.
+    ever_done: bool,
+    /// The message id of the first report that changed the row.
+    message_id: Option<String>,
+}
+
+/// What the batch's webhook event ids are: the first occurrence of each id
+/// in the batch, the ids recorded now, and (for unknown keys) the ids
+/// recorded before.
+struct EventIds<'a> {
+    first_at: HashMap<&'a str, usize>,
+    fresh: HashSet<String>,
+    seen_before: HashSet<String>,
+}
+
+/// The columns of a batch's write (`sql/merge/write.sql`).
+#[derive(Default)]
+struct MergeWrite<'a> {
+    ids: Vec<i64>,
+    statuses: Vec<&'static str>,
+    conflicts: Vec<bool>,
+    message_ids: Vec<Option<String>>,
+    done_ids: Vec<i64>,
+    event_kinds: Vec<&'static str>,
+    event_ids: Vec<Option<i64>>,
+    event_details: Vec<&'a str>,
+    labelled: Vec<&'a str>,
+    labels: Vec<&'static str>,
+}
+
+impl<'a> MergeWrite<'a> {
+    fn event(&mut self, kind: &'static str, action_id: Option<i64>, detail: &'a str) {
+        self.event_kinds.push(kind);
+        self.event_ids.push(action_id);
+        self.event_details.push(detail);
+    }
+}
+
+impl PgStore {
+    /// Merges webhooks in one transaction, each exactly as if they had come
+    /// one after another in this order: its event id recorded with its
+    /// merge, a repeated id a no-op (also within the batch), an unknown key
+    /// recorded nowhere. If the batch fails for a reason other than the
+    /// database being away, each webhook is merged as a batch of its own, so
+    /// one bad event cannot hold back the others: hence an answer per event.
+    /// A batch where one event id comes with two different keys (a provider
+    /// bug) is merged one by one too, in order.
+    pub async fn webhooks_merge(
+        &self,
+        events: &[WebhookIn],
+    ) -> Result<Vec<Result<MergeOutcome, StoreError>>, StoreError> {
+        let mut keys_of: HashMap<&str, &str> = HashMap::new();
+        let same_key_per_id = events
+            .iter()
+            .all(|e| *keys_of.entry(e.event_id.as_str()).or_insert(e.key.as_str()) == e.key);
+        let reports: Vec<Report> = events
+            .iter()
+            .map(|e| Report {
+                event_id: Some(&e.event_id),
+                key: &e.key,
+                status: e.status,
+                message_id: &e.message_id,
+            })
+            .collect();
+        let together = if same_key_per_id {
+            self.merge_together(&reports).await
+        } else {
+            Err(StoreError::Query(
+                "an event id came with two different keys".into(),
+            ))
+        };
+        match together {
+            Ok(v) => Ok(v.into_iter().map(Ok).collect()),
+            Err(StoreError::Query(e)) if events.len() > 1 => {
+                tracing::warn!(error = %e, n = events.len(), "webhook batch failed; merging one by one");
+                let mut out = Vec::with_capacity(events.len());
+                for r in &reports {
+                    let one = self.merge_together(std::slice::from_ref(r));
+                    out.push(one.await.map(|mut v| v.remove(0)));
+                }
+                Ok(out)
+            }
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Merges what a reconciling lookup found (forward-only, and the
+    /// lookup's final word settles a recorded conflict): a batch of one.
+    pub async fn lookup_merge(
+        &self,
+        key: &str,
+        status: Status,
+        message_id: &str,
+    ) -> Result<MergeOutcome, StoreError> {
+        let report = Report {
+            event_id: None,
+            key,
+            status,
+            message_id,
+        };
+        Ok(self.merge_together(&[report]).await?.remove(0))
+    }
+
+    /// The same store with merges that lock their action rows whatever the
+    /// rows' state: the locking invariant broken on purpose, so that
+    /// `tests/locks.rs` can show its interleaving deadlocks then. Never use
+    /// it otherwise.
+    #[doc(hidden)]
+    pub fn with_merges_locking_claimed_actions(&self) -> PgStore {
+        let mut broken = self.clone();
+        broken.merges_lock_claimed_actions = true;
+        broken
+    }
+
+    async fn merge_together(
+        &self,
+        reports: &[Report<'_>],
+    ) -> Result<Vec<MergeOutcome>, StoreError> {
+        if reports.is_empty() {
+            return Ok(Vec::new());
+        }
+        let mut keys: Vec<&str> = reports.iter().map(|r| r.key).collect();
+        keys.sort_unstable();
+        keys.dedup();
+        let mut client = self.pool.get().await?;
+        let tx = client.transaction().await?;
+        let mut rows = merges_lock(&tx, &keys).await?;
+        let ids = event_ids_record(&tx, reports, &rows).await?;
+        if self.merges_lock_claimed_actions {
+            // Where the write below would wait if it wrote claimed rows.
+            let ids: Vec<i64> = rows.values().map(|r| r.action_id).collect();
+            tx.query(sql!("merge/lock_actions_broken"), &[&ids]).await?;
+        }
+        let mut w = MergeWrite::default();
+        let out = merges_fold(reports, &mut rows, &ids, &mut w);
+        for row in rows.values() {
+            if row.changed {
+                w.ids.push(row.action_id);
+                w.statuses.push(row.status.as_str());
+                w.conflicts.push(row.conflict);
+                w.message_ids.push(row.message_id.clone());
+            }
+            if row.ever_done {
+                w.done_ids.push(row.action_id);
+            }
+        }
+        merges_write(&tx, &w).await?;
+        tx.commit().await?;
+        Ok(out)
+    }
+}
+
+/// The outbox rows the keys name, locked by action id.
+async fn merges_lock(
+    tx: &Transaction<'_>,
+    keys: &[&str],
+) -> Result<HashMap<String, OutboxRow>, StoreError> {
+    let rows = tx
+        .query(&tx.prepare_cached(sql!("merge/lock")).await?, &[&keys])
+        .await?;
+    let mut known = HashMap::with_capacity(rows.len());
+    for r in &rows {
+        known.insert(
+            r.get("idem_key"),
+            OutboxRow {
+                action_id: r.get("action_id"),
+                status: status_col(r, "status")?,
+                conflict: r.get("conflict"),
+                changed: false,
+                ever_done: false,
+                message_id: None,
+            },
+        );
+    }
+    Ok(known)
+}
+
+/// Records the event ids of the webhooks whose key is known (the first
+/// occurrence of each id); for unknown keys, only looks their ids up (an
+/// unknown key is recorded nowhere, so a later delivery may still find it).
+async fn event_ids_record<'a>(
+    tx: &Transaction<'_>,
+    reports: &[Report<'a>],
+    known: &HashMap<String, OutboxRow>,
+) -> Result<EventIds<'a>, StoreError> {
+    let mut first_at: HashMap<&str, usize> = HashMap::new();
+    let (mut known_ids, mut keys, mut statuses) = (Vec::new(), Vec::new(), Vec::new());
+    let mut unknown_ids: Vec<&str> = Vec::new();
+    for (i, r) in reports.iter().enumerate() {
+        let Some(id) = r.event_id else { continue };
+        if first_at.contains_key(id) {
+            continue;
+        }
+        first_at.insert(id, i);
+        if known.contains_key(r.key) {
+            known_ids.push(id);
+            keys.push(r.key);
+            statuses.push(r.status.as_str());
+        } else {
+            unknown_ids.push(id);
+        }
+    }
+    let fresh = tx
+        .query(
+            &tx.prepare_cached(sql!("merge/event_ids_insert")).await?,
+            &[&known_ids, &keys, &statuses],
+        )
+        .await?
+        .iter()
+        .map(|r| r.get::<_, String>(0))
+        .collect();
+    let seen_before = if unknown_ids.is_empty() {
+        HashSet::new()
+    } else {
+        tx.query(
+            &tx.prepare_cached(sql!("merge/event_ids_seen")).await?,
+            &[&unknown_ids],
+        )
+        .await?
+        .iter()
+        .map(|r| r.get::<_, String>(0))
+        .collect()
+    };
+    Ok(EventIds {
+        first_at,
+        fresh,
+        seen_before,
+    })
+}
+
+/// Folds the reports, in order, into their rows; records the events and
+/// labels in `w`; answers each report.
+fn merges_fold<'a>(
+    reports: &[Report<'a>],
+    rows: &mut HashMap<String, OutboxRow>,
+    ids: &EventIds<'a>,
+    w: &mut MergeWrite<'a>,
+) -> Vec<MergeOutcome> {
+    let mut out: Vec<MergeOutcome> = Vec::with_capacity(reports.len());
+    for (i, r) in reports.iter().enumerate() {
+        if let Some(id) = r.event_id {
+            let first = ids.first_at[id];
+            let duplicate = if first != i {
+                // A repeat within the batch: a duplicate if the first was
+                // recorded (now or before), else the same answer as the first.
+                out[first] != MergeOutcome::UnknownKey
+            } else if !rows.contains_key(r.key) {
+                ids.seen_before.contains(id)
+            } else {
+                !ids.fresh.contains(id)
+            };
+            if duplicate {
+                w.event("duplicate_webhook", None, id);
+                out.push(MergeOutcome::Duplicate);
+                continue;
+            }
+        }
+        let Some(row) = rows.get_mut(r.key) else {
+            out.push(MergeOutcome::UnknownKey);
+            continue;
+        };
+        let from_lookup = r.event_id.is_none();
+        let (new, how) = fold_report(row.status, row.conflict, r.status, from_lookup);
+        if new.status != row.status || new.conflict != row.conflict {
+            if !row.changed {
+                row.message_id = Some(r.message_id.to_string());
+            }
+            row.changed = true;
+        }
+        row.status = new.status;
+        row.conflict = new.conflict;
+        row.ever_done |= new.status.is_final() && !new.conflict;
+        if let Some(kind) = merge_event_kind(how) {
+            let source = if from_lookup { "lookup" } else { "webhook" };
+            w.event(kind, Some(row.action_id), source);
+        }
+        if let Some(id) = r.event_id {
+            w.labelled.push(id);
+            w.labels.push(merge_label(how));
+        }
+        out.push(MergeOutcome::Applied(how));
+    }
+    out
+}
+
+async fn merges_write(tx: &Transaction<'_>, w: &MergeWrite<'_>) -> Result<(), StoreError> {
+    let statement = sql!(
+        "merge/write",
+        "outbox/report_write.part",
+        "event/record.part"
+    );
+    tx.execute(
+        &tx.prepare_cached(statement).await?,
+        &[
+            &w.ids,
+            &w.statuses,
+            &w.conflicts,
+            &w.message_ids,
+            &w.done_ids,
+            &w.event_kinds,
+            &w.event_ids,
+            &w.event_details,
+            &w.labelled,
+            &w.labels,
+        ],
+    )
+    .await?;
+    Ok(())
+}

@@ -1,0 +1,115 @@
+//! The store's connection pool, its configuration and its clock.
+
+use crate::clock::Clock;
+use crate::error::StoreError;
+use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod};
+use std::time::Duration;
+use tokio_postgres::NoTls;
+
+/// The store: a pool of connections to the courier database, and the clock
+/// its lease statements read (the database's, except in tests).
+#[derive(Clone)]
+pub struct PgStore {
+    pub(crate) pool: Pool,
+    pub(crate) clock: Clock,
+    /// Only `tests/locks.rs` sets it (`with_merges_locking_claimed_actions`).
+    pub(crate) merges_lock_claimed_actions: bool,
+}
+
+/// How to connect.
+#[derive(Debug, Clone)]
+pub struct StoreConfig {
+    pub url: String,
+    pub pool_size_max: usize,
+    /// How long to wait for a connection from the pool.
+    pub connect_timeout: Duration,
+    /// Apply pending migrations on connect (off for read-only tools).
+    pub migrate: bool,
+}
+
+impl StoreConfig {
+    pub fn new(url: impl Into<String>) -> Self {
+        StoreConfig {
+            url: url.into(),
+            pool_size_max: 8,
+            connect_timeout: Duration::from_secs(5),
+            migrate: true,
+        }
+    }
+}
+
+impl PgStore {
+    /// Connects and applies migrations.
+    pub async fn connect(cfg: &StoreConfig) -> Result<PgStore, StoreError> {
+        let mut pg: tokio_postgres::Config = cfg
+            .url
+            .parse()
+            .map_err(|e| StoreError::Query(format!("bad database URL: {e}")))?;
+        pg.connect_timeout(cfg.connect_timeout);
+        let mgr = Manager::from_config(
+            pg,
+            NoTls,
+            ManagerConfig {
+                recycling_method: RecyclingMethod::Fast,
+            },
+        );
+        let pool = Pool::builder(mgr)
+            .max_size(cfg.pool_size_max)
+            .wait_timeout(Some(cfg.connect_timeout))
+            .create_timeout(Some(cfg.connect_timeout))
+            .runtime(deadpool_postgres::Runtime::Tokio1)
+            .build()
+            .map_err(|e| StoreError::Query(e.to_string()))?;
+        let store = PgStore {
+            pool,
+            clock: Clock::database(),
+            merges_lock_claimed_actions: false,
+        };
+        let mut client = store.pool.get().await?;
+        if cfg.migrate {
+            crate::migrate::run(&mut client).await?;
+        }
+        Ok(store)
+    }
+
+    /// A pooled connection, for callers that enqueue inside their own transaction.
+    pub async fn client(&self) -> Result<deadpool_postgres::Object, StoreError> {
+        Ok(self.pool.get().await?)
+    }
+
+    /// The same store (the same pool) with its lease statements reading
+    /// `clock`: for tests that move time instead of sleeping.
+    pub fn with_clock(&self, clock: Clock) -> PgStore {
+        PgStore {
+            clock,
+            ..self.clone()
+        }
+    }
+}
+
+/// Drops and creates a database on a server (for throwaway runs: the demo,
+/// benchmarks) and returns its URL. `server_url` names any database on it.
+pub async fn database_recreate(server_url: &str, name: &str) -> Result<String, StoreError> {
+    if !name
+        .bytes()
+        .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_')
+    {
+        return Err(StoreError::Query(format!("bad database name {name:?}")));
+    }
+    let (client, conn) = tokio_postgres::connect(server_url, NoTls).await?;
+    let conn = tokio::spawn(conn);
+    client
+        .batch_execute(&format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)"))
+        .await?;
+    client
+        .batch_execute(&format!("CREATE DATABASE {name}"))
+        .await?;
+    drop(client);
+    let _ = conn.await;
+    match server_url.rfind('/') {
+        Some(i) if !server_url[..i].ends_with('/') => Ok(format!("{}/{name}", &server_url[..i])),
+        _ => Err(StoreError::Query(format!(
+            "cannot find the database name in {server_url}"
+        ))),
+    }
+}
