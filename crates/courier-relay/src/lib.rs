@@ -32,6 +32,7 @@
 pub mod broken;
 pub mod broker;
 pub mod check;
+pub mod cluster;
 pub mod lab;
 pub mod limits;
 pub mod model;

@@ -49,6 +49,8 @@ pub struct RelayLimits {
     pub stream_messages_max: i64,
     /// How long a started etcd or nats-server may take to answer its first probe.
     pub server_ready_timeout_ms: u64,
+    /// Copies of the stream JetStream keeps (1 on one server, 3 on the cluster).
+    pub stream_replicas: u32,
 }
 
 impl Default for RelayLimits {
@@ -72,6 +74,7 @@ impl Default for RelayLimits {
             stream_bytes_max: 1 << 30,
             stream_messages_max: 10_000_000,
             server_ready_timeout_ms: 15_000,
+            stream_replicas: 1,
         }
     }
 }
@@ -129,6 +132,9 @@ impl RelayLimits {
         // The counter is a u64: a stream full of the largest amounts must not overflow it.
         if self.amount_max > u64::MAX / (self.stream_messages_max.max(1) as u64) {
             return fail("amount_max * stream_messages_max must fit in a u64 counter");
+        }
+        if !(1..=5).contains(&self.stream_replicas) {
+            return fail("stream_replicas must be within 1..=5");
         }
         if self.stream_bytes_max <= 0 || self.stream_messages_max <= 0 {
             return fail("stream_bytes_max and stream_messages_max must be positive");
