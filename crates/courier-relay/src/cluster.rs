@@ -421,7 +421,9 @@ fn etcd_members(binary: &Path, dir: &Path) -> Result<(Vec<Member>, Vec<String>),
     Ok((members, endpoints))
 }
 
-/// The configuration file of one JetStream server of the cluster.
+/// The configuration file of one JetStream server of the cluster. Pings
+/// every second (two missed close a connection) and a 2 s write deadline, so
+/// a stopped peer's routes and clients are given up in seconds, not minutes.
 pub fn nats_config(name: &str, ports: (u16, u16, u16), routes: &[u16], store: &Path) -> String {
     let (client, cluster, http) = ports;
     let routes: Vec<String> = routes
@@ -430,6 +432,7 @@ pub fn nats_config(name: &str, ports: (u16, u16, u16), routes: &[u16], store: &P
         .collect();
     format!(
         "server_name: \"{name}\"\nlisten: \"127.0.0.1:{client}\"\nhttp: \"127.0.0.1:{http}\"\n\
+         ping_interval: \"1s\"\nping_max: 2\nwrite_deadline: \"2s\"\n\
          jetstream {{\n  store_dir: \"{}\"\n  sync_interval: always\n}}\n\
          cluster {{\n  name: \"courier-relay\"\n  listen: \"127.0.0.1:{cluster}\"\n  routes: [{}]\n}}\n",
         store.display(),

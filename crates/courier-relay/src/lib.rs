@@ -33,6 +33,8 @@ pub mod broken;
 pub mod broker;
 pub mod check;
 pub mod cluster;
+pub mod events;
+pub mod faults;
 pub mod lab;
 pub mod limits;
 pub mod model;

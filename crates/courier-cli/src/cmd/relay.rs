@@ -20,7 +20,8 @@ pub struct Args {
 enum Command {
     /// Run the crash scenarios against real etcd and JetStream and check the shared invariants.
     Lab(LabArgs),
-    /// Push N tasks through relay and worker processes killed at random moments, with one broker restart.
+    /// Push N tasks through relay and worker processes killed at random moments, with one broker
+    /// restart; with --cluster, on 3 etcd members and 3 JetStream servers whose leaders are killed.
     Run(RunArgs),
     /// A relay process of `run` (internal).
     #[command(hide = true)]
@@ -35,7 +36,8 @@ struct ServerArgs {
     /// Use these etcd endpoints (comma-separated) instead of starting etcd.
     #[arg(long, value_delimiter = ',', requires = "nats_url")]
     etcd_endpoints: Vec<String>,
-    /// Use this nats-server (with JetStream) instead of starting one.
+    /// Use this nats-server (with JetStream) instead of starting one; a
+    /// cluster's servers may be listed comma-separated.
     #[arg(long, requires = "etcd_endpoints")]
     nats_url: Option<String>,
 }
@@ -92,6 +94,19 @@ struct RunArgs {
     /// No progress bar.
     #[arg(long)]
     no_progress: bool,
+    /// Start 3 etcd members and 3 nats-servers (stream replicas 3) and kill,
+    /// stop and restart their leaders and followers during the run.
+    #[arg(long, conflicts_with_all = ["etcd_endpoints", "nats_url"])]
+    cluster: bool,
+    /// With --cluster: how many times each cluster fault kind is injected.
+    #[arg(long, default_value_t = 1)]
+    rounds: u32,
+    /// Do not kill relay and worker processes: only the cluster's faults.
+    #[arg(long, requires = "cluster")]
+    no_process_kills: bool,
+    /// reference, or a broken protocol as a negative control: ack-before-commit, no-dedup, mark-before-ack.
+    #[arg(long, default_value = "reference")]
+    protocol: String,
     /// Write the JSON report here.
     #[arg(long)]
     report: Option<PathBuf>,
@@ -159,6 +174,10 @@ async fn load(a: RunArgs) -> anyhow::Result<ExitCode> {
     cfg.limits.ack_wait_ms = a.ack_wait_ms;
     cfg.deadline_s = a.deadline_s;
     cfg.progress = !a.no_progress;
+    cfg.cluster = a.cluster;
+    cfg.cluster_rounds = a.rounds;
+    cfg.process_kills = !a.no_process_kills;
+    cfg.protocol = a.protocol.parse()?;
     if cfg.tasks == 0 {
         bail!("--tasks must be positive");
     }
