@@ -12,7 +12,14 @@ fn relay_run(extra: &[&str], tag: &str) -> (bool, Value, String) {
     let dir = tempfile::tempdir().unwrap();
     let report = dir.path().join(format!("relay-{tag}.json"));
     let out = Command::new(env!("CARGO_BIN_EXE_courier"))
-        .args(["relay", "run", "--cluster", "--tasks", "300", "--no-progress"])
+        .args([
+            "relay",
+            "run",
+            "--cluster",
+            "--tasks",
+            "300",
+            "--no-progress",
+        ])
         .args(["--deadline-s", "400", "--report"])
         .arg(&report)
         .args(extra)
@@ -23,7 +30,11 @@ fn relay_run(extra: &[&str], tag: &str) -> (bool, Value, String) {
     let text = format!("{stdout}\n{stderr}");
     let json = std::fs::read_to_string(&report)
         .unwrap_or_else(|e| panic!("no report ({e}); output:\n{text}"));
-    (out.status.success(), serde_json::from_str(&json).unwrap(), text)
+    (
+        out.status.success(),
+        serde_json::from_str(&json).unwrap(),
+        text,
+    )
 }
 
 fn u(v: &Value, k: &str) -> u64 {
@@ -45,7 +56,10 @@ fn cluster_run_survives_every_leader_fault_with_an_exact_counter() {
     assert_eq!(rows.len(), 7, "{out}");
     for row in rows {
         assert!(u(row, "count") >= 1, "{row} never injected:\n{out}");
-        assert!(row["recovery_ms_max"].is_u64(), "{row}: no commit followed:\n{out}");
+        assert!(
+            row["recovery_ms_max"].is_u64(),
+            "{row}: no commit followed:\n{out}"
+        );
     }
     for f in r["faults"].as_array().unwrap() {
         let confirmed = f["confirmed"].as_str().unwrap();
@@ -60,7 +74,13 @@ fn cluster_run_survives_every_leader_fault_with_an_exact_counter() {
 #[test]
 fn a_consumer_without_dedup_doubles_effects_across_leader_changes() {
     let (ok, r, out) = relay_run(
-        &["--seed", "4", "--protocol", "no-dedup", "--no-process-kills"],
+        &[
+            "--seed",
+            "4",
+            "--protocol",
+            "no-dedup",
+            "--no-process-kills",
+        ],
         "no-dedup",
     );
     assert!(!ok, "the broken consumer passed:\n{out}");

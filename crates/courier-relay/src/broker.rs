@@ -59,7 +59,10 @@ pub fn server_list(url: &str) -> Result<Vec<async_nats::ServerAddr>, String> {
         .split(',')
         .map(str::trim)
         .filter(|u| !u.is_empty())
-        .map(|u| u.parse::<async_nats::ServerAddr>().map_err(|e| format!("{u}: {e}")))
+        .map(|u| {
+            u.parse::<async_nats::ServerAddr>()
+                .map_err(|e| format!("{u}: {e}"))
+        })
         .collect();
     match list? {
         l if l.is_empty() => Err("no server URL".into()),
@@ -180,6 +183,7 @@ impl Broker {
             max_messages: limits.stream_messages_max,
             max_message_size: limits.event_bytes_max as i32,
             num_replicas: limits.stream_replicas as usize,
+            max_age: Duration::from_millis(limits.stream_max_age_ms),
             ..Default::default()
         };
         let stream = self
@@ -394,8 +398,12 @@ impl Broker {
                 let copies = census.copies.entry(id).or_default();
                 *copies += 1;
                 if *copies > 1 {
-                    let at = msg.info().map(|i| i.published.unix_timestamp_nanos() / 1_000_000);
-                    census.extra_copies_at_ms.push(at.unwrap_or(0).max(0) as u64);
+                    let at = msg
+                        .info()
+                        .map(|i| i.published.unix_timestamp_nanos() / 1_000_000);
+                    census
+                        .extra_copies_at_ms
+                        .push(at.unwrap_or(0).max(0) as u64);
                 }
                 seen += 1;
             }

@@ -62,7 +62,8 @@ fn spawn_err(name: &str) -> impl Fn(String) -> ServerError + '_ {
 
 /// Checks that `path` is a nats-server of at least [`NATS_VERSION_MIN`].
 pub fn check_nats_server(path: &Path) -> Result<String, ServerError> {
-    let missing = |why: String| ServerError::Spawn {
+    let missing = |why: String| {
+        ServerError::Spawn {
         name: "nats-server".into(),
         reason: format!(
             "{why}: the cluster needs nats-server >= {}.{} at {}; run scripts/install-nats.sh \
@@ -71,6 +72,7 @@ pub fn check_nats_server(path: &Path) -> Result<String, ServerError> {
             NATS_VERSION_MIN.1,
             path.display()
         ),
+    }
     };
     if !path.is_file() {
         return Err(missing("not found".into()));
@@ -245,9 +247,7 @@ impl Member {
         let pid = self.signal(Signal::SIGCONT)?;
         let status = wait_for(pid, WaitPidFlag::WCONTINUED).await?;
         if !matches!(status, WaitStatus::Continued(_)) {
-            return Err(spawn_err(&self.name)(format!(
-                "not continued: {status:?}"
-            )));
+            return Err(spawn_err(&self.name)(format!("not continued: {status:?}")));
         }
         self.stopped = false;
         self.wait_ready(timeout).await?;
@@ -400,12 +400,30 @@ fn etcd_members(binary: &Path, dir: &Path) -> Result<(Vec<Member>, Vec<String>),
         let peer_url = format!("http://127.0.0.1:{peer}");
         let data = dir.join(format!("{name}-data")).display().to_string();
         let args = strings(&[
-            "--name", &name, "--data-dir", &data,
-            "--listen-client-urls", &endpoint, "--advertise-client-urls", &endpoint,
-            "--listen-peer-urls", &peer_url, "--initial-advertise-peer-urls", &peer_url,
-            "--initial-cluster", &initial, "--initial-cluster-state", "new",
-            "--initial-cluster-token", "courier-relay",
-            "--heartbeat-interval", "10", "--election-timeout", "100", "--log-level", "warn",
+            "--name",
+            &name,
+            "--data-dir",
+            &data,
+            "--listen-client-urls",
+            &endpoint,
+            "--advertise-client-urls",
+            &endpoint,
+            "--listen-peer-urls",
+            &peer_url,
+            "--initial-advertise-peer-urls",
+            &peer_url,
+            "--initial-cluster",
+            &initial,
+            "--initial-cluster-state",
+            "new",
+            "--initial-cluster-token",
+            "courier-relay",
+            "--heartbeat-interval",
+            "10",
+            "--election-timeout",
+            "100",
+            "--log-level",
+            "warn",
         ]);
         members.push(Member {
             log: dir.join(format!("{name}.log")),
@@ -524,7 +542,10 @@ impl Cluster {
 
     /// Whether every member runs and none is stopped.
     pub fn is_whole(&self) -> bool {
-        self.etcd.iter().chain(self.nats.iter()).all(Member::is_live)
+        self.etcd
+            .iter()
+            .chain(self.nats.iter())
+            .all(Member::is_live)
     }
 
     /// The etcd leader, as the live members' status reports it: the member
@@ -546,7 +567,9 @@ impl Cluster {
             }
         }
         let leader = leader?;
-        ids.into_iter().find(|(_, own)| *own == leader).map(|(i, _)| i)
+        ids.into_iter()
+            .find(|(_, own)| *own == leader)
+            .map(|(i, _)| i)
     }
 
     /// The JetStream meta leader, from the first live server's `/jsz`.

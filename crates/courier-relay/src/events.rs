@@ -122,7 +122,11 @@ mod tests {
         let kinds: Vec<EventKind> = all.iter().map(|e| e.1).collect();
         assert_eq!(
             kinds,
-            vec![EventKind::Redelivery, EventKind::Commit, EventKind::Suppress]
+            vec![
+                EventKind::Redelivery,
+                EventKind::Commit,
+                EventKind::Suppress
+            ]
         );
         assert!(all[1].0 >= all[0].0);
     }

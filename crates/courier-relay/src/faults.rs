@@ -457,25 +457,51 @@ mod tests {
             (260, EventKind::Redelivery),
         ];
         let rows = table(
-            &[FaultKind::EtcdLeaderKill, FaultKind::WorkerKill, FaultKind::NatsStop],
+            &[
+                FaultKind::EtcdLeaderKill,
+                FaultKind::WorkerKill,
+                FaultKind::NatsStop,
+            ],
             &faults,
             &events,
             &[120, 210, 220],
         );
         assert_eq!(rows[0].recovery_ms_max, Some(50));
-        assert_eq!((rows[0].redeliveries, rows[0].suppressed, rows[0].stream_copies), (1, 1, 1));
+        assert_eq!(
+            (
+                rows[0].redeliveries,
+                rows[0].suppressed,
+                rows[0].stream_copies
+            ),
+            (1, 1, 1)
+        );
         assert_eq!(rows[1].recovery_ms_max, Some(50));
-        assert_eq!((rows[1].redeliveries, rows[1].suppressed, rows[1].stream_copies), (1, 0, 2));
+        assert_eq!(
+            (
+                rows[1].redeliveries,
+                rows[1].suppressed,
+                rows[1].stream_copies
+            ),
+            (1, 0, 2)
+        );
         assert_eq!(rows[2].count, 0);
         let failures = table_failures(&rows);
-        assert_eq!(failures, vec!["SIGSTOP nats-server, SIGCONT: never injected".to_string()]);
+        assert_eq!(
+            failures,
+            vec!["SIGSTOP nats-server, SIGCONT: never injected".to_string()]
+        );
     }
 
     #[test]
     fn a_fault_without_a_later_commit_or_restore_fails() {
         let mut f = fault(FaultKind::StreamLeaderKill, 300);
         f.restored = false;
-        let rows = table(&[FaultKind::StreamLeaderKill], &[f], &[(100, EventKind::Commit)], &[]);
+        let rows = table(
+            &[FaultKind::StreamLeaderKill],
+            &[f],
+            &[(100, EventKind::Commit)],
+            &[],
+        );
         let failures = table_failures(&rows);
         assert_eq!(failures.len(), 2, "{failures:?}");
     }

@@ -17,7 +17,7 @@
 use crate::broker::{Broker, BrokerError, Names};
 use crate::check::{check, ExpectedTask, RepeatedCreate, Violation};
 use crate::cluster::{Cluster, ClusterBinaries};
-use crate::events::{self, unix_ms, EventLog};
+use crate::events::{self, unix_ms, EventKind, EventLog};
 use crate::faults::{self, ClusterChaos, FaultKind, FaultRecord, KindRow};
 use crate::lab::Endpoints;
 use crate::limits::RelayLimits;
@@ -256,8 +256,8 @@ impl RunConfig {
         if self.cluster && self.endpoints.is_some() {
             return fail("a cluster run starts its own servers: no endpoints".into());
         }
-        if self.cluster_rounds == 0 || self.cluster_rounds > 20 {
-            return fail("cluster_rounds must be within 1..=20".into());
+        if self.cluster_rounds > 20 {
+            return fail("cluster_rounds must be within 0..=20".into());
         }
         if self.protocol == Protocol::Starter {
             return fail("the starter protocol is for the lab".into());
@@ -323,6 +323,13 @@ pub struct RunReport {
     pub counter: u64,
     pub expected_counter: u64,
     pub effects: Effects,
+    /// Deliveries after the first, and those the dedup record suppressed.
+    pub redeliveries: u64,
+    pub suppressed: u64,
+    /// Dedup records are kept at least this long; no copy can arrive later
+    /// than `dedup_window_min_ms` after the first apply.
+    pub dedup_retention_ms: u64,
+    pub dedup_window_min_ms: u64,
     /// Every fault, in time order.
     pub faults: Vec<FaultRecord>,
     /// Per fault kind: count, recovery, stream copies, redeliveries, suppressions.
@@ -405,7 +412,7 @@ pub fn amounts(seed: u64, tasks: u64, amount_max: u64) -> Vec<u64> {
 /// The servers of a run: started here (one of each, or the cluster), or
 /// someone else's.
 enum Rig {
-    One(Servers),
+    One(Box<Servers>),
     Cluster(Box<Cluster>),
     External,
 }
@@ -428,7 +435,7 @@ impl Rig {
             etcd: vec![s.etcd.endpoint.clone()],
             nats: s.nats.url.clone(),
         };
-        Ok((Rig::One(s), e))
+        Ok((Rig::One(Box::new(s)), e))
     }
 
     fn dir(&self) -> Option<&Path> {
@@ -515,7 +522,7 @@ impl Chaos<'_> {
         ready: Duration,
     ) -> Result<(), RunError> {
         let Rig::One(s) = rig else { return Ok(()) };
-        if self.broker_restarts > 0 || completed < self.restart_at {
+        if !self.cfg.process_kills || self.broker_restarts > 0 || completed < self.restart_at {
             return Ok(());
         }
         let status = s.nats.kill().await?;
@@ -576,7 +583,11 @@ pub async fn run(cfg: &RunConfig) -> Result<RunReport, RunError> {
         protocol: cfg.protocol,
         events_dir: Some(events_dir.clone()),
     };
-    let mut procs = vec![spawn_proc(cfg, &proc_cfg(Role::Relay, "relay#1".into(), 0), &log_dir)?];
+    let mut procs = vec![spawn_proc(
+        cfg,
+        &proc_cfg(Role::Relay, "relay#1".into(), 0),
+        &log_dir,
+    )?];
     for w in 1..=cfg.workers {
         let seed = cfg.seed.wrapping_add(u64::from(w));
         let pc = proc_cfg(Role::Worker, format!("worker#{w}"), seed);
@@ -672,7 +683,11 @@ async fn drive(
                 break;
             }
             // A broken protocol can lose tasks: stop once nothing is left to do.
-            quiet_ticks = if is_quiet(store, broker).await { quiet_ticks + 1 } else { 0 };
+            quiet_ticks = if is_quiet(store, broker).await {
+                quiet_ticks + 1
+            } else {
+                0
+            };
             if quiet_ticks >= 30 {
                 break;
             }
@@ -705,7 +720,11 @@ async fn drive(
     let mut quiet = 0;
     while quiet < 3 && Instant::now() < quiet_deadline {
         tokio::time::sleep(Duration::from_millis(200)).await;
-        quiet = if is_quiet(store, broker).await { quiet + 1 } else { 0 };
+        quiet = if is_quiet(store, broker).await {
+            quiet + 1
+        } else {
+            0
+        };
     }
     for p in chaos.procs.iter_mut() {
         let _ = kill_confirmed(&mut p.child, &p.cfg.name).await;
@@ -753,18 +772,23 @@ async fn judge(
         faults.extend(c.records.iter().cloned());
     }
     faults.sort_by_key(|f| f.at_ms);
-    let kinds: &[FaultKind] = match (cfg.cluster, cfg.process_kills) {
-        (true, true) => &FaultKind::ALL,
-        (true, false) => &FaultKind::CLUSTER,
-        (false, _) => &[FaultKind::RelayKill, FaultKind::WorkerKill],
-    };
+    let cluster_faults = cfg.cluster && cfg.cluster_rounds > 0;
+    let mut kinds = Vec::new();
+    if cluster_faults {
+        kinds.extend(FaultKind::CLUSTER);
+    }
+    if cfg.process_kills {
+        kinds.extend([FaultKind::RelayKill, FaultKind::WorkerKill]);
+    }
     let events = events::read_all(events_dir);
-    let fault_table = faults::table(kinds, &faults, &events, &census.extra_copies_at_ms);
-    let table_failures = if cfg.cluster {
+    let fault_table = faults::table(&kinds, &faults, &events, &census.extra_copies_at_ms);
+    // A cluster run must show every kind it was to inject.
+    let table_failures = if cluster_faults {
         faults::table_failures(&fault_table)
     } else {
         Vec::new()
     };
+    let count = |k: EventKind| events.iter().filter(|e| e.1 == k).count() as u64;
     let passed = violations.is_empty()
         && obs.counter == expected_counter
         && obs.results.len() as u64 == cfg.tasks
@@ -790,6 +814,10 @@ async fn judge(
         counter: obs.counter,
         expected_counter,
         effects,
+        redeliveries: count(EventKind::Redelivery),
+        suppressed: count(EventKind::Suppress),
+        dedup_retention_ms: cfg.limits.dedup_retention_ms,
+        dedup_window_min_ms: cfg.limits.dedup_window_min_ms(),
         faults,
         fault_table,
         table_failures,
@@ -818,10 +846,7 @@ impl Effects {
                 "LOST: {} tasks never applied (amount {})",
                 self.lost_tasks, self.lost_amount
             ),
-            (false, true) => format!(
-                "DOUBLED: {} applied more than once",
-                self.doubled_amount
-            ),
+            (false, true) => format!("DOUBLED: {} applied more than once", self.doubled_amount),
             (true, true) => format!(
                 "LOST and DOUBLED: {} tasks never applied (amount {}), {} applied more than once",
                 self.lost_tasks, self.lost_amount, self.doubled_amount
@@ -981,6 +1006,15 @@ pub fn render(r: &RunReport) -> String {
         ));
     }
     out.push_str(&format!("effects: {}\n", r.effects.verdict()));
+    out.push_str(&format!(
+        "dedup records kept >= {:.1} h (no copy can arrive later than {:.1} h after the first apply): \
+         {} redeliveries, {} suppressed, all within {:.1} s of the start\n",
+        r.dedup_retention_ms as f64 / 3.6e6,
+        r.dedup_window_min_ms as f64 / 3.6e6,
+        r.redeliveries,
+        r.suppressed,
+        r.elapsed_ms as f64 / 1000.0,
+    ));
     if !r.faults.is_empty() || r.cluster {
         out.push_str(&faults::render_table(&r.fault_table));
     }

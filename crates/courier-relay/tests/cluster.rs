@@ -39,7 +39,10 @@ async fn leaders_are_found_killed_and_replaced_and_a_stopped_server_comes_back()
     assert!(!c.is_whole());
     let next = until("a new etcd leader", ready, || c.etcd_leader()).await;
     assert_ne!(next, leader);
-    c.etcd[leader].restart(ready).await.expect("the member rejoins");
+    c.etcd[leader]
+        .restart(ready)
+        .await
+        .expect("the member rejoins");
 
     // JetStream: a stream at replicas 3 on every server; the meta leader and
     // the stream leader are named, and the stream leader moves when its
@@ -60,7 +63,10 @@ async fn leaders_are_found_killed_and_replaced_and_a_stopped_server_comes_back()
         c.nats_index(&name)
     })
     .await;
-    let stopped = c.nats[stream_leader].stop().await.expect("SIGSTOP confirmed");
+    let stopped = c.nats[stream_leader]
+        .stop()
+        .await
+        .expect("SIGSTOP confirmed");
     assert!(stopped.contains("SIGSTOP"), "{stopped}");
     let moved = until("a new stream leader", Duration::from_secs(60), || async {
         let name = broker.stream_leader().await.ok()?.0?;
@@ -68,7 +74,10 @@ async fn leaders_are_found_killed_and_replaced_and_a_stopped_server_comes_back()
     })
     .await;
     assert_ne!(moved, stream_leader);
-    let resumed = c.nats[stream_leader].cont(ready).await.expect("SIGCONT confirmed");
+    let resumed = c.nats[stream_leader]
+        .cont(ready)
+        .await
+        .expect("SIGCONT confirmed");
     assert!(resumed.contains("Continued"), "{resumed}");
     assert!(c.is_whole());
 }

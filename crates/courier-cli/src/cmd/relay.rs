@@ -23,6 +23,9 @@ enum Command {
     /// Push N tasks through relay and worker processes killed at random moments, with one broker
     /// restart; with --cluster, on 3 etcd members and 3 JetStream servers whose leaders are killed.
     Run(RunArgs),
+    /// Relay throughput without faults: one etcd and one nats-server, then the
+    /// 3+3 cluster (stream replicas 3, sync_interval always), same tasks and seed.
+    Compare(CompareArgs),
     /// A relay process of `run` (internal).
     #[command(hide = true)]
     RelayProc(ProcArgs),
@@ -98,11 +101,12 @@ struct RunArgs {
     /// stop and restart their leaders and followers during the run.
     #[arg(long, conflicts_with_all = ["etcd_endpoints", "nats_url"])]
     cluster: bool,
-    /// With --cluster: how many times each cluster fault kind is injected.
+    /// With --cluster: how many times each cluster fault kind is injected (0: none).
     #[arg(long, default_value_t = 1)]
     rounds: u32,
-    /// Do not kill relay and worker processes: only the cluster's faults.
-    #[arg(long, requires = "cluster")]
+    /// Do not kill relay and worker processes (nor restart the one broker):
+    /// on the cluster, only the cluster's faults.
+    #[arg(long)]
     no_process_kills: bool,
     /// reference, or a broken protocol as a negative control: ack-before-commit, no-dedup, mark-before-ack.
     #[arg(long, default_value = "reference")]
@@ -112,6 +116,17 @@ struct RunArgs {
     report: Option<PathBuf>,
     #[command(flatten)]
     servers: ServerArgs,
+}
+
+#[derive(clap::Args)]
+struct CompareArgs {
+    /// Tasks per setup.
+    #[arg(long, default_value_t = 5_000)]
+    tasks: u64,
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+    #[arg(long, default_value_t = 2)]
+    workers: u32,
 }
 
 #[derive(clap::Args)]
@@ -125,6 +140,7 @@ pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
     match args.command {
         Command::Lab(a) => lab(a).await,
         Command::Run(a) => load(a).await,
+        Command::Compare(a) => compare(a).await,
         Command::RelayProc(a) | Command::WorkerProc(a) => {
             let cfg: ProcConfig = serde_json::from_str(&a.config).context("reading --config")?;
             relay_run::run_proc(cfg).await?;
@@ -193,4 +209,47 @@ async fn load(a: RunArgs) -> anyhow::Result<ExitCode> {
     } else {
         ExitCode::from(1)
     })
+}
+
+/// One node against the cluster, no faults, in one invocation.
+async fn compare(a: CompareArgs) -> anyhow::Result<ExitCode> {
+    println!("seed: {}", a.seed);
+    let exe = std::env::current_exe().context("finding this binary")?;
+    let mut rows = Vec::new();
+    for cluster in [false, true] {
+        let mut cfg = RunConfig::new(a.tasks, a.seed, exe.clone(), vec!["relay".into()]);
+        cfg.workers = a.workers;
+        cfg.cluster = cluster;
+        cfg.cluster_rounds = 0;
+        cfg.process_kills = false;
+        cfg.progress = false;
+        let r = relay_run::run(&cfg).await?;
+        if !r.passed {
+            print!("{}", relay_run::render(&r));
+            bail!(
+                "the {} run failed its checks",
+                if cluster { "cluster" } else { "one-node" }
+            );
+        }
+        rows.push((cluster, r));
+    }
+    println!("| setup | tasks | workers | elapsed s | tasks/s | stream copies | counter exact |");
+    println!("|---|---|---|---|---|---|---|");
+    for (cluster, r) in &rows {
+        let setup = if *cluster {
+            "3 etcd + 3 nats-server (R3, sync always)"
+        } else {
+            "1 etcd + 1 nats-server (R1)"
+        };
+        println!(
+            "| {setup} | {} | {} | {:.1} | {:.0} | {} | {} |",
+            r.tasks,
+            r.workers,
+            r.elapsed_ms as f64 / 1000.0,
+            r.tasks_per_s,
+            r.extra_copies,
+            r.counter == r.expected_counter
+        );
+    }
+    Ok(ExitCode::SUCCESS)
 }
