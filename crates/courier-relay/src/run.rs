@@ -466,6 +466,21 @@ struct Chaos<'a> {
 }
 
 impl Chaos<'_> {
+    /// One step of every fault source: the cluster's, the processes', the broker's.
+    async fn tick(
+        &mut self,
+        rig: &mut Rig,
+        broker: &Broker,
+        completed: u64,
+        ready: Duration,
+    ) -> Result<(), RunError> {
+        if let (Some(cc), Rig::Cluster(c)) = (self.cluster.as_mut(), &mut *rig) {
+            cc.tick(c, broker, completed, &self.release).await?;
+        }
+        self.processes().await?;
+        self.broker_restart(rig, completed, ready).await
+    }
+
     /// Restarts what exited by itself, and kills the next victim when due.
     async fn processes(&mut self) -> Result<(), RunError> {
         for p in self.procs.iter_mut() {
@@ -505,6 +520,7 @@ impl Chaos<'_> {
                 target: p.cfg.name.clone(),
                 confirmed: "signal: 9 (SIGKILL)".into(),
                 restored: true,
+                down_ms: 0,
             });
         } else {
             self.unexpected += 1;
@@ -535,6 +551,21 @@ impl Chaos<'_> {
         s.nats.restart(ready).await?;
         self.broker_restarts += 1;
         Ok(())
+    }
+}
+
+/// No more kills: lets the survivors drain the outbox and the consumer
+/// (three quiet reads in a row, at most a minute).
+async fn drain(store: &Store, broker: &Broker) {
+    let quiet_deadline = Instant::now() + Duration::from_secs(60);
+    let mut quiet = 0;
+    while quiet < 3 && Instant::now() < quiet_deadline {
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        quiet = if is_quiet(store, broker).await {
+            quiet + 1
+        } else {
+            0
+        };
     }
 }
 
@@ -707,25 +738,11 @@ async fn drive(
                 _ => Err(RunError::Config("the creator stopped early".into())),
             };
         }
-        if let (Some(cc), Rig::Cluster(c)) = (chaos.cluster.as_mut(), &mut *rig) {
-            cc.tick(c, broker, completed, &chaos.release).await?;
-        }
-        chaos.processes().await?;
-        chaos.broker_restart(rig, completed, ready).await?;
+        chaos.tick(rig, broker, completed, ready).await?;
     }
     let elapsed = started.elapsed();
     bar.finish_and_clear();
-    // No more kills: let the survivors drain the outbox and the consumer.
-    let quiet_deadline = Instant::now() + Duration::from_secs(60);
-    let mut quiet = 0;
-    while quiet < 3 && Instant::now() < quiet_deadline {
-        tokio::time::sleep(Duration::from_millis(200)).await;
-        quiet = if is_quiet(store, broker).await {
-            quiet + 1
-        } else {
-            0
-        };
-    }
+    drain(store, broker).await;
     for p in chaos.procs.iter_mut() {
         let _ = kill_confirmed(&mut p.child, &p.cfg.name).await;
     }
@@ -735,18 +752,10 @@ async fn drive(
     Ok((elapsed, repeats))
 }
 
-/// Reads what the run left behind and judges it.
-async fn judge(
-    cfg: &RunConfig,
-    store: &Store,
-    broker: &Broker,
-    chaos: &Chaos<'_>,
-    events_dir: &Path,
-    elapsed: Duration,
-    repeats: Vec<RepeatedCreate>,
-) -> Result<RunReport, RunError> {
+/// The tasks the run creates, and the counter they must sum to.
+fn expected_tasks(cfg: &RunConfig) -> (Vec<ExpectedTask>, u64) {
     let amounts = amounts(cfg.seed, cfg.tasks, cfg.amount_max);
-    let expected: Vec<ExpectedTask> = amounts
+    let expected = amounts
         .iter()
         .enumerate()
         .map(|(i, a)| {
@@ -758,15 +767,17 @@ async fn judge(
             }
         })
         .collect();
-    let expected_counter: u64 = amounts.iter().sum();
-    let mut obs = store.observe().await?;
-    let census = broker.census(Duration::from_secs(120)).await?;
-    let consumer = broker.consumer_state().await?;
-    obs.stream_copies = census.copies.clone();
-    obs.ack_pending = consumer.ack_pending;
-    obs.repeated_creates = repeats;
-    let violations = check(&expected, &obs);
-    let effects = effects_verdict(&expected, &obs);
+    (expected, amounts.iter().sum())
+}
+
+/// Every fault in time order, the table of the kinds the run was to
+/// inject, and why that table fails a cluster run.
+fn fault_report(
+    cfg: &RunConfig,
+    chaos: &Chaos<'_>,
+    events: &[(u64, EventKind)],
+    copies_at_ms: &[u64],
+) -> (Vec<FaultRecord>, Vec<KindRow>, Vec<String>) {
     let mut faults: Vec<FaultRecord> = chaos.kills.clone();
     if let Some(c) = &chaos.cluster {
         faults.extend(c.records.iter().cloned());
@@ -780,14 +791,38 @@ async fn judge(
     if cfg.process_kills {
         kinds.extend([FaultKind::RelayKill, FaultKind::WorkerKill]);
     }
-    let events = events::read_all(events_dir);
-    let fault_table = faults::table(&kinds, &faults, &events, &census.extra_copies_at_ms);
+    let table = faults::table(&kinds, &faults, events, copies_at_ms);
     // A cluster run must show every kind it was to inject.
-    let table_failures = if cluster_faults {
-        faults::table_failures(&fault_table)
+    let failures = if cluster_faults {
+        faults::table_failures(&table)
     } else {
         Vec::new()
     };
+    (faults, table, failures)
+}
+
+/// Reads what the run left behind and judges it.
+async fn judge(
+    cfg: &RunConfig,
+    store: &Store,
+    broker: &Broker,
+    chaos: &Chaos<'_>,
+    events_dir: &Path,
+    elapsed: Duration,
+    repeats: Vec<RepeatedCreate>,
+) -> Result<RunReport, RunError> {
+    let (expected, expected_counter) = expected_tasks(cfg);
+    let mut obs = store.observe().await?;
+    let census = broker.census(Duration::from_secs(120)).await?;
+    let consumer = broker.consumer_state().await?;
+    obs.stream_copies = census.copies.clone();
+    obs.ack_pending = consumer.ack_pending;
+    obs.repeated_creates = repeats;
+    let violations = check(&expected, &obs);
+    let effects = effects_verdict(&expected, &obs);
+    let events = events::read_all(events_dir);
+    let (faults, fault_table, table_failures) =
+        fault_report(cfg, chaos, &events, &census.extra_copies_at_ms);
     let count = |k: EventKind| events.iter().filter(|e| e.1 == k).count() as u64;
     let passed = violations.is_empty()
         && obs.counter == expected_counter
