@@ -39,6 +39,8 @@ use tokio::process::{Child, Command};
 pub const MEMBERS: usize = 3;
 /// The oldest nats-server the cluster accepts: `sync_interval` is needed.
 pub const NATS_VERSION_MIN: (u32, u32) = (2, 12);
+/// Starts of the whole cluster tried when a member exits during start-up.
+const START_ATTEMPTS_MAX: u32 = 3;
 /// Where `scripts/install-nats.sh` puts nats-server, relative to the checkout.
 pub const NATS_INSTALL_PATH: &str = ".courier/tools/nats-venv/bin/nats-server";
 
@@ -164,20 +166,26 @@ impl Member {
         }
     }
 
+    /// `Err(Exited)` when the member has exited.
+    fn exited(&mut self) -> Result<(), ServerError> {
+        if let Some(child) = self.child.as_mut() {
+            if let Ok(Some(status)) = child.try_wait() {
+                self.child = None;
+                return Err(ServerError::Exited {
+                    name: self.name.clone(),
+                    status: status.to_string(),
+                    log_tail: tail(&self.log),
+                });
+            }
+        }
+        Ok(())
+    }
+
     /// Waits until the member answers its probe, or fails with its log tail.
     async fn wait_ready(&mut self, timeout: Duration) -> Result<(), ServerError> {
         let start = Instant::now();
         loop {
-            if let Some(child) = self.child.as_mut() {
-                if let Ok(Some(status)) = child.try_wait() {
-                    self.child = None;
-                    return Err(ServerError::Exited {
-                        name: self.name.clone(),
-                        status: status.to_string(),
-                        log_tail: tail(&self.log),
-                    });
-                }
-            }
+            self.exited()?;
             if self.ready().await {
                 return Ok(());
             }
@@ -498,6 +506,12 @@ async fn start_all(members: &mut [Member], timeout: Duration) -> Result<(), Serv
     for m in members.iter_mut() {
         m.spawn()?;
     }
+    // A port someone else took makes a member exit at once: notice it here,
+    // whichever member it is, rather than wait for another one's quorum.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    for m in members.iter_mut() {
+        m.exited()?;
+    }
     for m in members.iter_mut() {
         m.wait_ready(timeout).await?;
     }
@@ -505,9 +519,33 @@ async fn start_all(members: &mut [Member], timeout: Duration) -> Result<(), Serv
 }
 
 impl Cluster {
+    /// Starts both clusters. A port taken by someone else between the
+    /// probe and the bind makes a member exit: then every member started so
+    /// far is killed and the whole start is tried again with new ports.
     pub async fn start(bins: &ClusterBinaries, ready: Duration) -> Result<Self, ServerError> {
         let etcd_bin = find_binary(&bins.etcd, "etcd-server")?;
         let nats_version = check_nats_server(&bins.nats_server)?;
+        let mut attempt = 0;
+        loop {
+            attempt += 1;
+            match Self::start_once(&etcd_bin, bins, ready, &nats_version).await {
+                Err(ServerError::Exited { .. }) if attempt < START_ATTEMPTS_MAX => {
+                    tracing::warn!(
+                        attempt,
+                        "a cluster member exited during start-up; new ports"
+                    );
+                }
+                r => return r,
+            }
+        }
+    }
+
+    async fn start_once(
+        etcd_bin: &Path,
+        bins: &ClusterBinaries,
+        ready: Duration,
+        nats_version: &str,
+    ) -> Result<Self, ServerError> {
         let dir = tempfile::Builder::new()
             .prefix("courier-relay-cluster-")
             .tempdir()
@@ -515,8 +553,9 @@ impl Cluster {
                 path: "temporary directory".into(),
                 reason: e.to_string(),
             })?;
-        let (mut etcd, etcd_endpoints) = etcd_members(&etcd_bin, dir.path())?;
+        let (mut etcd, etcd_endpoints) = etcd_members(etcd_bin, dir.path())?;
         let (mut nats, nats_urls, nats_http) = nats_members(&bins.nats_server, dir.path())?;
+        // On an error the members drop here (killed) before `dir` goes.
         start_all(&mut etcd, ready).await?;
         start_all(&mut nats, ready).await?;
         Ok(Cluster {
@@ -525,7 +564,7 @@ impl Cluster {
             etcd_endpoints,
             nats_urls,
             nats_http,
-            nats_version,
+            nats_version: nats_version.to_string(),
             dir,
         })
     }
