@@ -49,6 +49,27 @@ pub enum BrokerError {
     Request { what: &'static str, reason: String },
 }
 
+/// How often the client pings its server; two unanswered pings drop the
+/// connection and the client moves on to another server of the list.
+pub const PING_INTERVAL: Duration = Duration::from_millis(500);
+
+/// Parses a comma-separated list of server URLs.
+pub fn server_list(url: &str) -> Result<Vec<async_nats::ServerAddr>, String> {
+    let list: Result<Vec<_>, _> = url
+        .split(',')
+        .map(str::trim)
+        .filter(|u| !u.is_empty())
+        .map(|u| {
+            u.parse::<async_nats::ServerAddr>()
+                .map_err(|e| format!("{u}: {e}"))
+        })
+        .collect();
+    match list? {
+        l if l.is_empty() => Err("no server URL".into()),
+        l => Ok(l),
+    }
+}
+
 fn request(what: &'static str) -> impl Fn(String) -> BrokerError {
     move |reason| BrokerError::Request { what, reason }
 }
@@ -79,6 +100,9 @@ pub struct Census {
     pub messages: u64,
     /// Copies per event id.
     pub copies: BTreeMap<String, u64>,
+    /// When each copy beyond an event's first was stored (Unix ms, the
+    /// broker's clock), in stream order.
+    pub extra_copies_at_ms: Vec<u64>,
 }
 
 #[derive(Clone)]
@@ -92,21 +116,30 @@ pub struct Broker {
 
 impl Broker {
     /// Connects once; the client reconnects by itself afterwards (every
-    /// 50-500 ms), so a broker restart costs a pause, not a process.
+    /// 50-500 ms), so a broker restart costs a pause, not a process. `url`
+    /// may list several servers of one cluster, comma-separated: the client
+    /// connects to one and moves to another when it is lost. A server that
+    /// stops answering (SIGSTOP, a frozen machine) is given up after two
+    /// missed pings ([`PING_INTERVAL`] apart), not after minutes.
     pub async fn connect(
         url: &str,
         names: Names,
         limits: &RelayLimits,
     ) -> Result<Self, BrokerError> {
         let timeout = Duration::from_millis(limits.nats_request_timeout_ms);
+        let servers = server_list(url).map_err(|reason| BrokerError::Connect {
+            url: url.into(),
+            reason,
+        })?;
         let options = async_nats::ConnectOptions::new()
             .connection_timeout(timeout)
             .request_timeout(Some(timeout))
+            .ping_interval(PING_INTERVAL)
             .max_reconnects(None)
             .reconnect_delay_callback(|attempts| {
                 Duration::from_millis((attempts as u64 * 50).clamp(50, 500))
             });
-        let client = tokio::time::timeout(timeout * 2, options.connect(url))
+        let client = tokio::time::timeout(timeout * 2, options.connect(servers))
             .await
             .map_err(|_| BrokerError::Connect {
                 url: url.into(),
@@ -149,7 +182,8 @@ impl Broker {
             max_bytes: limits.stream_bytes_max,
             max_messages: limits.stream_messages_max,
             max_message_size: limits.event_bytes_max as i32,
-            num_replicas: 1,
+            num_replicas: limits.stream_replicas as usize,
+            max_age: Duration::from_millis(limits.stream_max_age_ms),
             ..Default::default()
         };
         let stream = self
@@ -277,6 +311,22 @@ impl Broker {
         })
     }
 
+    /// The stream's leader (a server name) and its last sequence, from the
+    /// stream's info.
+    pub async fn stream_leader(&self) -> Result<(Option<String>, u64), BrokerError> {
+        let stream = self
+            .js
+            .get_stream(&self.names.stream)
+            .await
+            .map_err(|e| request("stream lookup")(e.to_string()))?;
+        let info = stream
+            .get_info()
+            .await
+            .map_err(|e| request("stream info")(e.to_string()))?;
+        let leader = info.cluster.as_ref().and_then(|c| c.leader.clone());
+        Ok((leader, info.state.last_sequence))
+    }
+
     /// Messages in the stream.
     pub async fn stream_messages(&self) -> Result<u64, BrokerError> {
         let stream = self
@@ -307,7 +357,7 @@ impl Broker {
             .messages;
         let mut census = Census {
             messages: total,
-            copies: BTreeMap::new(),
+            ..Census::default()
         };
         if total == 0 {
             return Ok(census);
@@ -345,7 +395,16 @@ impl Broker {
                     .and_then(|h| h.get(EVENT_ID_HEADER))
                     .map(|v| v.as_str().to_string())
                     .unwrap_or_else(|| "<no event id>".into());
-                *census.copies.entry(id).or_default() += 1;
+                let copies = census.copies.entry(id).or_default();
+                *copies += 1;
+                if *copies > 1 {
+                    let at = msg
+                        .info()
+                        .map(|i| i.published.unix_timestamp_nanos() / 1_000_000);
+                    census
+                        .extra_copies_at_ms
+                        .push(at.unwrap_or(0).max(0) as u64);
+                }
                 seen += 1;
             }
         }

@@ -19,19 +19,26 @@
 //! - [`relay`], [`worker`]: the shared transport, with lab-only fault hooks.
 //! - [`servers`]: real etcd and nats-server processes on loopback ports.
 //! - [`lab`]: the three crash scenarios; [`run`]: the long run with real kills.
+//! - [`cluster`]: 3 etcd members and 3 JetStream servers, their leaders found;
+//!   [`faults`]: the cluster faults of a run and the table that judges them;
+//!   [`events`]: the workers' commit, suppression and redelivery lines.
 //!
 //! # Invariants
 //! - Every accepted task keeps its publication intent until JetStream has
 //!   acknowledged its event (reference order).
 //! - An event's effect is committed at most once while its dedup record is
-//!   kept (the whole run here): the dedup record, result, task and counter
-//!   are written in one guarded transaction.
+//!   kept (at least `dedup_retention_ms`, longer than any copy can still
+//!   arrive): the dedup record, result, task and counter are written in one
+//!   guarded transaction.
 //! - A consumer ACK follows the commit; a crash between them costs a
 //!   redelivery, never an effect.
 
 pub mod broken;
 pub mod broker;
 pub mod check;
+pub mod cluster;
+pub mod events;
+pub mod faults;
 pub mod lab;
 pub mod limits;
 pub mod model;

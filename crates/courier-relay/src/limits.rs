@@ -7,6 +7,8 @@ use serde::{Deserialize, Serialize};
 /// (`--max-txn-ops`).
 pub const ETCD_TXN_OPS_MAX: u32 = 128;
 
+const DAY_MS: u64 = 24 * 3_600_000;
+
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct RelayLimits {
     /// Client time-out of one etcd request. A time-out leaves the outcome of a
@@ -49,6 +51,21 @@ pub struct RelayLimits {
     pub stream_messages_max: i64,
     /// How long a started etcd or nats-server may take to answer its first probe.
     pub server_ready_timeout_ms: u64,
+    /// Copies of the stream JetStream keeps (1 on one server, 3 on the cluster).
+    pub stream_replicas: u32,
+    /// The stream's max age: JetStream removes a message this long after it
+    /// was stored, so no copy of an event is delivered (or redelivered) later
+    /// than this after its last publication.
+    pub stream_max_age_ms: u64,
+    /// The longest an outbox entry may stay unpublished (or published and
+    /// not yet marked, so that it may be published again). Not enforced: an
+    /// operating bound the dedup window is sized for.
+    pub outbox_age_max_ms: u64,
+    /// How long a dedup record is kept at least (an etcd lease). It must
+    /// outlast every delivery still possible after the first apply:
+    /// `outbox_age_max_ms + stream_max_age_ms + ack_wait_ms` (see
+    /// [`RelayLimits::dedup_window_min_ms`]).
+    pub dedup_retention_ms: u64,
 }
 
 impl Default for RelayLimits {
@@ -72,6 +89,10 @@ impl Default for RelayLimits {
             stream_bytes_max: 1 << 30,
             stream_messages_max: 10_000_000,
             server_ready_timeout_ms: 15_000,
+            stream_replicas: 1,
+            stream_max_age_ms: DAY_MS,
+            outbox_age_max_ms: DAY_MS,
+            dedup_retention_ms: 7 * DAY_MS,
         }
     }
 }
@@ -88,6 +109,18 @@ impl RelayLimits {
             fetch_expires_ms: 200,
             ..RelayLimits::default()
         }
+    }
+
+    /// The least time after an event's first apply during which a copy of it
+    /// may still be delivered: a copy can be published until its outbox
+    /// entry is marked (at most `outbox_age_max_ms` after the create, which
+    /// precedes the apply), stays in the stream `stream_max_age_ms`, and one
+    /// delivered just before it ages out is applied within AckWait or
+    /// redelivered no more.
+    pub fn dedup_window_min_ms(&self) -> u64 {
+        self.outbox_age_max_ms
+            .saturating_add(self.stream_max_age_ms)
+            .saturating_add(self.ack_wait_ms)
     }
 
     pub fn validate(&self) -> Result<(), LimitsError> {
@@ -129,6 +162,17 @@ impl RelayLimits {
         // The counter is a u64: a stream full of the largest amounts must not overflow it.
         if self.amount_max > u64::MAX / (self.stream_messages_max.max(1) as u64) {
             return fail("amount_max * stream_messages_max must fit in a u64 counter");
+        }
+        if self.stream_max_age_ms < 1_000 || self.outbox_age_max_ms == 0 {
+            return fail("stream_max_age_ms must be at least 1000 and outbox_age_max_ms positive");
+        }
+        if self.dedup_retention_ms <= self.dedup_window_min_ms() {
+            return fail(
+                "dedup_retention_ms must be longer than outbox_age_max_ms + stream_max_age_ms + ack_wait_ms",
+            );
+        }
+        if !(1..=5).contains(&self.stream_replicas) {
+            return fail("stream_replicas must be within 1..=5");
         }
         if self.stream_bytes_max <= 0 || self.stream_messages_max <= 0 {
             return fail("stream_bytes_max and stream_messages_max must be positive");
@@ -176,6 +220,14 @@ mod tests {
             },
             RelayLimits {
                 amount_max: u64::MAX,
+                ..RelayLimits::default()
+            },
+            RelayLimits {
+                dedup_retention_ms: 2 * DAY_MS,
+                ..RelayLimits::default()
+            },
+            RelayLimits {
+                stream_max_age_ms: 10,
                 ..RelayLimits::default()
             },
         ];

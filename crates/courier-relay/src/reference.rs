@@ -20,7 +20,7 @@ use crate::model::{
 };
 use crate::protocol::{Applied, ApplyError, CreateError, Created};
 use crate::store::{counter_from, decode, encode, get_answer, Store, StoreError};
-use etcd_client::{Compare, CompareOp, Txn, TxnOp};
+use etcd_client::{Compare, CompareOp, PutOptions, Txn, TxnOp};
 use rand::Rng;
 use std::time::Duration;
 
@@ -161,6 +161,16 @@ pub async fn complete(
             task_id: event.task_id.clone(),
             worker: worker.to_string(),
         };
+        // The record expires with its lease, after the retention window.
+        let lease = match store.dedup_lease().await {
+            Ok(id) => id,
+            Err(e) if e.is_unknown() => {
+                last_error = Some(e);
+                pause(attempt, limits, rng).await;
+                continue;
+            }
+            Err(e) => return Err(e.into()),
+        };
         let result = ResultRecord {
             event_id: event.event_id.clone(),
             amount: event.amount,
@@ -178,7 +188,11 @@ pub async fn complete(
                 Compare::mod_revision(keys.counter(), CompareOp::Equal, expect_mod_revision),
             ])
             .and_then(vec![
-                TxnOp::put(keys.dedup(&event.event_id), encode(&dedup), None),
+                TxnOp::put(
+                    keys.dedup(&event.event_id),
+                    encode(&dedup),
+                    Some(PutOptions::new().with_lease(lease)),
+                ),
                 TxnOp::put(keys.result(&event.task_id), encode(&result), None),
                 TxnOp::put(keys.task(&event.task_id), encode(&task), None),
                 TxnOp::put(keys.counter(), counter_after.to_string(), None),

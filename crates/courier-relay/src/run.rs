@@ -16,6 +16,9 @@
 
 use crate::broker::{Broker, BrokerError, Names};
 use crate::check::{check, ExpectedTask, RepeatedCreate, Violation};
+use crate::cluster::{Cluster, ClusterBinaries};
+use crate::events::{self, unix_ms, EventKind, EventLog};
+use crate::faults::{self, ClusterChaos, FaultKind, FaultRecord, KindRow};
 use crate::lab::Endpoints;
 use crate::limits::RelayLimits;
 use crate::model::{CreateRequest, Keys, Protocol};
@@ -31,7 +34,7 @@ use serde::{Deserialize, Serialize};
 use std::os::unix::process::ExitStatusExt;
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio::process::{Child, Command};
@@ -58,6 +61,17 @@ pub struct ProcConfig {
     pub namespace: String,
     pub limits: RelayLimits,
     pub seed: u64,
+    /// The protocol the process follows (the reference, or a broken one as a
+    /// negative control of the checker).
+    #[serde(default = "reference_protocol")]
+    pub protocol: Protocol,
+    /// Where a worker appends its commits, suppressions and redeliveries.
+    #[serde(default)]
+    pub events_dir: Option<PathBuf>,
+}
+
+fn reference_protocol() -> Protocol {
+    Protocol::Reference
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -105,7 +119,7 @@ pub async fn run_proc(cfg: ProcConfig) -> Result<(), ProcError> {
             let mut relay = Relay::new(
                 store,
                 broker,
-                Protocol::Reference.relay_order(),
+                cfg.protocol.relay_order(),
                 cfg.limits.clone(),
                 &cfg.name,
                 None,
@@ -117,13 +131,19 @@ pub async fn run_proc(cfg: ProcConfig) -> Result<(), ProcError> {
             let mut worker = Worker::new(
                 store,
                 broker,
-                Protocol::Reference,
+                cfg.protocol,
                 cfg.limits.clone(),
                 &cfg.name,
                 None,
                 None,
                 cfg.seed,
             );
+            if let Some(dir) = &cfg.events_dir {
+                match EventLog::open(dir, &cfg.name) {
+                    Ok(log) => worker = worker.with_events(log),
+                    Err(e) => tracing::warn!(error = %e, "no event log"),
+                }
+            }
             worker.run(stop).await?;
         }
     }
@@ -171,6 +191,16 @@ pub struct RunConfig {
     /// The whole run must finish within this time.
     pub deadline_s: u64,
     pub progress: bool,
+    /// Start the 3+3 cluster and inject the cluster faults.
+    pub cluster: bool,
+    pub cluster_binaries: ClusterBinaries,
+    /// Times every cluster fault kind is injected.
+    pub cluster_rounds: u32,
+    /// The relay's and workers' protocol (a broken one is a negative control).
+    pub protocol: Protocol,
+    /// Kill relay and worker processes (off: only the cluster's faults, so
+    /// whatever a broken protocol loses or doubles, a leader change did).
+    pub process_kills: bool,
 }
 
 impl RunConfig {
@@ -191,6 +221,11 @@ impl RunConfig {
             amount_max: 100,
             deadline_s: 900,
             progress: true,
+            cluster: false,
+            cluster_binaries: ClusterBinaries::default(),
+            cluster_rounds: 1,
+            protocol: Protocol::Reference,
+            process_kills: true,
         }
     }
 
@@ -217,6 +252,15 @@ impl RunConfig {
                 "amount_max must be within 1..={}",
                 self.limits.amount_max
             ));
+        }
+        if self.cluster && self.endpoints.is_some() {
+            return fail("a cluster run starts its own servers: no endpoints".into());
+        }
+        if self.cluster_rounds > 20 {
+            return fail("cluster_rounds must be within 0..=20".into());
+        }
+        if self.protocol == Protocol::Starter {
+            return fail("the starter protocol is for the lab".into());
         }
         if self.deadline_s == 0 {
             return fail("deadline_s must be positive".into());
@@ -258,6 +302,9 @@ pub struct RunReport {
     pub seed: u64,
     pub tasks: u64,
     pub workers: u32,
+    /// On the 3+3 cluster (else one etcd and one nats-server).
+    pub cluster: bool,
+    pub protocol: Protocol,
     /// From the first create to the last result.
     pub elapsed_ms: u64,
     pub tasks_per_s: f64,
@@ -275,6 +322,20 @@ pub struct RunReport {
     pub results: u64,
     pub counter: u64,
     pub expected_counter: u64,
+    pub effects: Effects,
+    /// Deliveries after the first, and those the dedup record suppressed.
+    pub redeliveries: u64,
+    pub suppressed: u64,
+    /// Dedup records are kept at least this long; no copy can arrive later
+    /// than `dedup_window_min_ms` after the first apply.
+    pub dedup_retention_ms: u64,
+    pub dedup_window_min_ms: u64,
+    /// Every fault, in time order.
+    pub faults: Vec<FaultRecord>,
+    /// Per fault kind: count, recovery, stream copies, redeliveries, suppressions.
+    pub fault_table: Vec<KindRow>,
+    /// Why the table fails the run (a kind missing, a fault without recovery).
+    pub table_failures: Vec<String>,
     pub violations: Vec<Violation>,
     pub passed: bool,
 }
@@ -348,52 +409,210 @@ pub fn amounts(seed: u64, tasks: u64, amount_max: u64) -> Vec<u64> {
         .collect()
 }
 
+/// The servers of a run: started here (one of each, or the cluster), or
+/// someone else's.
+enum Rig {
+    One(Box<Servers>),
+    Cluster(Box<Cluster>),
+    External,
+}
+
+impl Rig {
+    async fn start(cfg: &RunConfig, ready: Duration) -> Result<(Rig, Endpoints), RunError> {
+        if let Some(e) = &cfg.endpoints {
+            return Ok((Rig::External, e.clone()));
+        }
+        if cfg.cluster {
+            let c = Cluster::start(&cfg.cluster_binaries, ready).await?;
+            let e = Endpoints {
+                etcd: c.etcd_endpoints.clone(),
+                nats: c.nats_url_list(),
+            };
+            return Ok((Rig::Cluster(Box::new(c)), e));
+        }
+        let s = Servers::start(&cfg.binaries, ready).await?;
+        let e = Endpoints {
+            etcd: vec![s.etcd.endpoint.clone()],
+            nats: s.nats.url.clone(),
+        };
+        Ok((Rig::One(Box::new(s)), e))
+    }
+
+    fn dir(&self) -> Option<&Path> {
+        match self {
+            Rig::One(s) => Some(s.dir()),
+            Rig::Cluster(c) => Some(c.dir()),
+            Rig::External => None,
+        }
+    }
+}
+
+/// What the run's loop keeps between two ticks.
+struct Chaos<'a> {
+    cfg: &'a RunConfig,
+    log_dir: PathBuf,
+    procs: Vec<Proc>,
+    rng: StdRng,
+    next_kill: Instant,
+    relay_kills: u64,
+    worker_kills: u64,
+    unexpected: u64,
+    broker_restarts: u64,
+    restart_at: u64,
+    cluster: Option<ClusterChaos>,
+    release: Arc<AtomicU64>,
+    /// Process kills, as faults of the table.
+    kills: Vec<FaultRecord>,
+}
+
+impl Chaos<'_> {
+    /// One step of every fault source: the cluster's, the processes', the broker's.
+    async fn tick(
+        &mut self,
+        rig: &mut Rig,
+        broker: &Broker,
+        completed: u64,
+        ready: Duration,
+    ) -> Result<(), RunError> {
+        if let (Some(cc), Rig::Cluster(c)) = (self.cluster.as_mut(), &mut *rig) {
+            cc.tick(c, broker, completed, &self.release).await?;
+        }
+        self.processes().await?;
+        self.broker_restart(rig, completed, ready).await
+    }
+
+    /// Restarts what exited by itself, and kills the next victim when due.
+    async fn processes(&mut self) -> Result<(), RunError> {
+        for p in self.procs.iter_mut() {
+            if let Ok(Some(status)) = p.child.try_wait() {
+                self.unexpected += 1;
+                tracing::warn!(proc = %p.cfg.name, %status, "process exited by itself; restarting");
+                *p = spawn_proc(self.cfg, &p.cfg, &self.log_dir)?;
+            }
+        }
+        let cluster_busy = self.cluster.as_ref().is_some_and(|c| !c.is_idle());
+        if !self.cfg.process_kills || Instant::now() < self.next_kill || cluster_busy {
+            return Ok(());
+        }
+        // On the cluster the first two kills are a relay's and a worker's, so
+        // every seed's table has both kinds; then victims are drawn.
+        let victim = match (self.cluster.is_some(), self.relay_kills, self.worker_kills) {
+            (true, 0, _) => 0,
+            (true, _, 0) => 1,
+            _ => self.rng.random_range(0..self.procs.len()),
+        };
+        let p = &mut self.procs[victim];
+        let at_ms = unix_ms();
+        if kill_confirmed(&mut p.child, &p.cfg.name).await? {
+            let kind = match p.cfg.role {
+                Role::Relay => {
+                    self.relay_kills += 1;
+                    FaultKind::RelayKill
+                }
+                Role::Worker => {
+                    self.worker_kills += 1;
+                    FaultKind::WorkerKill
+                }
+            };
+            self.kills.push(FaultRecord {
+                kind,
+                at_ms,
+                target: p.cfg.name.clone(),
+                confirmed: "signal: 9 (SIGKILL)".into(),
+                restored: true,
+                down_ms: 0,
+            });
+        } else {
+            self.unexpected += 1;
+        }
+        *p = spawn_proc(self.cfg, &p.cfg, &self.log_dir)?;
+        self.next_kill = Instant::now() + kill_interval(self.cfg, &mut self.rng);
+        Ok(())
+    }
+
+    /// The one broker restart of a run on one node.
+    async fn broker_restart(
+        &mut self,
+        rig: &mut Rig,
+        completed: u64,
+        ready: Duration,
+    ) -> Result<(), RunError> {
+        let Rig::One(s) = rig else { return Ok(()) };
+        if !self.cfg.process_kills || self.broker_restarts > 0 || completed < self.restart_at {
+            return Ok(());
+        }
+        let status = s.nats.kill().await?;
+        if status.signal() != Some(9) {
+            return Err(RunError::KillUnconfirmed {
+                name: "nats-server".into(),
+                status: status.to_string(),
+            });
+        }
+        s.nats.restart(ready).await?;
+        self.broker_restarts += 1;
+        Ok(())
+    }
+}
+
+/// No more kills: lets the survivors drain the outbox and the consumer
+/// (three quiet reads in a row, at most a minute).
+async fn drain(store: &Store, broker: &Broker) {
+    let quiet_deadline = Instant::now() + Duration::from_secs(60);
+    let mut quiet = 0;
+    while quiet < 3 && Instant::now() < quiet_deadline {
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        quiet = if is_quiet(store, broker).await {
+            quiet + 1
+        } else {
+            0
+        };
+    }
+}
+
+/// Whether nothing is left to do: no pending intent, nothing undelivered,
+/// nothing awaiting an ACK.
+async fn is_quiet(store: &Store, broker: &Broker) -> bool {
+    let pending = store.count(&store.keys().outboxes()).await;
+    let cs = broker.consumer_state().await;
+    matches!((pending, cs), (Ok(0), Ok(cs)) if cs.undelivered == 0 && cs.ack_pending == 0)
+}
+
 /// Runs the load. `Err` when the run cannot be carried out; a broken
 /// invariant is a report with `passed: false`.
 pub async fn run(cfg: &RunConfig) -> Result<RunReport, RunError> {
     cfg.validate()?;
     let ready = Duration::from_millis(cfg.limits.server_ready_timeout_ms);
-    let mut servers = match &cfg.endpoints {
-        Some(_) => None,
-        None => Some(Servers::start(&cfg.binaries, ready).await?),
-    };
-    let endpoints = match (&cfg.endpoints, &servers) {
-        (Some(e), _) => e.clone(),
-        (None, Some(s)) => Endpoints {
-            etcd: vec![s.etcd.endpoint.clone()],
-            nats: s.nats.url.clone(),
-        },
-        (None, None) => unreachable!("servers are started when no endpoints are given"),
-    };
+    let (mut rig, endpoints) = Rig::start(cfg, ready).await?;
     let own_dir = tempfile::Builder::new()
         .prefix("courier-relay-run-")
         .tempdir()
-        .map_err(|e| RunError::Spawn {
-            name: "log directory".into(),
-            reason: e.to_string(),
-        })?;
-    let log_dir = servers
-        .as_ref()
-        .map(|s| s.dir().to_path_buf())
-        .unwrap_or_else(|| own_dir.path().to_path_buf());
-
+        .map_err(|e| spawn_error("log directory", e.to_string()))?;
+    let log_dir = rig.dir().unwrap_or(own_dir.path()).to_path_buf();
+    let events_dir = log_dir.join("events");
+    std::fs::create_dir_all(&events_dir)
+        .map_err(|e| spawn_error("events directory", e.to_string()))?;
+    let mut limits = cfg.limits.clone();
+    if cfg.cluster {
+        limits.stream_replicas = 3;
+    }
     let namespace = format!(
         "run-{:x}-{}",
         cfg.seed & 0xffff_ffff_ffff,
         std::process::id()
     );
     let keys = Keys::new(&namespace).map_err(|e| RunError::Config(e.to_string()))?;
-    let store = Store::connect(&endpoints.etcd, keys.clone(), &cfg.limits).await?;
-    let broker = Broker::connect(&endpoints.nats, Names::new(&keys), &cfg.limits).await?;
-    broker.ensure(&cfg.limits).await?;
-
+    let store = Store::connect(&endpoints.etcd, keys.clone(), &limits).await?;
+    let broker = Broker::connect(&endpoints.nats, Names::new(&keys), &limits).await?;
+    broker.ensure(&limits).await?;
     let proc_cfg = |role: Role, name: String, seed: u64| ProcConfig {
         role,
         name,
         endpoints: endpoints.clone(),
         namespace: namespace.clone(),
-        limits: cfg.limits.clone(),
+        limits: limits.clone(),
         seed,
+        protocol: cfg.protocol,
+        events_dir: Some(events_dir.clone()),
     };
     let mut procs = vec![spawn_proc(
         cfg,
@@ -401,19 +620,142 @@ pub async fn run(cfg: &RunConfig) -> Result<RunReport, RunError> {
         &log_dir,
     )?];
     for w in 1..=cfg.workers {
-        procs.push(spawn_proc(
-            cfg,
-            &proc_cfg(
-                Role::Worker,
-                format!("worker#{w}"),
-                cfg.seed.wrapping_add(u64::from(w)),
-            ),
-            &log_dir,
-        )?);
+        let seed = cfg.seed.wrapping_add(u64::from(w));
+        let pc = proc_cfg(Role::Worker, format!("worker#{w}"), seed);
+        procs.push(spawn_proc(cfg, &pc, &log_dir)?);
     }
+    let mut rng = StdRng::seed_from_u64(cfg.seed ^ 0x9e37_79b9_7f4a_7c15);
+    let restart_at = cfg.tasks * rng.random_range(30..=70) / 100;
+    let cluster = matches!(rig, Rig::Cluster(_)).then(|| {
+        let chaos_rng = StdRng::seed_from_u64(rng.random());
+        ClusterChaos::new(chaos_rng, cfg.cluster_rounds, cfg.tasks, ready)
+    });
+    let release = Arc::new(AtomicU64::new(
+        cluster.as_ref().map_or(cfg.tasks, |c| c.first_release()),
+    ));
+    let mut chaos = Chaos {
+        cfg,
+        log_dir,
+        procs: std::mem::take(&mut procs),
+        next_kill: Instant::now() + kill_interval(cfg, &mut rng),
+        rng,
+        relay_kills: 0,
+        worker_kills: 0,
+        unexpected: 0,
+        broker_restarts: 0,
+        restart_at,
+        cluster,
+        release,
+        kills: Vec::new(),
+    };
+    let outcome = drive(cfg, &mut rig, &store, &broker, &mut chaos).await;
+    let report = match outcome {
+        Ok((elapsed, repeats)) => {
+            judge(cfg, &store, &broker, &chaos, &events_dir, elapsed, repeats).await
+        }
+        Err(e) => Err(e),
+    };
+    if cfg.endpoints.is_some() {
+        let _ = broker.delete_stream().await;
+        let _ = store.delete_namespace().await;
+    }
+    drop(rig);
+    report
+}
 
+fn spawn_error(name: &str, reason: String) -> RunError {
+    RunError::Spawn {
+        name: name.into(),
+        reason,
+    }
+}
+
+/// Creates the tasks and injects the faults until every task has its result
+/// (or nothing is left to do), then lets the survivors drain. Returns the
+/// time from the first create to the last result, and the repeated creates.
+async fn drive(
+    cfg: &RunConfig,
+    rig: &mut Rig,
+    store: &Store,
+    broker: &Broker,
+    chaos: &mut Chaos<'_>,
+) -> Result<(Duration, Vec<RepeatedCreate>), RunError> {
+    let ready = Duration::from_millis(cfg.limits.server_ready_timeout_ms);
+    let expected_tasks = cfg.tasks;
+    let started = Instant::now();
+    let creator_done = Arc::new(AtomicBool::new(false));
+    let creator = tokio::spawn(create_all(
+        store.clone(),
+        cfg.clone(),
+        amounts(cfg.seed, cfg.tasks, cfg.amount_max),
+        creator_done.clone(),
+        chaos.release.clone(),
+    ));
+    let bar = progress_bar(cfg);
+    let deadline = started + Duration::from_secs(cfg.deadline_s);
+    let (mut completed, mut quiet_ticks) = (0, 0);
+    loop {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        if let Ok(n) = store.count(&store.keys().results()).await {
+            completed = n;
+        }
+        bar.set_position(completed.min(expected_tasks));
+        bar.set_message(format!(
+            "{:.0}/s; kills: relay {}, workers {}; cluster faults {}",
+            completed as f64 / started.elapsed().as_secs_f64().max(1e-3),
+            chaos.relay_kills,
+            chaos.worker_kills,
+            chaos.cluster.as_ref().map_or(0, |c| c.records.len()),
+        ));
+        let faults_done = chaos.cluster.as_ref().is_none_or(ClusterChaos::is_done);
+        let created = creator_done.load(Ordering::SeqCst);
+        if created && faults_done {
+            if completed >= expected_tasks {
+                break;
+            }
+            // A broken protocol can lose tasks: stop once nothing is left to do.
+            quiet_ticks = if is_quiet(store, broker).await {
+                quiet_ticks + 1
+            } else {
+                0
+            };
+            if quiet_ticks >= 30 {
+                break;
+            }
+        }
+        if Instant::now() > deadline {
+            bar.abandon();
+            return Err(RunError::Deadline {
+                deadline_s: cfg.deadline_s,
+                completed,
+                tasks: cfg.tasks,
+            });
+        }
+        if creator.is_finished() && !created {
+            bar.abandon();
+            return match creator.await {
+                Ok(Err(e)) => Err(e),
+                _ => Err(RunError::Config("the creator stopped early".into())),
+            };
+        }
+        chaos.tick(rig, broker, completed, ready).await?;
+    }
+    let elapsed = started.elapsed();
+    bar.finish_and_clear();
+    drain(store, broker).await;
+    for p in chaos.procs.iter_mut() {
+        let _ = kill_confirmed(&mut p.child, &p.cfg.name).await;
+    }
+    let repeats = creator
+        .await
+        .map_err(|e| RunError::Config(format!("creator panicked: {e}")))??;
+    Ok((elapsed, repeats))
+}
+
+/// The tasks the run creates, and the counter they must sum to.
+fn expected_tasks(cfg: &RunConfig) -> (Vec<ExpectedTask>, u64) {
     let amounts = amounts(cfg.seed, cfg.tasks, cfg.amount_max);
-    let expected: Vec<ExpectedTask> = amounts
+    let expected = amounts
         .iter()
         .enumerate()
         .map(|(i, a)| {
@@ -425,133 +767,79 @@ pub async fn run(cfg: &RunConfig) -> Result<RunReport, RunError> {
             }
         })
         .collect();
-    let expected_counter: u64 = amounts.iter().sum();
+    (expected, amounts.iter().sum())
+}
 
-    let started = Instant::now();
-    let creator_done = Arc::new(AtomicBool::new(false));
-    let creator = tokio::spawn(create_all(
-        store.clone(),
-        cfg.clone(),
-        amounts.clone(),
-        creator_done.clone(),
-    ));
-
-    let bar = progress_bar(cfg);
-    let mut chaos = StdRng::seed_from_u64(cfg.seed ^ 0x9e37_79b9_7f4a_7c15);
-    let restart_at = if servers.is_some() {
-        cfg.tasks * chaos.random_range(30..=70) / 100
+/// Every fault in time order, the table of the kinds the run was to
+/// inject, and why that table fails a cluster run.
+fn fault_report(
+    cfg: &RunConfig,
+    chaos: &Chaos<'_>,
+    events: &[(u64, EventKind)],
+    copies_at_ms: &[u64],
+) -> (Vec<FaultRecord>, Vec<KindRow>, Vec<String>) {
+    let mut faults: Vec<FaultRecord> = chaos.kills.clone();
+    if let Some(c) = &chaos.cluster {
+        faults.extend(c.records.iter().cloned());
+    }
+    faults.sort_by_key(|f| f.at_ms);
+    let cluster_faults = cfg.cluster && cfg.cluster_rounds > 0;
+    let mut kinds = Vec::new();
+    if cluster_faults {
+        kinds.extend(FaultKind::CLUSTER);
+    }
+    if cfg.process_kills {
+        kinds.extend([FaultKind::RelayKill, FaultKind::WorkerKill]);
+    }
+    let table = faults::table(&kinds, &faults, events, copies_at_ms);
+    // A cluster run must show every kind it was to inject.
+    let failures = if cluster_faults {
+        faults::table_failures(&table)
     } else {
-        u64::MAX
+        Vec::new()
     };
-    let mut next_kill = Instant::now() + kill_interval(cfg, &mut chaos);
-    let (mut relay_kills, mut worker_kills, mut unexpected, mut broker_restarts) =
-        (0u64, 0u64, 0u64, 0u64);
-    let deadline = started + Duration::from_secs(cfg.deadline_s);
-    let mut completed = 0;
+    (faults, table, failures)
+}
 
-    // Chaos until every task has its result.
-    loop {
-        tokio::time::sleep(Duration::from_millis(100)).await;
-        if let Ok(n) = store.count(&keys.results()).await {
-            completed = n;
-        }
-        bar.set_position(completed.min(cfg.tasks));
-        bar.set_message(format!(
-            "{:.0}/s; kills: relay {relay_kills}, workers {worker_kills}; broker restarts {broker_restarts}",
-            completed as f64 / started.elapsed().as_secs_f64().max(1e-3)
-        ));
-        if completed >= cfg.tasks && creator_done.load(Ordering::SeqCst) {
-            break;
-        }
-        if Instant::now() > deadline {
-            bar.abandon();
-            return Err(RunError::Deadline {
-                deadline_s: cfg.deadline_s,
-                completed,
-                tasks: cfg.tasks,
-            });
-        }
-        if creator.is_finished() && !creator_done.load(Ordering::SeqCst) {
-            bar.abandon();
-            return match creator.await {
-                Ok(Err(e)) => Err(e),
-                _ => Err(RunError::Config("the creator stopped early".into())),
-            };
-        }
-        for p in procs.iter_mut() {
-            if let Ok(Some(status)) = p.child.try_wait() {
-                unexpected += 1;
-                tracing::warn!(proc = %p.cfg.name, %status, "process exited by itself; restarting");
-                *p = spawn_proc(cfg, &p.cfg, &log_dir)?;
-            }
-        }
-        if Instant::now() >= next_kill {
-            let victim = chaos.random_range(0..procs.len());
-            let p = &mut procs[victim];
-            if kill_confirmed(&mut p.child, &p.cfg.name).await? {
-                match p.cfg.role {
-                    Role::Relay => relay_kills += 1,
-                    Role::Worker => worker_kills += 1,
-                }
-            } else {
-                unexpected += 1;
-            }
-            *p = spawn_proc(cfg, &p.cfg, &log_dir)?;
-            next_kill = Instant::now() + kill_interval(cfg, &mut chaos);
-        }
-        if broker_restarts == 0 && completed >= restart_at {
-            if let Some(s) = servers.as_mut() {
-                let status = s.nats.kill().await?;
-                if status.signal() != Some(9) {
-                    return Err(RunError::KillUnconfirmed {
-                        name: "nats-server".into(),
-                        status: status.to_string(),
-                    });
-                }
-                s.nats.restart(ready).await?;
-                broker_restarts += 1;
-            }
-        }
-    }
-    let elapsed = started.elapsed();
-    bar.finish_and_clear();
-
-    // No more kills: let the survivors drain the outbox and the consumer.
-    let quiet_deadline = Instant::now() + Duration::from_secs(60);
-    let mut quiet = 0;
-    while quiet < 3 && Instant::now() < quiet_deadline {
-        tokio::time::sleep(Duration::from_millis(200)).await;
-        let pending = store.count(&keys.outboxes()).await;
-        let cs = broker.consumer_state().await;
-        match (pending, cs) {
-            (Ok(0), Ok(cs)) if cs.undelivered == 0 && cs.ack_pending == 0 => quiet += 1,
-            _ => quiet = 0,
-        }
-    }
-    for p in procs.iter_mut() {
-        let _ = kill_confirmed(&mut p.child, &p.cfg.name).await;
-    }
-    let repeats = creator
-        .await
-        .map_err(|e| RunError::Config(format!("creator panicked: {e}")))??;
-
+/// Reads what the run left behind and judges it.
+async fn judge(
+    cfg: &RunConfig,
+    store: &Store,
+    broker: &Broker,
+    chaos: &Chaos<'_>,
+    events_dir: &Path,
+    elapsed: Duration,
+    repeats: Vec<RepeatedCreate>,
+) -> Result<RunReport, RunError> {
+    let (expected, expected_counter) = expected_tasks(cfg);
     let mut obs = store.observe().await?;
     let census = broker.census(Duration::from_secs(120)).await?;
     let consumer = broker.consumer_state().await?;
-    obs.stream_copies = census.copies;
+    obs.stream_copies = census.copies.clone();
     obs.ack_pending = consumer.ack_pending;
     obs.repeated_creates = repeats;
     let violations = check(&expected, &obs);
-    let report = RunReport {
+    let effects = effects_verdict(&expected, &obs);
+    let events = events::read_all(events_dir);
+    let (faults, fault_table, table_failures) =
+        fault_report(cfg, chaos, &events, &census.extra_copies_at_ms);
+    let count = |k: EventKind| events.iter().filter(|e| e.1 == k).count() as u64;
+    let passed = violations.is_empty()
+        && obs.counter == expected_counter
+        && obs.results.len() as u64 == cfg.tasks
+        && table_failures.is_empty();
+    Ok(RunReport {
         seed: cfg.seed,
         tasks: cfg.tasks,
         workers: cfg.workers,
+        cluster: cfg.cluster,
+        protocol: cfg.protocol,
         elapsed_ms: elapsed.as_millis() as u64,
         tasks_per_s: cfg.tasks as f64 / elapsed.as_secs_f64().max(1e-9),
-        relay_kills,
-        worker_kills,
-        unexpected_exits: unexpected,
-        broker_restarts,
+        relay_kills: chaos.relay_kills,
+        worker_kills: chaos.worker_kills,
+        unexpected_exits: chaos.unexpected,
+        broker_restarts: chaos.broker_restarts,
         repeated_creates: obs.repeated_creates.len() as u64,
         stream_messages: census.messages,
         extra_copies: census.messages.saturating_sub(cfg.tasks),
@@ -560,15 +848,59 @@ pub async fn run(cfg: &RunConfig) -> Result<RunReport, RunError> {
         results: obs.results.len() as u64,
         counter: obs.counter,
         expected_counter,
-        passed: violations.is_empty() && obs.counter == expected_counter,
+        effects,
+        redeliveries: count(EventKind::Redelivery),
+        suppressed: count(EventKind::Suppress),
+        dedup_retention_ms: cfg.limits.dedup_retention_ms,
+        dedup_window_min_ms: cfg.limits.dedup_window_min_ms(),
+        faults,
+        fault_table,
+        table_failures,
+        passed,
         violations,
-    };
-    if cfg.endpoints.is_some() {
-        let _ = broker.delete_stream().await;
-        let _ = store.delete_namespace().await;
+    })
+}
+
+/// Lost and doubled effects, told apart: tasks without a result, and
+/// amounts the counter holds beyond the results it has.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Effects {
+    /// Tasks created and never completed.
+    pub lost_tasks: u64,
+    /// Their amounts.
+    pub lost_amount: u64,
+    /// Counter minus the sum of the completed results: applied more than once.
+    pub doubled_amount: u64,
+}
+
+impl Effects {
+    pub fn verdict(&self) -> String {
+        match (self.lost_tasks > 0, self.doubled_amount > 0) {
+            (false, false) => "every effect once".into(),
+            (true, false) => format!(
+                "LOST: {} tasks never applied (amount {})",
+                self.lost_tasks, self.lost_amount
+            ),
+            (false, true) => format!("DOUBLED: {} applied more than once", self.doubled_amount),
+            (true, true) => format!(
+                "LOST and DOUBLED: {} tasks never applied (amount {}), {} applied more than once",
+                self.lost_tasks, self.lost_amount, self.doubled_amount
+            ),
+        }
     }
-    drop(servers);
-    Ok(report)
+}
+
+fn effects_verdict(expected: &[ExpectedTask], obs: &crate::check::Observation) -> Effects {
+    let lost: Vec<&ExpectedTask> = expected
+        .iter()
+        .filter(|t| !obs.results.contains_key(&t.task_id))
+        .collect();
+    let results_sum: u64 = obs.results.values().map(|r| r.amount).sum();
+    Effects {
+        lost_tasks: lost.len() as u64,
+        lost_amount: lost.iter().map(|t| t.amount).sum(),
+        doubled_amount: obs.counter.saturating_sub(results_sum),
+    }
 }
 
 fn task_id(i: u64) -> String {
@@ -598,6 +930,7 @@ async fn create_all(
     cfg: RunConfig,
     amounts: Vec<u64>,
     done: Arc<AtomicBool>,
+    release: Arc<AtomicU64>,
 ) -> Result<Vec<RepeatedCreate>, RunError> {
     let mut rng = StdRng::seed_from_u64(cfg.seed ^ 0x5eed);
     let items: Vec<(u64, u64, bool)> = amounts
@@ -608,7 +941,14 @@ async fn create_all(
     let limits = cfg.limits.clone();
     let results: Vec<Result<Option<RepeatedCreate>, RunError>> = futures::stream::iter(items)
         .map(move |(i, amount, repeat)| {
-            create_one(store.clone(), limits.clone(), i, amount, repeat)
+            let (store, limits, release) = (store.clone(), limits.clone(), release.clone());
+            async move {
+                // On the cluster, tasks are released a share per fault.
+                while i >= release.load(Ordering::SeqCst) {
+                    tokio::time::sleep(Duration::from_millis(20)).await;
+                }
+                create_one(store, limits, i, amount, repeat).await
+            }
         })
         .buffer_unordered(cfg.create_concurrency_max as usize)
         .collect()
@@ -694,14 +1034,38 @@ pub fn render(r: &RunReport) -> String {
         r.counter,
         r.expected_counter,
     );
-    for v in r.violations.iter().take(20) {
-        out.push_str(&format!("VIOLATED {}: {}\n", v.invariant, v.detail));
-    }
-    if r.violations.len() > 20 {
+    if r.cluster {
         out.push_str(&format!(
-            "... and {} more violations\n",
-            r.violations.len() - 20
+            "cluster: 3 etcd members, 3 nats-servers (stream replicas 3, sync_interval always); protocol {}\n",
+            r.protocol.as_str()
         ));
+    }
+    out.push_str(&format!("effects: {}\n", r.effects.verdict()));
+    out.push_str(&format!(
+        "dedup records kept >= {:.1} h (no copy can arrive later than {:.1} h after the first apply): \
+         {} redeliveries, {} suppressed, all within {:.1} s of the start\n",
+        r.dedup_retention_ms as f64 / 3.6e6,
+        r.dedup_window_min_ms as f64 / 3.6e6,
+        r.redeliveries,
+        r.suppressed,
+        r.elapsed_ms as f64 / 1000.0,
+    ));
+    if !r.faults.is_empty() || r.cluster {
+        out.push_str(&faults::render_table(&r.fault_table));
+    }
+    for f in &r.table_failures {
+        out.push_str(&format!("FAIL {f}\n"));
+    }
+    // Each broken invariant once with a count, then a few examples of each.
+    for inv in crate::check::Invariant::ALL {
+        let hits: Vec<&Violation> = r.violations.iter().filter(|v| v.invariant == inv).collect();
+        if hits.is_empty() {
+            continue;
+        }
+        out.push_str(&format!("VIOLATED {} ({}x):\n", inv.as_str(), hits.len()));
+        for v in hits.iter().take(3) {
+            out.push_str(&format!("  {}\n", v.detail));
+        }
     }
     out.push_str(if r.passed {
         "all invariants held\n"

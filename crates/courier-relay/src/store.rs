@@ -23,7 +23,8 @@ use etcd_client::{
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 use std::future::Future;
-use std::time::Duration;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 /// Keys read per range request.
 pub const PAGE_KEYS_MAX: i64 = 1_000;
@@ -113,12 +114,23 @@ pub fn get_answer(resp: &TxnResponse, index: usize) -> Vec<KeyValue> {
     }
 }
 
+/// The lease dedup records are written under, and when it was granted.
+#[derive(Debug, Clone, Copy)]
+struct DedupLease {
+    id: i64,
+    granted: Instant,
+}
+
 /// One namespace of one etcd cluster.
 #[derive(Clone)]
 pub struct Store {
     client: Client,
     keys: Keys,
     timeout: Duration,
+    /// Shared by clones: one lease serves every dedup record written during
+    /// its reuse period.
+    dedup_lease: Arc<Mutex<Option<DedupLease>>>,
+    retention: Duration,
 }
 
 impl Store {
@@ -141,7 +153,44 @@ impl Store {
             client,
             keys,
             timeout,
+            dedup_lease: Arc::new(Mutex::new(None)),
+            retention: Duration::from_millis(limits.dedup_retention_ms),
         })
+    }
+
+    /// How long one dedup lease serves new records: a tenth of the
+    /// retention, at least a second.
+    fn lease_reuse(&self) -> Duration {
+        (self.retention / 10).max(Duration::from_secs(1))
+    }
+
+    /// The lease a dedup record written now goes under. It is granted for
+    /// the retention plus its reuse period, so a record written at the end
+    /// of the reuse period still lives the whole retention. etcd keeps a
+    /// lease across a leader change (and then renews its remaining time, so
+    /// a record lives longer, never shorter).
+    pub async fn dedup_lease(&self) -> Result<i64, StoreError> {
+        let current = *self.dedup_lease.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(l) = current.filter(|l| l.granted.elapsed() < self.lease_reuse()) {
+            return Ok(l.id);
+        }
+        let ttl_s = (self.retention + self.lease_reuse()).as_secs_f64().ceil() as i64;
+        let granted = Instant::now();
+        let mut lease = self.client.lease_client();
+        let resp = self
+            .bounded("lease grant", lease.grant(ttl_s, None))
+            .await?;
+        let l = DedupLease {
+            id: resp.id(),
+            granted,
+        };
+        *self.dedup_lease.lock().unwrap_or_else(|e| e.into_inner()) = Some(l);
+        Ok(l.id)
+    }
+
+    /// The time a dedup record written now is kept at least.
+    pub fn dedup_retention(&self) -> Duration {
+        self.retention
     }
 
     pub fn keys(&self) -> &Keys {

@@ -15,6 +15,7 @@
 //! - Fault hooks exist only as a constructor argument ([`WorkerFault`]).
 
 use crate::broker::{parse_event, Broker, BrokerError};
+use crate::events::{EventKind, EventLog};
 use crate::limits::RelayLimits;
 use crate::model::{Protocol, WorkerOrder};
 use crate::protocol::{self, Applied, ApplyError};
@@ -77,6 +78,7 @@ pub struct Worker {
     trace: Option<Trace>,
     fault: Option<WorkerFault>,
     rng: StdRng,
+    events: Option<EventLog>,
     pub stats: WorkerStats,
 }
 
@@ -109,7 +111,21 @@ impl Worker {
             trace,
             fault,
             rng: StdRng::seed_from_u64(seed),
+            events: None,
             stats: WorkerStats::default(),
+        }
+    }
+
+    /// Appends every commit, suppression and redelivery to `log` (the long
+    /// run's figures; nothing reads it back to decide anything).
+    pub fn with_events(mut self, log: EventLog) -> Self {
+        self.events = Some(log);
+        self
+    }
+
+    fn event(&self, kind: EventKind) {
+        if let Some(log) = &self.events {
+            log.record(kind);
         }
     }
 
@@ -136,6 +152,7 @@ impl Worker {
                 conflicts,
             }) => {
                 self.stats.commits += 1;
+                self.event(EventKind::Commit);
                 self.stats.conflicts += u64::from(conflicts);
                 self.record(
                     &event.task_id,
@@ -148,6 +165,7 @@ impl Worker {
             }
             Ok(Applied::Suppressed { conflicts }) => {
                 self.stats.suppressions += 1;
+                self.event(EventKind::Suppress);
                 self.stats.conflicts += u64::from(conflicts);
                 self.record(&event.task_id, Step::Suppressed);
                 Ok(true)
@@ -261,6 +279,7 @@ impl Worker {
         self.stats.deliveries += 1;
         if delivery > 1 {
             self.stats.redeliveries += 1;
+            self.event(EventKind::Redelivery);
         }
         self.record(
             &event.task_id,

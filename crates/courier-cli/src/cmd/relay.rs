@@ -20,8 +20,12 @@ pub struct Args {
 enum Command {
     /// Run the crash scenarios against real etcd and JetStream and check the shared invariants.
     Lab(LabArgs),
-    /// Push N tasks through relay and worker processes killed at random moments, with one broker restart.
+    /// Push N tasks through relay and worker processes killed at random moments, with one broker
+    /// restart; with --cluster, on 3 etcd members and 3 JetStream servers whose leaders are killed.
     Run(RunArgs),
+    /// Relay throughput without faults: one etcd and one nats-server, then the
+    /// 3+3 cluster (stream replicas 3, sync_interval always), same tasks and seed.
+    Compare(CompareArgs),
     /// A relay process of `run` (internal).
     #[command(hide = true)]
     RelayProc(ProcArgs),
@@ -35,7 +39,8 @@ struct ServerArgs {
     /// Use these etcd endpoints (comma-separated) instead of starting etcd.
     #[arg(long, value_delimiter = ',', requires = "nats_url")]
     etcd_endpoints: Vec<String>,
-    /// Use this nats-server (with JetStream) instead of starting one.
+    /// Use this nats-server (with JetStream) instead of starting one; a
+    /// cluster's servers may be listed comma-separated.
     #[arg(long, requires = "etcd_endpoints")]
     nats_url: Option<String>,
 }
@@ -92,11 +97,36 @@ struct RunArgs {
     /// No progress bar.
     #[arg(long)]
     no_progress: bool,
+    /// Start 3 etcd members and 3 nats-servers (stream replicas 3) and kill,
+    /// stop and restart their leaders and followers during the run.
+    #[arg(long, conflicts_with_all = ["etcd_endpoints", "nats_url"])]
+    cluster: bool,
+    /// With --cluster: how many times each cluster fault kind is injected (0: none).
+    #[arg(long, default_value_t = 1)]
+    rounds: u32,
+    /// Do not kill relay and worker processes (nor restart the one broker):
+    /// on the cluster, only the cluster's faults.
+    #[arg(long)]
+    no_process_kills: bool,
+    /// reference, or a broken protocol as a negative control: ack-before-commit, no-dedup, mark-before-ack.
+    #[arg(long, default_value = "reference")]
+    protocol: String,
     /// Write the JSON report here.
     #[arg(long)]
     report: Option<PathBuf>,
     #[command(flatten)]
     servers: ServerArgs,
+}
+
+#[derive(clap::Args)]
+struct CompareArgs {
+    /// Tasks per setup.
+    #[arg(long, default_value_t = 5_000)]
+    tasks: u64,
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+    #[arg(long, default_value_t = 2)]
+    workers: u32,
 }
 
 #[derive(clap::Args)]
@@ -110,6 +140,7 @@ pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
     match args.command {
         Command::Lab(a) => lab(a).await,
         Command::Run(a) => load(a).await,
+        Command::Compare(a) => compare(a).await,
         Command::RelayProc(a) | Command::WorkerProc(a) => {
             let cfg: ProcConfig = serde_json::from_str(&a.config).context("reading --config")?;
             relay_run::run_proc(cfg).await?;
@@ -159,6 +190,10 @@ async fn load(a: RunArgs) -> anyhow::Result<ExitCode> {
     cfg.limits.ack_wait_ms = a.ack_wait_ms;
     cfg.deadline_s = a.deadline_s;
     cfg.progress = !a.no_progress;
+    cfg.cluster = a.cluster;
+    cfg.cluster_rounds = a.rounds;
+    cfg.process_kills = !a.no_process_kills;
+    cfg.protocol = a.protocol.parse()?;
     if cfg.tasks == 0 {
         bail!("--tasks must be positive");
     }
@@ -174,4 +209,47 @@ async fn load(a: RunArgs) -> anyhow::Result<ExitCode> {
     } else {
         ExitCode::from(1)
     })
+}
+
+/// One node against the cluster, no faults, in one invocation.
+async fn compare(a: CompareArgs) -> anyhow::Result<ExitCode> {
+    println!("seed: {}", a.seed);
+    let exe = std::env::current_exe().context("finding this binary")?;
+    let mut rows = Vec::new();
+    for cluster in [false, true] {
+        let mut cfg = RunConfig::new(a.tasks, a.seed, exe.clone(), vec!["relay".into()]);
+        cfg.workers = a.workers;
+        cfg.cluster = cluster;
+        cfg.cluster_rounds = 0;
+        cfg.process_kills = false;
+        cfg.progress = false;
+        let r = relay_run::run(&cfg).await?;
+        if !r.passed {
+            print!("{}", relay_run::render(&r));
+            bail!(
+                "the {} run failed its checks",
+                if cluster { "cluster" } else { "one-node" }
+            );
+        }
+        rows.push((cluster, r));
+    }
+    println!("| setup | tasks | workers | elapsed s | tasks/s | stream copies | counter exact |");
+    println!("|---|---|---|---|---|---|---|");
+    for (cluster, r) in &rows {
+        let setup = if *cluster {
+            "3 etcd + 3 nats-server (R3, sync always)"
+        } else {
+            "1 etcd + 1 nats-server (R1)"
+        };
+        println!(
+            "| {setup} | {} | {} | {:.1} | {:.0} | {} | {} |",
+            r.tasks,
+            r.workers,
+            r.elapsed_ms as f64 / 1000.0,
+            r.tasks_per_s,
+            r.extra_copies,
+            r.counter == r.expected_counter
+        );
+    }
+    Ok(ExitCode::SUCCESS)
 }
