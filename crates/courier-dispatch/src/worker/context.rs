@@ -9,9 +9,9 @@
 
 use super::observe::Event;
 use super::{Provider, WorkerConfig, WorkerStats};
+use crate::group_commit::GroupCommit;
 use courier_core::backoff::store_retry_delay_ms;
 use courier_core::lease::{renewed_deadline_ms, LocalLease};
-use crate::group_commit::GroupCommit;
 use courier_store::{PgStore, SettleOutcome, SettleReq, StoreError};
 use rand::rngs::StdRng;
 use std::collections::HashMap;
