@@ -18,11 +18,20 @@
 //! - courier's final statuses are the provider's.
 //!
 //! The negative control runs the same plan with a worker whose lookups are
-//! skipped (`Verdict::SkipLookup`); the same checks must fail.
+//! skipped (`Verdict::SkipLookup`); the same checks must fail. Its messages
+//! carry no status callback: with webhooks on, a webhook could settle an
+//! action whose worker crashed after its send before the lease ran out, and
+//! then no reclaim (so no lookup to skip, no blind resend) would follow; one
+//! fresh-machine run skipped lookups yet made no blind resend.
+//! Without webhooks every send cut short by a crash (`AfterSend`,
+//! `BeforeSettle`) is reclaimed and must be looked up, so the control's
+//! blind resends are certain, not lucky.
 
 mod common;
 
-use common::{client, new_action, start_api, verify, wait_all_final, worker, KEY, SECRET};
+use common::{
+    client_with_callback, new_action, start_api, verify, wait_all_final, worker, KEY, SECRET,
+};
 use courier_core::{action_key, Limits};
 use courier_dispatch::failpoint::{Hit, Hook, Point, Verdict};
 use courier_provider::fake::{self, FakeConfig};
@@ -153,7 +162,8 @@ async fn run_model(seed: u64, skip_lookups: bool) -> Outcome {
     let fleet = {
         let (store, stop) = (db.store.clone(), stop.clone());
         let url = provider.url();
-        tokio::spawn(async move { run_fleet(&store, &url, &api, hook, stop).await })
+        let callback = (!skip_lookups).then(|| format!("{api}/v1/webhooks/provider"));
+        tokio::spawn(async move { run_fleet(&store, &url, callback, hook, stop).await })
     };
     wait_all_final(&db.store, ACTIONS as i64, Duration::from_secs(120)).await;
     stop.cancel();
@@ -186,7 +196,7 @@ async fn run_model(seed: u64, skip_lookups: bool) -> Outcome {
 async fn run_fleet(
     store: &PgStore,
     provider: &str,
-    api: &str,
+    callback: Option<String>,
     hook: Hook,
     stop: CancellationToken,
 ) {
@@ -195,7 +205,7 @@ async fn run_fleet(
         *generation += 1;
         let w = worker(
             store,
-            client(provider, api, &limits()),
+            client_with_callback(provider, callback.clone(), &limits()),
             limits(),
             &format!("m{generation}"),
         )

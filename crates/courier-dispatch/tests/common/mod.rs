@@ -49,10 +49,20 @@ pub async fn start_api(store: PgStore) -> String {
 
 /// A client whose messages call the API back with their statuses.
 pub fn client(provider: &str, api: &str, l: &Limits) -> ProviderClient {
+    client_with_callback(provider, Some(format!("{api}/v1/webhooks/provider")), l)
+}
+
+/// A client whose messages call `callback` back with their statuses, or
+/// nobody (`None`): then only lookups tell courier how a message ended.
+pub fn client_with_callback(
+    provider: &str,
+    callback: Option<String>,
+    l: &Limits,
+) -> ProviderClient {
     ProviderClient::new(ClientConfig {
         base_url: provider.to_string(),
         api_key: KEY.to_string(),
-        status_callback: Some(format!("{api}/v1/webhooks/provider")),
+        status_callback: callback,
         timeout: Duration::from_millis(l.request_timeout_ms),
     })
     .unwrap()
