@@ -43,26 +43,48 @@ fn check(doc: &Value, schema: &Value, v: &Value, at: &str) -> Result<(), String>
             return Err(format!("{at}: {v} matches {n} of the oneOf schemas, not 1"));
         }
     }
-    if let Some(t) = schema.get("type") {
-        let types: Vec<&str> = match t {
-            Value::String(s) => vec![s.as_str()],
-            Value::Array(a) => a.iter().filter_map(Value::as_str).collect(),
-            _ => return Err(format!("{at}: odd type {t}")),
-        };
-        let ok = types.iter().any(|t| match *t {
-            "null" => v.is_null(),
-            "string" => v.is_string(),
-            "integer" => v.is_i64() || v.is_u64(),
-            "number" => v.is_number(),
-            "boolean" => v.is_boolean(),
-            "object" => v.is_object(),
-            "array" => v.is_array(),
-            _ => false,
-        });
-        if !ok {
-            return Err(format!("{at}: {v} is not of type {t}"));
+    check_type(schema, v, at)?;
+    check_scalar(schema, v, at)?;
+    if let Some(obj) = v.as_object() {
+        check_object(doc, schema, obj, at)?;
+    }
+    if let (Some(items), Some(arr)) = (schema.get("items"), v.as_array()) {
+        for (i, x) in arr.iter().enumerate() {
+            check(doc, items, x, &format!("{at}[{i}]"))?;
         }
     }
+    Ok(())
+}
+
+/// `type`: one name or a list of them.
+fn check_type(schema: &Value, v: &Value, at: &str) -> Result<(), String> {
+    let Some(t) = schema.get("type") else {
+        return Ok(());
+    };
+    let types: Vec<&str> = match t {
+        Value::String(s) => vec![s.as_str()],
+        Value::Array(a) => a.iter().filter_map(Value::as_str).collect(),
+        _ => return Err(format!("{at}: odd type {t}")),
+    };
+    let ok = types.iter().any(|t| match *t {
+        "null" => v.is_null(),
+        "string" => v.is_string(),
+        "integer" => v.is_i64() || v.is_u64(),
+        "number" => v.is_number(),
+        "boolean" => v.is_boolean(),
+        "object" => v.is_object(),
+        "array" => v.is_array(),
+        _ => false,
+    });
+    if ok {
+        Ok(())
+    } else {
+        Err(format!("{at}: {v} is not of type {t}"))
+    }
+}
+
+/// `enum` and the string lengths.
+fn check_scalar(schema: &Value, v: &Value, at: &str) -> Result<(), String> {
     if let Some(e) = schema.get("enum").and_then(Value::as_array) {
         if !e.contains(v) {
             return Err(format!("{at}: {v} is not one of {schema}"));
@@ -70,44 +92,36 @@ fn check(doc: &Value, schema: &Value, v: &Value, at: &str) -> Result<(), String>
     }
     if let Some(s) = v.as_str() {
         let n = s.chars().count() as u64;
-        if schema
-            .get("minLength")
-            .and_then(Value::as_u64)
-            .is_some_and(|m| n < m)
-            || schema
-                .get("maxLength")
-                .and_then(Value::as_u64)
-                .is_some_and(|m| n > m)
-        {
+        let bound = |k: &str| schema.get(k).and_then(Value::as_u64);
+        if bound("minLength").is_some_and(|m| n < m) || bound("maxLength").is_some_and(|m| n > m) {
             return Err(format!("{at}: length {n} is out of {schema}"));
         }
     }
-    if let Some(obj) = v.as_object() {
-        let props = schema.get("properties").and_then(Value::as_object);
-        for r in schema
-            .get("required")
-            .and_then(Value::as_array)
-            .into_iter()
-            .flatten()
-        {
-            let r = r.as_str().unwrap_or_default();
-            if !obj.contains_key(r) {
-                return Err(format!("{at}: required field {r} is missing"));
-            }
-        }
-        for (k, fv) in obj {
-            match props.and_then(|p| p.get(k)) {
-                Some(ps) => check(doc, ps, fv, &format!("{at}.{k}"))?,
-                None if schema.get("additionalProperties") == Some(&json!(false)) => {
-                    return Err(format!("{at}: field {k} is not documented"))
-                }
-                None => {}
-            }
+    Ok(())
+}
+
+/// `required`, `properties` and `additionalProperties: false`.
+fn check_object(
+    doc: &Value,
+    schema: &Value,
+    obj: &serde_json::Map<String, Value>,
+    at: &str,
+) -> Result<(), String> {
+    let props = schema.get("properties").and_then(Value::as_object);
+    let required = schema.get("required").and_then(Value::as_array);
+    for r in required.into_iter().flatten() {
+        let r = r.as_str().unwrap_or_default();
+        if !obj.contains_key(r) {
+            return Err(format!("{at}: required field {r} is missing"));
         }
     }
-    if let (Some(items), Some(arr)) = (schema.get("items"), v.as_array()) {
-        for (i, x) in arr.iter().enumerate() {
-            check(doc, items, x, &format!("{at}[{i}]"))?;
+    for (k, fv) in obj {
+        match props.and_then(|p| p.get(k)) {
+            Some(ps) => check(doc, ps, fv, &format!("{at}.{k}"))?,
+            None if schema.get("additionalProperties") == Some(&json!(false)) => {
+                return Err(format!("{at}: field {k} is not documented"))
+            }
+            None => {}
         }
     }
     Ok(())
@@ -228,6 +242,186 @@ fn the_document_describes_the_three_routes() {
     assert_eq!(req["properties"]["body"]["maxLength"], 1600);
 }
 
+/// How a webhook case signs its body.
+#[derive(Clone, Copy)]
+enum Sig {
+    None,
+    Good,
+    Bad,
+}
+
+/// One request of the conformance walk.
+struct Case {
+    method: &'static str,
+    /// The path as documented (`/v1/actions/{id}`).
+    doc_path: &'static str,
+    /// The path as sent (`/v1/actions/1`).
+    url_path: String,
+    body: Option<Vec<u8>>,
+    auth: bool,
+    sig: Sig,
+    want: u16,
+}
+
+impl Case {
+    fn new(method: &'static str, doc_path: &'static str, url_path: &str, want: u16) -> Self {
+        Case {
+            method,
+            doc_path,
+            url_path: url_path.to_string(),
+            body: None,
+            auth: true,
+            sig: Sig::None,
+            want,
+        }
+    }
+
+    fn body(mut self, b: impl Into<Vec<u8>>) -> Self {
+        self.body = Some(b.into());
+        self
+    }
+
+    fn json(self, v: &Value) -> Self {
+        self.body(v.to_string())
+    }
+
+    fn no_token(mut self) -> Self {
+        self.auth = false;
+        self
+    }
+
+    fn signed(mut self, sig: Sig) -> Self {
+        self.sig = sig;
+        self
+    }
+}
+
+/// The walk: the live server, its document, and the answers seen so far as
+/// (method, documented path, status).
+struct Walk<'a> {
+    srv: &'a Live,
+    doc: Value,
+    http: reqwest::Client,
+    seen: BTreeSet<(String, String, u16)>,
+}
+
+impl Walk<'_> {
+    /// Sends the case; its answer must have the wanted status and conform.
+    async fn run(&mut self, c: Case) {
+        let url = format!("{}{}", self.srv.base, c.url_path);
+        let mut req = match c.method {
+            "get" => self.http.get(&url),
+            _ => self.http.post(&url),
+        };
+        if c.auth {
+            req = req.bearer_auth(TOKEN);
+        }
+        if let Some(b) = &c.body {
+            match c.sig {
+                Sig::Good => req = req.header("x-signature", signature::sign(SECRET, b)),
+                Sig::Bad => req = req.header("x-signature", signature::sign(b"x", b)),
+                Sig::None => {}
+            }
+            req = req
+                .header("content-type", "application/json")
+                .body(b.clone());
+        }
+        let resp = req.send().await.unwrap();
+        let status = resp.status().as_u16();
+        let ct = resp
+            .headers()
+            .get("content-type")
+            .map(|v| v.to_str().unwrap().to_string())
+            .unwrap_or_default();
+        let bytes = resp.bytes().await.unwrap().to_vec();
+        let what = format!("{} {}", c.method, c.url_path);
+        assert_eq!(
+            status,
+            c.want,
+            "{what}: {}",
+            String::from_utf8_lossy(&bytes)
+        );
+        self.record(c.method, c.doc_path, status, &ct, &bytes);
+    }
+
+    fn record(&mut self, method: &str, doc_path: &str, status: u16, ct: &str, body: &[u8]) {
+        conforms(&self.doc, method, doc_path, status, ct, body).unwrap();
+        self.seen.insert((method.into(), doc_path.into(), status));
+    }
+
+    /// 408: a body that never finishes, on a route that takes one.
+    async fn slow_body(&mut self, path: &'static str) {
+        let line = format!("POST {path}");
+        let mut s = tokio::net::TcpStream::connect(self.srv.addr).await.unwrap();
+        let head = format!(
+            "{line} HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {TOKEN}\r\n\
+             Content-Type: application/json\r\nContent-Length: 100\r\n\r\n{{"
+        );
+        s.write_all(head.as_bytes()).await.unwrap();
+        let (status, ct, body) = read_answer(&mut s, Duration::from_secs(10)).await;
+        assert_eq!(status, 408, "{line}: {}", String::from_utf8_lossy(&body));
+        self.record("post", path, status, &ct, &body);
+    }
+}
+
+/// Enqueue: created, replayed, every refusal; then reads of an action.
+fn action_cases() -> Vec<Case> {
+    let good = json!({"store": "s1", "to": "+15551234567", "body": "hi", "key": "k1"});
+    let changed = json!({"store": "s1", "to": "+15551234567", "body": "other", "key": "k1"});
+    let (post, actions) = ("post", "/v1/actions");
+    let (get, one) = ("get", "/v1/actions/{id}");
+    vec![
+        Case::new(post, actions, actions, 201).json(&good),
+        Case::new(post, actions, actions, 200).json(&good),
+        Case::new(post, actions, actions, 401)
+            .json(&good)
+            .no_token(),
+        Case::new(post, actions, actions, 400).body(&b"{"[..]),
+        Case::new(post, actions, actions, 422).json(&changed),
+        Case::new(post, actions, actions, 413).body(vec![b'x'; 70_000]),
+        Case::new(get, one, "/v1/actions/1", 200),
+        Case::new(get, one, "/v1/actions/1", 401).no_token(),
+        Case::new(get, one, "/v1/actions/abc", 400),
+        Case::new(get, one, "/v1/actions/%FF", 400),
+        Case::new(get, one, "/v1/actions/424242", 404),
+    ]
+}
+
+const HOOK: &str = "/v1/webhooks/provider";
+
+/// Webhooks about the dispatched action `key`: merged, repeated, refused.
+fn webhook_cases(key: &str) -> Vec<Case> {
+    let event = |id: &str, status: &str, key: &str| {
+        json!({"event_id": id, "message_id": "m1", "key": key, "status": status,
+               "occurred_at": "2026-01-01T00:00:00Z"})
+    };
+    let hook = |want: u16, sig: Sig| Case::new("post", HOOK, HOOK, want).no_token().signed(sig);
+    vec![
+        hook(200, Sig::Good).json(&event("e1", "sent", key)),
+        hook(200, Sig::Good).json(&event("e1", "sent", key)),
+        hook(401, Sig::Bad).json(&event("e2", "sent", key)),
+        hook(401, Sig::None).json(&event("e2", "sent", key)),
+        hook(404, Sig::Good).json(&event("e3", "sent", "courier-unknown")),
+        hook(400, Sig::Good).json(&json!({"event_id": "e4"})),
+        hook(400, Sig::Good).json(&event("", "sent", key)),
+        hook(413, Sig::Good).body(vec![b' '; 70_000]),
+    ]
+}
+
+/// Every (method, path, status) the document lists.
+fn documented(doc: &Value) -> BTreeSet<(String, String, u16)> {
+    let paths = doc["paths"].as_object().unwrap();
+    let mut out = BTreeSet::new();
+    for (p, ops) in paths {
+        for (m, op) in ops.as_object().unwrap() {
+            for s in op["responses"].as_object().unwrap().keys() {
+                out.insert((m.clone(), p.clone(), s.parse::<u16>().unwrap()));
+            }
+        }
+    }
+    out
+}
+
 #[tokio::test]
 async fn every_answer_is_documented_and_matches_its_schema() {
     let db = fresh_db().await;
@@ -238,235 +432,36 @@ async fn every_answer_is_documented_and_matches_its_schema() {
         .json()
         .await
         .unwrap();
-    let http = reqwest::Client::new();
-    let mut seen: BTreeSet<(String, String, u16)> = BTreeSet::new();
-    let good = json!({"store": "s1", "to": "+15551234567", "body": "hi", "key": "k1"});
-
-    // Each case: method, documented path, URL path, body, auth, signature.
-    enum Sig {
-        None,
-        Good,
-        Bad,
-    }
-    let send =
-        |method: &'static str, url_path: String, body: Option<Vec<u8>>, auth: bool, sig: Sig| {
-            let http = http.clone();
-            let base = srv.base.clone();
-            async move {
-                let url = format!("{base}{url_path}");
-                let mut req = match method {
-                    "get" => http.get(&url),
-                    _ => http.post(&url),
-                };
-                if auth {
-                    req = req.bearer_auth(TOKEN);
-                }
-                if let Some(b) = &body {
-                    match sig {
-                        Sig::Good => req = req.header("x-signature", signature::sign(SECRET, b)),
-                        Sig::Bad => req = req.header("x-signature", signature::sign(b"x", b)),
-                        Sig::None => {}
-                    }
-                    req = req
-                        .header("content-type", "application/json")
-                        .body(b.clone());
-                }
-                let resp = req.send().await.unwrap();
-                let status = resp.status().as_u16();
-                let ct = resp
-                    .headers()
-                    .get("content-type")
-                    .map(|v| v.to_str().unwrap().to_string())
-                    .unwrap_or_default();
-                (status, ct, resp.bytes().await.unwrap().to_vec())
-            }
-        };
-    let j = |v: &Value| Some(v.to_string().into_bytes());
-
-    // Enqueue: created, replayed, every refusal.
-    // method, documented path, URL path, body, with the token, wanted status.
-    type Case = (
-        &'static str,
-        &'static str,
-        String,
-        Option<Vec<u8>>,
-        bool,
-        u16,
-    );
-    let mut cases: Vec<Case> = vec![
-        (
-            "post",
-            "/v1/actions",
-            "/v1/actions".into(),
-            j(&good),
-            true,
-            201,
-        ),
-        (
-            "post",
-            "/v1/actions",
-            "/v1/actions".into(),
-            j(&good),
-            true,
-            200,
-        ),
-        (
-            "post",
-            "/v1/actions",
-            "/v1/actions".into(),
-            j(&good),
-            false,
-            401,
-        ),
-        (
-            "post",
-            "/v1/actions",
-            "/v1/actions".into(),
-            Some(b"{".to_vec()),
-            true,
-            400,
-        ),
-        (
-            "post",
-            "/v1/actions",
-            "/v1/actions".into(),
-            j(&json!({"store": "s1", "to": "+15551234567", "body": "other", "key": "k1"})),
-            true,
-            422,
-        ),
-        (
-            "post",
-            "/v1/actions",
-            "/v1/actions".into(),
-            Some(vec![b'x'; 70_000]),
-            true,
-            413,
-        ),
-        (
-            "get",
-            "/v1/actions/{id}",
-            "/v1/actions/1".into(),
-            None,
-            true,
-            200,
-        ),
-        (
-            "get",
-            "/v1/actions/{id}",
-            "/v1/actions/1".into(),
-            None,
-            false,
-            401,
-        ),
-        (
-            "get",
-            "/v1/actions/{id}",
-            "/v1/actions/abc".into(),
-            None,
-            true,
-            400,
-        ),
-        (
-            "get",
-            "/v1/actions/{id}",
-            "/v1/actions/%FF".into(),
-            None,
-            true,
-            400,
-        ),
-        (
-            "get",
-            "/v1/actions/{id}",
-            "/v1/actions/424242".into(),
-            None,
-            true,
-            404,
-        ),
-    ];
-    for (method, doc_path, url_path, body, auth, want) in cases.drain(..) {
-        let (status, ct, bytes) = send(method, url_path.clone(), body, auth, Sig::None).await;
-        assert_eq!(
-            status,
-            want,
-            "{method} {url_path}: {}",
-            String::from_utf8_lossy(&bytes)
-        );
-        conforms(&doc, method, doc_path, status, &ct, &bytes).unwrap();
-        seen.insert((method.into(), doc_path.into(), status));
-    }
-
-    // A dispatched action for the webhooks.
-    let key = fixtures::settled(&db.store).await.key;
-    let event = |id: &str, status: &str, key: &str| {
-        json!({"event_id": id, "message_id": "m1", "key": key, "status": status,
-               "occurred_at": "2026-01-01T00:00:00Z"})
+    let mut walk = Walk {
+        srv: &srv,
+        doc,
+        http: reqwest::Client::new(),
+        seen: BTreeSet::new(),
     };
-    let hook = "/v1/webhooks/provider";
-    let hooks: Vec<(Value, Sig, u16)> = vec![
-        (event("e1", "sent", &key), Sig::Good, 200),
-        (event("e1", "sent", &key), Sig::Good, 200),
-        (event("e2", "sent", &key), Sig::Bad, 401),
-        (event("e2", "sent", &key), Sig::None, 401),
-        (event("e3", "sent", "courier-unknown"), Sig::Good, 404),
-        (json!({"event_id": "e4"}), Sig::Good, 400),
-        (event("", "sent", &key), Sig::Good, 400),
-    ];
-    for (body, sig, want) in hooks {
-        let (status, ct, bytes) = send("post", hook.into(), j(&body), false, sig).await;
-        assert_eq!(status, want, "{body}: {}", String::from_utf8_lossy(&bytes));
-        conforms(&doc, "post", hook, status, &ct, &bytes).unwrap();
-        seen.insert(("post".into(), hook.into(), status));
+    for c in action_cases() {
+        walk.run(c).await;
     }
-    let big = vec![b' '; 70_000];
-    let (status, ct, bytes) = send("post", hook.into(), Some(big), false, Sig::Good).await;
-    assert_eq!(status, 413);
-    conforms(&doc, "post", hook, status, &ct, &bytes).unwrap();
-    seen.insert(("post".into(), hook.into(), status));
+    let key = fixtures::settled(&db.store).await.key;
+    for c in webhook_cases(&key) {
+        walk.run(c).await;
+    }
+    walk.slow_body("/v1/actions").await;
+    walk.slow_body(HOOK).await;
 
-    // 408: a body that never finishes, on each route that takes one.
-    for (path, line) in [
-        ("/v1/actions", "POST /v1/actions"),
-        (hook, "POST /v1/webhooks/provider"),
-    ] {
-        let mut s = tokio::net::TcpStream::connect(srv.addr).await.unwrap();
-        let head = format!(
-            "{line} HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {TOKEN}\r\n\
-             Content-Type: application/json\r\nContent-Length: 100\r\n\r\n{{"
-        );
-        s.write_all(head.as_bytes()).await.unwrap();
-        let (status, ct, body) = read_answer(&mut s, Duration::from_secs(10)).await;
-        assert_eq!(status, 408, "{line}: {}", String::from_utf8_lossy(&body));
-        conforms(&doc, "post", path, status, &ct, &body).unwrap();
-        seen.insert(("post".into(), path.into(), status));
-    }
     let not_provoked: BTreeSet<(String, String, u16)> = NOT_PROVOKED
         .iter()
         .map(|(m, p, s)| (m.to_string(), p.to_string(), *s))
         .collect();
-
-    let documented: BTreeSet<(String, String, u16)> = doc["paths"]
-        .as_object()
-        .unwrap()
-        .iter()
-        .flat_map(|(p, ops)| {
-            ops.as_object().unwrap().iter().flat_map(move |(m, op)| {
-                op["responses"]
-                    .as_object()
-                    .unwrap()
-                    .keys()
-                    .map(move |s| (m.clone(), p.clone(), s.parse::<u16>().unwrap()))
-            })
-        })
-        .collect();
+    let documented = documented(&walk.doc);
     let missing: Vec<_> = documented
-        .difference(&seen)
+        .difference(&walk.seen)
         .filter(|k| !not_provoked.contains(*k))
         .collect();
     assert!(
         missing.is_empty(),
         "documented but never provoked: {missing:?}"
     );
-    let undocumented: Vec<_> = seen.difference(&documented).collect();
+    let undocumented: Vec<_> = walk.seen.difference(&documented).collect();
     assert!(
         undocumented.is_empty(),
         "answered but not documented: {undocumented:?}"
