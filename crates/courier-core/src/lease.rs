@@ -12,7 +12,13 @@
 //! - A local deadline only moves later ([`renewed_deadline_ms`]): a renewal
 //!   answered after a later one cannot shorten it.
 
-use crate::step::may_send;
+/// Whether a request may leave now, given the lease deadline as this process
+/// measured it (monotonic milliseconds) and a safety margin: the check the
+/// worker makes immediately before every send, because a fence in the database
+/// cannot stop a request that never touches the database.
+pub fn may_send(now_ms: u64, lease_deadline_ms: u64, margin_ms: u64) -> bool {
+    now_ms.saturating_add(margin_ms) < lease_deadline_ms
+}
 
 /// The lease of one action as this process sees it now.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -46,6 +52,14 @@ pub fn renewed_deadline_ms(current_ms: u64, sent_ms: u64, lease_ttl_ms: u64) -> 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn sends_stop_before_the_margin() {
+        assert!(may_send(1_000, 2_000, 500));
+        assert!(!may_send(1_500, 2_000, 500));
+        assert!(!may_send(2_500, 2_000, 0));
+        assert!(!may_send(u64::MAX, 2_000, 10));
+    }
 
     #[test]
     fn a_deadline_counts_from_the_moment_the_statement_was_sent() {

@@ -28,6 +28,7 @@
 //! - A rejection is never answered with a resend; a refusal of our own
 //!   credentials never fails the action.
 
+pub use crate::lease::may_send;
 use crate::lease::LocalLease;
 use crate::Status;
 
@@ -246,14 +247,6 @@ pub fn after_backoff() -> Step {
     Step::Lookup
 }
 
-/// Whether a request may leave now, given the lease deadline as this process
-/// measured it (monotonic milliseconds) and a safety margin: the check the
-/// worker makes immediately before every send, because a fence in the database
-/// cannot stop a request that never touches the database.
-pub fn may_send(now_ms: u64, lease_deadline_ms: u64, margin_ms: u64) -> bool {
-    now_ms.saturating_add(margin_ms) < lease_deadline_ms
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -404,14 +397,6 @@ mod tests {
             after_send(&SendAnswer::CredentialsRefused("unauthorized".into())),
             Step::RetryLookup
         );
-    }
-
-    #[test]
-    fn sends_stop_before_the_margin() {
-        assert!(may_send(1_000, 2_000, 500));
-        assert!(!may_send(1_500, 2_000, 500));
-        assert!(!may_send(2_500, 2_000, 0));
-        assert!(!may_send(u64::MAX, 2_000, 10));
     }
 
     #[test]

@@ -8,7 +8,7 @@
 
 use crate::limits::RelayLimits;
 use crate::model::{Event, ResultRecord, TaskRecord, TaskState};
-use crate::protocol::{Applied, ApplyError};
+use crate::outcome::{Applied, ApplyError};
 use crate::reference::pause;
 use crate::store::{counter_from, encode, Store};
 use etcd_client::{Compare, CompareOp, Txn, TxnOp};

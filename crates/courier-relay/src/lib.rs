@@ -15,7 +15,8 @@
 //! - [`model`]: records, keys, protocols and the apply decision (pure).
 //! - [`check`]: the shared checker every protocol is judged by (pure).
 //! - [`store`], [`broker`]: the only modules that speak to etcd and NATS.
-//! - [`reference`], [`starter`], [`broken`]: the protocols' steps; [`protocol`] picks one.
+//! - [`reference`], [`starter`], [`broken`]: the protocols' steps, answering
+//!   with the types of [`outcome`]; [`protocol`] picks one.
 //! - [`relay`], [`worker`]: the shared transport, with lab-only fault hooks.
 //! - [`servers`]: real etcd and nats-server processes on loopback ports.
 //! - [`lab`]: the three crash scenarios; [`run`]: the long run with real kills.
@@ -42,6 +43,7 @@ pub mod faults;
 pub mod lab;
 pub mod limits;
 pub mod model;
+pub mod outcome;
 pub mod protocol;
 pub mod reference;
 pub mod relay;

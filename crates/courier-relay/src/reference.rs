@@ -18,7 +18,7 @@ use crate::model::{
     event_id_for, plan_apply, validate_task_id, ApplyPlan, CreateRequest, DedupRecord, Event,
     IdemRecord, ResultRecord, TaskRecord, TaskState,
 };
-use crate::protocol::{Applied, ApplyError, CreateError, Created};
+use crate::outcome::{Applied, ApplyError, CreateError, Created};
 use crate::store::{counter_from, decode, encode, get_answer, Store, StoreError};
 use etcd_client::{Compare, CompareOp, PutOptions, Txn, TxnOp};
 use rand::Rng;

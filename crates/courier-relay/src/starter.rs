@@ -16,7 +16,7 @@
 
 use crate::limits::RelayLimits;
 use crate::model::{CreateRequest, Event};
-use crate::protocol::{Applied, ApplyError, CreateError, Created};
+use crate::outcome::{Applied, ApplyError, CreateError, Created};
 use crate::store::Store;
 
 /// Step 1, create. TODO(learner): in ONE transaction, and only if

@@ -9,7 +9,7 @@
 
 use super::context::{Ctx, Held};
 use super::delivery::Delivery;
-use super::observe::Event;
+use super::event::Event;
 use super::Provider;
 use courier_core::backoff::{idle_wait_ms, store_retry_delay_ms};
 use courier_core::lease::deadline_ms;

@@ -7,7 +7,7 @@
 //! - The local deadline of a held lease only moves later
 //!   (`courier_core::lease::renewed_deadline_ms`).
 
-use super::observe::Event;
+use super::event::Event;
 use super::{Provider, WorkerConfig, WorkerStats};
 use crate::group_commit::GroupCommit;
 use courier_core::backoff::store_retry_delay_ms;

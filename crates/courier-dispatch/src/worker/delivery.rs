@@ -18,7 +18,7 @@ mod send;
 mod settle;
 
 use super::context::{Ctx, Held};
-use super::observe::Event;
+use super::event::Event;
 use super::Provider;
 use courier_core::action_key;
 use courier_core::step::{self, after_intent, FencedAt, IntentRead, Step};

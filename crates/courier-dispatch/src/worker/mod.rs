@@ -14,7 +14,7 @@
 //! Every decision comes from `courier_core::step` (what to do next),
 //! `courier_core::lease` (the local deadline) and `courier_core::backoff`
 //! (how long to wait); this module performs them and reports each outcome
-//! once, through [`observe`].
+//! once: an [`event::Event`] handed to `Ctx::observe` ([`observe`]).
 //!
 //! # Invariants
 //! - No request leaves without an attempt counted (fenced) just before it,
@@ -27,6 +27,7 @@
 mod claim;
 mod context;
 mod delivery;
+mod event;
 mod heartbeat;
 mod observe;
 mod reconcile;

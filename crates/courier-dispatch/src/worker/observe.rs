@@ -10,65 +10,12 @@
 //!   trail; the protocol does not read it).
 
 use super::context::Ctx;
+use super::event::{Event, Looker};
 use courier_core::step::{FencedAt, SendAnswer};
-use courier_core::Status;
 use courier_provider::{LookupOutcome, SendOutcome};
-use courier_store::{Lease, StoreError};
+use courier_store::Lease;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
-
-/// Who looked a key up.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) enum Looker {
-    Delivery,
-    Reconciler,
-}
-
-/// Something the worker did or found, worth counting.
-pub(super) enum Event<'a> {
-    /// One claim statement ran and returned `found` actions.
-    ClaimRan {
-        took: Duration,
-        found: usize,
-    },
-    /// An action was claimed; `reclaimed` when another owner's lease had run out.
-    Claimed {
-        lease: &'a Lease,
-        reclaimed: bool,
-    },
-    Sent {
-        action_id: i64,
-        outcome: &'a SendOutcome,
-        answer: &'a SendAnswer,
-    },
-    LookedUp {
-        action_id: i64,
-        key: &'a str,
-        outcome: &'a LookupOutcome,
-        by: Looker,
-    },
-    Settled {
-        action_id: i64,
-        status: Status,
-    },
-    /// The provider refused the action; it is about to be marked failed.
-    Rejected {
-        action_id: i64,
-        reason: &'a str,
-    },
-    /// The action was marked failed.
-    Failed,
-    /// A fenced operation found another owner; the delivery stops.
-    Fenced {
-        lease: &'a Lease,
-        at: FencedAt,
-        current_epoch: Option<i64>,
-    },
-    /// A store call failed and will be retried.
-    StoreRetry {
-        error: &'a StoreError,
-    },
-}
 
 fn add(counter: &std::sync::atomic::AtomicU64) {
     counter.fetch_add(1, Ordering::Relaxed);

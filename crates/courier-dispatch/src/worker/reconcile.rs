@@ -6,7 +6,7 @@
 //! - It only reads the provider and merges forward; it never sends.
 
 use super::context::Ctx;
-use super::observe::{Event, Looker};
+use super::event::{Event, Looker};
 use super::Provider;
 use courier_provider::LookupOutcome;
 use courier_store::DueCheck;

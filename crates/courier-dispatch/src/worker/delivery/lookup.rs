@@ -6,7 +6,7 @@
 //! - A backoff ends early when the heartbeat finds the action fenced.
 
 use super::Delivery;
-use crate::worker::observe::{Event, Looker};
+use crate::worker::event::{Event, Looker};
 use crate::worker::Provider;
 use courier_core::backoff::delay_ms;
 use courier_core::step::{self, Step};

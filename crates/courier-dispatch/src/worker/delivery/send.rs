@@ -7,8 +7,8 @@
 //! - The request carries the action's key; nothing here changes it.
 
 use super::Delivery;
+use crate::worker::event::Event;
 use crate::worker::heartbeat::extend_one;
-use crate::worker::observe::Event;
 use crate::worker::Provider;
 use courier_core::step::{self, Counted, FencedAt, Resume, Step};
 use courier_provider::SendOutcome;

@@ -6,7 +6,7 @@
 //! - A failed action is never resent, with its key or any other.
 
 use super::Delivery;
-use crate::worker::observe::Event;
+use crate::worker::event::Event;
 use crate::worker::Provider;
 use courier_core::step::FencedAt;
 use courier_core::Status;
