@@ -301,12 +301,16 @@ impl ClusterChaos {
     }
 
     /// One step: inject the next fault when its time has come, or restore
-    /// the member once the cluster has moved on without it.
+    /// the member once the cluster has moved on without it. A fault comes
+    /// when the tasks released before it completed, or when the run is
+    /// `stuck` short of them (nothing left to deliver: a broken protocol
+    /// lost some, and the checker will say so).
     pub async fn tick(
         &mut self,
         cluster: &mut Cluster,
         broker: &Broker,
         completed: u64,
+        stuck: bool,
         release: &AtomicU64,
     ) -> Result<(), ServerError> {
         match self.phase {
@@ -317,7 +321,8 @@ impl ClusterChaos {
                     self.phase = Phase::Done;
                     return Ok(());
                 }
-                if Instant::now() < not_before || completed < release.load(Ordering::SeqCst) {
+                let released_done = completed >= release.load(Ordering::SeqCst) || stuck;
+                if Instant::now() < not_before || !released_done {
                     return Ok(());
                 }
                 self.inject(cluster, broker, completed, release).await

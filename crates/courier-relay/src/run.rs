@@ -467,15 +467,18 @@ struct Chaos<'a> {
 
 impl Chaos<'_> {
     /// One step of every fault source: the cluster's, the processes', the broker's.
+    /// `stuck`: nothing has been left to deliver for a while, although fewer
+    /// tasks completed than were released (a broken protocol lost some).
     async fn tick(
         &mut self,
         rig: &mut Rig,
         broker: &Broker,
         completed: u64,
         ready: Duration,
+        stuck: bool,
     ) -> Result<(), RunError> {
         if let (Some(cc), Rig::Cluster(c)) = (self.cluster.as_mut(), &mut *rig) {
-            cc.tick(c, broker, completed, &self.release).await?;
+            cc.tick(c, broker, completed, stuck, &self.release).await?;
         }
         self.processes().await?;
         self.broker_restart(rig, completed, ready).await
@@ -567,6 +570,11 @@ async fn drain(store: &Store, broker: &Broker) {
             0
         };
     }
+}
+
+/// The tasks in etcd (a repeated create makes none).
+async fn tasks_created(store: &Store) -> u64 {
+    store.count(&store.keys().tasks()).await.unwrap_or(0)
 }
 
 /// Whether nothing is left to do: no pending intent, nothing undelivered,
@@ -673,6 +681,10 @@ fn spawn_error(name: &str, reason: String) -> RunError {
 /// Creates the tasks and injects the faults until every task has its result
 /// (or nothing is left to do), then lets the survivors drain. Returns the
 /// time from the first create to the last result, and the repeated creates.
+/// Ticks (of 100 ms) with nothing left to deliver after which the run
+/// stops waiting for tasks a broken protocol lost.
+const QUIET_TICKS: u32 = 30;
+
 async fn drive(
     cfg: &RunConfig,
     rig: &mut Rig,
@@ -709,19 +721,26 @@ async fn drive(
         ));
         let faults_done = chaos.cluster.as_ref().is_none_or(ClusterChaos::is_done);
         let created = creator_done.load(Ordering::SeqCst);
-        if created && faults_done {
-            if completed >= expected_tasks {
-                break;
-            }
-            // A broken protocol can lose tasks: stop once nothing is left to do.
-            quiet_ticks = if is_quiet(store, broker).await {
-                quiet_ticks + 1
-            } else {
-                0
-            };
-            if quiet_ticks >= 30 {
-                break;
-            }
+        if created && faults_done && completed >= expected_tasks {
+            break;
+        }
+        // A broken protocol can lose tasks: once nothing is left to deliver
+        // for 3 s, the run stops (all created) or the next fault goes on
+        // (short of the tasks released before it).
+        let release = chaos.release.load(Ordering::SeqCst);
+        let waiting = if faults_done {
+            created
+        } else {
+            completed < release && tasks_created(store).await >= release
+        };
+        quiet_ticks = if waiting && is_quiet(store, broker).await {
+            quiet_ticks + 1
+        } else {
+            0
+        };
+        let stuck = quiet_ticks >= QUIET_TICKS;
+        if created && faults_done && stuck {
+            break;
         }
         if Instant::now() > deadline {
             bar.abandon();
@@ -738,7 +757,7 @@ async fn drive(
                 _ => Err(RunError::Config("the creator stopped early".into())),
             };
         }
-        chaos.tick(rig, broker, completed, ready).await?;
+        chaos.tick(rig, broker, completed, ready, stuck).await?;
     }
     let elapsed = started.elapsed();
     bar.finish_and_clear();
