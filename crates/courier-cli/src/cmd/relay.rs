@@ -197,7 +197,9 @@ async fn load(a: RunArgs) -> anyhow::Result<ExitCode> {
     if cfg.tasks == 0 {
         bail!("--tasks must be positive");
     }
-    let report = relay_run::run(&cfg).await?;
+    let Some(report) = until_signal(relay_run::run(&cfg)).await? else {
+        return Ok(ExitCode::from(130));
+    };
     print!("{}", relay_run::render(&report));
     if let Some(path) = &a.report {
         let json = serde_json::to_string_pretty(&report)?;
@@ -209,6 +211,22 @@ async fn load(a: RunArgs) -> anyhow::Result<ExitCode> {
     } else {
         ExitCode::from(1)
     })
+}
+
+/// Runs `run` until it ends, or until SIGTERM or Ctrl-C (`None`): then the
+/// run is dropped, which kills its servers and processes and removes its
+/// directories.
+async fn until_signal<T>(
+    run: impl std::future::Future<Output = Result<T, relay_run::RunError>>,
+) -> anyhow::Result<Option<T>> {
+    let stop = super::common::shutdown_on_signal();
+    tokio::select! {
+        r = run => Ok(Some(r?)),
+        _ = stop.cancelled() => {
+            eprintln!("interrupted: the run's servers and processes are killed, its directories removed");
+            Ok(None)
+        }
+    }
 }
 
 /// One node against the cluster, no faults, in one invocation.
@@ -223,7 +241,9 @@ async fn compare(a: CompareArgs) -> anyhow::Result<ExitCode> {
         cfg.cluster_rounds = 0;
         cfg.process_kills = false;
         cfg.progress = false;
-        let r = relay_run::run(&cfg).await?;
+        let Some(r) = until_signal(relay_run::run(&cfg)).await? else {
+            return Ok(ExitCode::from(130));
+        };
         if !r.passed {
             print!("{}", relay_run::render(&r));
             bail!(
