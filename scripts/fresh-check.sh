@@ -23,23 +23,26 @@
 #      README's two commands there, each with its result and wall time, and
 #      the cold build time cargo reported for each.
 #
-# Usage: scripts/fresh-check.sh [--rebuild] [--base-only] [--keep] [--branch B]
+# Usage: scripts/fresh-check.sh [--rebuild] [--base-only] [--deps-only] [--keep] [--branch B]
 #   --rebuild    build the base root again instead of using the cached tarball
 #   --base-only  only build (or find) the base root, then stop
+#   --deps-only  in the clone, run only scripts/install-deps.sh (minutes, not
+#                the half hour of both commands): a quick check of new packages
 #   --keep     keep the root afterwards (it is always kept when a step fails)
 # Environment: FRESH_DIR (default /var/tmp/courier-fresh), FRESH_MIRROR.
 # Needs root, debootstrap (installed here if missing) and about 6 GB of disk.
 set -euo pipefail
 repo="${FRESH_REPO:-$(cd "$(dirname "$0")/.." && pwd)}"
 
-rebuild=0 keep=0 branch=main base_only=0
+rebuild=0 keep=0 branch=main base_only=0 deps_only=0
 while [ $# -gt 0 ]; do
   case "$1" in
     --rebuild) rebuild=1 ;;
     --base-only) base_only=1 ;;
+    --deps-only) deps_only=1 ;;
     --keep) keep=1 ;;
     --branch) branch="$2"; shift ;;
-    *) echo "usage: $0 [--rebuild] [--base-only] [--keep] [--branch B]" >&2; exit 2 ;;
+    *) echo "usage: $0 [--rebuild] [--base-only] [--deps-only] [--keep] [--branch B]" >&2; exit 2 ;;
   esac
   shift
 done
@@ -53,7 +56,7 @@ if [ -z "${FRESH_IN_NS:-}" ]; then
   cp "$0" "$copy"
   FRESH_IN_NS=1 FRESH_REPO="$repo" exec unshare --mount --propagation private bash "$copy" \
     $([ $rebuild = 1 ] && echo --rebuild) $([ $keep = 1 ] && echo --keep) \
-    $([ $base_only = 1 ] && echo --base-only) --branch "$branch"
+    $([ $base_only = 1 ] && echo --base-only) $([ $deps_only = 1 ] && echo --deps-only) --branch "$branch"
 fi
 
 dir="${FRESH_DIR:-/var/tmp/courier-fresh}"
@@ -97,7 +100,12 @@ cleanup() {
   for p in /proc/[0-9]*; do
     [ "$(readlink "$p/root" 2>/dev/null)" = "$root" ] && kill -9 "${p#/proc/}" 2>/dev/null || true
   done
-  umount -R "$root" 2>/dev/null || true
+  # A killed process holds its mounts busy until it is gone: try for 10 s.
+  for _ in $(seq 20); do
+    umount -R "$root" 2>/dev/null || true
+    grep -q " $root[/ ]" /proc/self/mounts || break
+    sleep 0.5
+  done
   if [ "$rc" -eq 0 ] && [ "$keep" = 0 ] && remove_root; then
     :
   else
@@ -215,6 +223,12 @@ run_step() {
 
 results=()
 status=0
+if [ "$deps_only" = 1 ]; then
+  run_step "the project's install script" "./scripts/install-deps.sh" deps.log || status=1
+  say "results ($(( ($(date +%s) - t_all) / 60 )) min in all; logs in $dir)"
+  printf '%s\n' "${results[@]}"
+  exit "$status"
+fi
 run_step "the README's first command" "cargo run --release -p courier-cli -- demo" demo.log || status=1
 run_step "the README's second command" "./scripts/test.sh" test.log || status=1
 
