@@ -100,12 +100,18 @@ cleanup() {
   for p in /proc/[0-9]*; do
     [ "$(readlink "$p/root" 2>/dev/null)" = "$root" ] && kill -9 "${p#/proc/}" 2>/dev/null || true
   done
-  # A killed process holds its mounts busy until it is gone: try for 10 s.
-  for _ in $(seq 20); do
+  # A killed process holds its mounts busy until it is gone: try for 5 s,
+  # then detach what is left (lazily: nothing can reach it through the root
+  # any more, so the rm below cannot go through it).
+  for _ in $(seq 10); do
     umount -R "$root" 2>/dev/null || true
     grep -q " $root[/ ]" /proc/self/mounts || break
     sleep 0.5
   done
+  if grep -q " $root[/ ]" /proc/self/mounts; then
+    echo "fresh-check: still mounted after 5 s: $(grep " $root[/ ]" /proc/self/mounts | cut -d' ' -f2 | paste -sd' ')"
+    umount -R -l "$root" 2>/dev/null || true
+  fi
   if [ "$rc" -eq 0 ] && [ "$keep" = 0 ] && remove_root; then
     :
   else
