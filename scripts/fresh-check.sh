@@ -83,6 +83,22 @@ in_root() { chroot "$root" /usr/bin/env -i HOME=/root TERM=dumb LANG=C.UTF-8 \
   REQUESTS_CA_BUNDLE=/etc/ssl/certs/ca-certificates.crt RUSTUP_AUTO_INSTALL=0 \
   "$@"; }
 
+# Unmounts everything under the root, deepest first ($root itself is no
+# mount point, so `umount -R "$root"` would refuse). A killed process holds
+# its mounts busy until it is gone: try for 5 s, then detach what is left
+# (lazily: nothing reaches it through the root any more, so the rm cannot
+# go through it).
+mounts_under() { grep " $root[/ ]" /proc/self/mounts | cut -d' ' -f2 | sort -r; }
+unmount_root() {
+  for _ in $(seq 10); do
+    for m in $(mounts_under); do umount "$m" 2>/dev/null || true; done
+    [ -z "$(mounts_under)" ] && return 0
+    sleep 0.5
+  done
+  echo "fresh-check: still mounted after 5 s: $(mounts_under | paste -sd' ')"
+  for m in $(mounts_under); do umount -l "$m" 2>/dev/null || true; done
+}
+
 # Removes the root, but never while anything is mounted inside it (rm -rf
 # would go through a mount into what it shows).
 remove_root() {
@@ -100,18 +116,7 @@ cleanup() {
   for p in /proc/[0-9]*; do
     [ "$(readlink "$p/root" 2>/dev/null)" = "$root" ] && kill -9 "${p#/proc/}" 2>/dev/null || true
   done
-  # A killed process holds its mounts busy until it is gone: try for 5 s,
-  # then detach what is left (lazily: nothing can reach it through the root
-  # any more, so the rm below cannot go through it).
-  for _ in $(seq 10); do
-    umount -R "$root" 2>/dev/null || true
-    grep -q " $root[/ ]" /proc/self/mounts || break
-    sleep 0.5
-  done
-  if grep -q " $root[/ ]" /proc/self/mounts; then
-    echo "fresh-check: still mounted after 5 s: $(grep " $root[/ ]" /proc/self/mounts | cut -d' ' -f2 | paste -sd' ')"
-    umount -R -l "$root" 2>/dev/null || true
-  fi
+  unmount_root
   if [ "$rc" -eq 0 ] && [ "$keep" = 0 ] && remove_root; then
     :
   else
@@ -149,7 +154,7 @@ fi
 [ "$base_only" = 0 ] || { echo "base root: $base"; exit 0; }
 
 say "a new root from $base"
-umount -R "$root" 2>/dev/null || true
+unmount_root
 remove_root || exit 1
 mkdir -p "$root"
 tar -C "$root" -xf "$base"
