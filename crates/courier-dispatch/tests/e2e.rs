@@ -3,13 +3,15 @@
 
 mod common;
 
-use common::{client, limits, new_action, start_api, verify, wait_all_final, worker, KEY, SECRET};
-use courier_core::{action_key, Limits, Status};
+use common::{
+    client, client_with_callback, limits, start_api, verify, wait_all_final, worker, KEY, SECRET,
+};
+use courier_core::{Limits, Status};
 use courier_provider::fake::{self, FakeConfig, Latency};
-use courier_provider::{ClientConfig, ProviderClient, SendOutcome};
-use courier_store::{ClaimMode, Claimed, PgStore};
+use courier_provider::SendOutcome;
+use courier_store::PgStore;
+use courier_testkit::fixtures::{self, Held};
 use courier_testkit::fresh_db;
-use std::sync::Arc;
 use std::time::Duration;
 use tokio_util::sync::CancellationToken;
 
@@ -24,8 +26,8 @@ async fn every_action_has_exactly_one_effect_through_a_flaky_provider() {
     cfg.lookup_lag_ms = 50;
     let provider = fake::start(cfg).await.unwrap();
     let api = start_api(db.store.clone()).await;
-    for i in 0..300 {
-        db.store.action_enqueue(&new_action(i, 10)).await.unwrap();
+    for store in 0..10 {
+        fixtures::enqueued(&db.store, &format!("s{store}"), 30).await;
     }
     let stop = CancellationToken::new();
     let mut runs = Vec::new();
@@ -55,56 +57,40 @@ async fn every_action_has_exactly_one_effect_through_a_flaky_provider() {
     assert_eq!(s.state("done"), 300, "{:?}", s.by_state);
 }
 
-/// A first owner claims (a 300 ms lease), writes the intent, counts an
-/// attempt and sends, then dies before it records the answer. Its message
-/// carries no status callback, so the status can only be learned by looking
-/// the key up.
-async fn send_and_die(store: &PgStore, provider: &str, l: &Limits) -> Claimed {
-    let dead: Arc<str> = Arc::from("dead");
-    let c = store
-        .action_claim(&dead, 1, 300, 4, ClaimMode::Fair)
-        .await
-        .unwrap()
-        .remove(0);
-    let key = action_key(&c.uid);
-    store.outbox_intent(&c.lease, &key).await.unwrap().unwrap();
-    store
-        .outbox_count_attempt(&c.lease, 0)
-        .await
-        .unwrap()
-        .unwrap();
-    let silent = ProviderClient::new(ClientConfig {
-        base_url: provider.to_string(),
-        api_key: KEY.into(),
-        status_callback: None,
-        timeout: Duration::from_millis(l.request_timeout_ms),
-    })
-    .unwrap();
-    let first = silent.send(&key, &c.to, &c.body).await;
+/// A first owner claims, writes the intent, counts an attempt and sends,
+/// then dies before it records the answer (the testkit's `sent` fixture and
+/// one request). Its message carries no status callback, so the status can
+/// only be learned by looking the key up.
+async fn send_and_die(store: &PgStore, provider: &str, l: &Limits) -> Held {
+    let held = fixtures::sent(store).await;
+    let silent = client_with_callback(provider, None, l);
+    let first = silent.send(&held.key, &held.to, &held.body).await;
     assert!(matches!(first, SendOutcome::Accepted(_)), "{first:?}");
-    c
+    held
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_reclaimed_action_is_looked_up_and_sent_once() {
     let db = fresh_db().await;
+    // The lease statements read a clock this test moves.
+    let (store, clock) = db.manual_clock().await;
     let dir = tempfile::tempdir().unwrap();
     let log = dir.path().join("provider.jsonl");
     let mut cfg = FakeConfig::new(&log, KEY, SECRET);
     cfg.faults = courier_provider::fake::FaultRates::NONE;
     let provider = fake::start(cfg).await.unwrap();
-    let api = start_api(db.store.clone()).await;
-    db.store.action_enqueue(&new_action(0, 1)).await.unwrap();
+    let api = start_api(store.clone()).await;
+    fixtures::enqueued(&store, "s0", 1).await;
     let l = limits();
-    let c = send_and_die(&db.store, &provider.url(), &l).await;
-    // A live worker starts at once and takes over at epoch + 1 as soon as
-    // the dead owner's lease runs out (its claimer polls; nothing here
-    // sleeps through the lease).
+    let c = send_and_die(&store, &provider.url(), &l).await;
+    // The dead owner's lease runs out at once: the clock moves past it, and
+    // a live worker takes over at epoch + 1 with its first claim.
+    fixtures::expire_lease(&clock, fixtures::LONG_LEASE_MS);
     let stop = CancellationToken::new();
-    let wk = worker(&db.store, client(&provider.url(), &api, &l), l, "live");
+    let wk = worker(&store, client(&provider.url(), &api, &l), l, "live");
     let s2 = stop.clone();
     let run = tokio::spawn(async move { wk.run(s2).await });
-    wait_all_final(&db.store, 1, Duration::from_secs(30)).await;
+    wait_all_final(&store, 1, Duration::from_secs(30)).await;
     stop.cancel();
     run.await.unwrap();
     provider.shutdown().await.unwrap();
@@ -145,8 +131,8 @@ async fn a_slow_provider_does_not_cost_a_healthy_worker_its_lease() {
     cfg.latency = "uniform:900..1000".parse::<Latency>().unwrap();
     let provider = fake::start(cfg).await.unwrap();
     let api = start_api(db.store.clone()).await;
-    for i in 0..5 {
-        db.store.action_enqueue(&new_action(i, 5)).await.unwrap();
+    for store in 0..5 {
+        fixtures::enqueued(&db.store, &format!("s{store}"), 1).await;
     }
     let l = Limits {
         lease_ttl_ms: 800,
@@ -156,13 +142,11 @@ async fn a_slow_provider_does_not_cost_a_healthy_worker_its_lease() {
         ..limits()
     };
     // Client time-out above the latency, so sends succeed slowly.
-    let slow_client = ProviderClient::new(ClientConfig {
-        base_url: provider.url(),
-        api_key: KEY.into(),
-        status_callback: Some(format!("{api}/v1/webhooks/provider")),
-        timeout: Duration::from_millis(3_000),
-    })
-    .unwrap();
+    let slow = Limits {
+        request_timeout_ms: 3_000,
+        ..l.clone()
+    };
+    let slow_client = client(&provider.url(), &api, &slow);
     let stop = CancellationToken::new();
     let a = worker(&db.store, slow_client.clone(), l.clone(), "a");
     let b = worker(&db.store, slow_client, l, "b");

@@ -29,16 +29,14 @@
 
 mod common;
 
-use common::{
-    client_with_callback, new_action, start_api, verify, wait_all_final, worker, KEY, SECRET,
-};
+use common::{client_with_callback, start_api, verify, wait_all_final, worker, KEY, SECRET};
 use courier_core::{action_key, Limits};
 use courier_dispatch::failpoint::{Hit, Hook, Point, Verdict};
 use courier_provider::fake::{self, FakeConfig};
 use courier_provider::verify::Report;
 use courier_provider::wire::{LogEntry, LogOp, LookupResult, SendResult};
 use courier_store::PgStore;
-use courier_testkit::fresh_db;
+use courier_testkit::{fixtures, fresh_db};
 use rand::{rngs::StdRng, Rng, SeedableRng};
 use std::collections::{BTreeSet, HashMap};
 use std::path::Path;
@@ -48,6 +46,7 @@ use tokio_util::sync::CancellationToken;
 
 const SEED: u64 = 14;
 const ACTIONS: usize = 60;
+const STORES: usize = 6;
 const WORKERS: usize = 2;
 const CRASH_POINTS: [Point; 3] = [Point::AfterCount, Point::AfterSend, Point::BeforeSettle];
 
@@ -150,8 +149,8 @@ async fn run_model(seed: u64, skip_lookups: bool) -> Outcome {
     cfg.lookup_lag_ms = 50;
     let provider = fake::start(cfg).await.unwrap();
     let api = start_api(db.store.clone()).await;
-    for i in 0..ACTIONS {
-        db.store.action_enqueue(&new_action(i, 6)).await.unwrap();
+    for store in 0..STORES {
+        fixtures::enqueued(&db.store, &format!("s{store}"), ACTIONS / STORES).await;
     }
     let plan = Arc::new(Mutex::new(Plan::new(seed, skip_lookups)));
     let hook: Hook = {

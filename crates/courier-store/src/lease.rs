@@ -207,15 +207,13 @@ impl PgStore {
         Ok(out)
     }
 
-    /// Records a refused fenced write and returns the current epoch.
-    pub async fn fenced_now(&self, lease: &Lease, op: &str) -> Result<Fenced, StoreError> {
+    /// The current epoch of an action, after a refused fenced write.
+    pub async fn fenced_now(&self, lease: &Lease) -> Result<Fenced, StoreError> {
         let client = self.pool.get().await?;
         let epoch: Option<i64> = client
             .query_opt(sql!("lease/epoch"), &[&lease.action_id])
             .await?
             .map(|r| r.get(0));
-        self.event_record("fenced", Some(lease.action_id), op)
-            .await?;
         Ok(Fenced {
             current_epoch: epoch,
         })

@@ -17,12 +17,15 @@ pub struct Intent {
     pub written_now: bool,
 }
 
-/// Why an attempt was not counted.
+/// The answer to counting an attempt.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum AttemptRefused {
-    Fenced(Fenced),
-    /// Our lease ends within the margin: extend it first.
+pub enum AttemptOutcome {
+    /// Counted: the action's attempts so far, this one included.
+    Counted(u32),
+    /// Not counted: our lease ends within the margin; extend it first.
     LeaseShort,
+    /// Not counted: the action is no longer ours.
+    Fenced(Fenced),
 }
 
 /// An action whose final status is overdue (or in conflict): look it up.
@@ -80,7 +83,7 @@ impl PgStore {
         &self,
         lease: &Lease,
         margin_ms: u64,
-    ) -> Result<Result<u32, AttemptRefused>, StoreError> {
+    ) -> Result<AttemptOutcome, StoreError> {
         let client = self.pool.get().await?;
         let margin = margin_ms as f64;
         let now = self.clock.now();
@@ -99,11 +102,11 @@ impl PgStore {
         let attempts: Option<i32> = row.get("attempts");
         let held: bool = row.get("held");
         Ok(match (attempts, held) {
-            (Some(a), _) => Ok(u32::try_from(a).unwrap_or(0)),
-            (None, true) => Err(AttemptRefused::LeaseShort),
-            (None, false) => Err(AttemptRefused::Fenced(Fenced {
+            (Some(a), _) => AttemptOutcome::Counted(u32::try_from(a).unwrap_or(0)),
+            (None, true) => AttemptOutcome::LeaseShort,
+            (None, false) => AttemptOutcome::Fenced(Fenced {
                 current_epoch: row.get("current_epoch"),
-            })),
+            }),
         })
     }
 

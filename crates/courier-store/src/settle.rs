@@ -146,24 +146,24 @@ impl PgStore {
                 merge: Merge::Same,
             }));
         }
-        self.event_record("fenced", Some(lease.action_id), "settle")
-            .await?;
         Ok(SettleOutcome::Fenced(Fenced {
             current_epoch: Some(epoch),
         }))
     }
 
     /// Marks a claimed action failed: the provider refused it (a bug or a bad
-    /// action). Never followed by a resend with a new key. Fenced.
+    /// action). Never followed by a resend with a new key. Fenced. Like every
+    /// refused write, a fence is answered as data and recorded by the caller
+    /// (the worker's `observe`), not here.
     pub async fn action_fail(
         &self,
         lease: &Lease,
         reason: &str,
     ) -> Result<Result<(), Fenced>, StoreError> {
         let client = self.pool.get().await?;
-        let row = client
-            .query_one(
-                sql!("settle/fail", "event/record.part"),
+        let failed = client
+            .execute(
+                sql!("settle/fail"),
                 &[
                     &lease.action_id,
                     &lease.owner.as_ref(),
@@ -172,8 +172,8 @@ impl PgStore {
                 ],
             )
             .await?;
-        if row.get::<_, i64>("events") == 0 {
-            return Ok(Err(self.fenced_now(lease, "fail").await?));
+        if failed == 0 {
+            return Ok(Err(self.fenced_now(lease).await?));
         }
         Ok(Ok(()))
     }

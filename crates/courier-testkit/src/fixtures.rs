@@ -8,8 +8,8 @@
 
 use courier_core::{action_key, Status};
 use courier_store::{
-    ClaimMode, Clock, Lease, MergeOutcome, NewAction, PgStore, SettleOutcome, SettleReq, Settled,
-    WebhookIn,
+    AttemptOutcome, ClaimMode, Clock, Lease, MergeOutcome, NewAction, PgStore, SettleOutcome,
+    SettleReq, Settled, WebhookIn,
 };
 use std::sync::Arc;
 use std::time::Duration;
@@ -45,11 +45,14 @@ pub async fn enqueued(store: &PgStore, s: &str, n: usize) -> Vec<i64> {
     ids
 }
 
-/// A claimed action: its lease and its idempotency key.
+/// A claimed action: its lease, its idempotency key, and the message a
+/// request for it carries.
 #[derive(Debug, Clone)]
 pub struct Held {
     pub lease: Lease,
     pub key: String,
+    pub to: String,
+    pub body: String,
 }
 
 /// Claims one pending action (fair, cap 1,000) for `owner` under a lease of
@@ -68,6 +71,8 @@ pub async fn claimed_as(store: &PgStore, owner: &str, lease_ttl_ms: u64) -> Held
     Held {
         lease: c.lease.clone(),
         key,
+        to: c.to.clone(),
+        body: c.body.clone(),
     }
 }
 
@@ -82,7 +87,7 @@ pub async fn sent(store: &PgStore) -> Held {
     let held = claimed(store).await;
     assert_eq!(
         store.outbox_count_attempt(&held.lease, 0).await.unwrap(),
-        Ok(1)
+        AttemptOutcome::Counted(1)
     );
     held
 }

@@ -42,13 +42,11 @@ pub(super) enum Event<'a> {
         action_id: i64,
         status: Status,
     },
-    /// The provider refused the action; it is about to be marked failed.
-    Rejected {
+    /// The provider refused the action, and it was marked failed.
+    Failed {
         action_id: i64,
         reason: &'a str,
     },
-    /// The action was marked failed.
-    Failed,
     /// A fenced operation found another owner; the delivery stops.
     Fenced {
         lease: &'a Lease,

@@ -1,11 +1,12 @@
 //! One place where the worker reports what happened: [`Ctx::observe`]
 //! updates the worker's counters ([`super::WorkerStats`]), the Prometheus
 //! counter and, for the events an operator audits later (reclaims, fences,
-//! unknown send outcomes), the `events` row, together.
+//! unknown send outcomes, rejections), the `events` row, together.
 //!
 //! # Invariants
 //! - Every event is counted once, here: no loop touches a counter or writes
-//!   an `events` row of its own.
+//!   an `events` row of its own, and the store answers a refused write as
+//!   data without recording it.
 //! - A failed `events` write never stops a delivery (the row is an audit
 //!   trail; the protocol does not read it).
 
@@ -42,15 +43,16 @@ impl<P> Ctx<P> {
                 metrics::counter!("courier_settled_total").increment(1);
                 tracing::debug!(action = action_id, status = %status, "settled");
             }
-            Event::Rejected { action_id, reason } => {
+            Event::Failed { action_id, reason } => {
+                add(&self.stats.failed);
+                metrics::counter!("courier_rejections_total").increment(1);
                 tracing::error!(
                     action = action_id,
                     reason,
-                    "provider rejected the action; marking it failed"
+                    "provider rejected the action; marked it failed"
                 );
-                metrics::counter!("courier_rejections_total").increment(1);
+                self.event_row("rejected", action_id, reason).await;
             }
-            Event::Failed => add(&self.stats.failed),
             Event::Fenced {
                 lease,
                 at,
@@ -132,14 +134,7 @@ impl<P> Ctx<P> {
             op = at.as_str(),
             "fenced: another worker holds this action; abandoning it"
         );
-        match at {
-            // The store writes these rows itself, in the refused write's own
-            // path (`settle_refused`, `fenced_now`).
-            FencedAt::Settle | FencedAt::Fail => {}
-            FencedAt::Heartbeat | FencedAt::Intent | FencedAt::Extend | FencedAt::Attempt => {
-                self.event_row("fenced", lease.action_id, at.as_str()).await;
-            }
-        }
+        self.event_row("fenced", lease.action_id, at.as_str()).await;
     }
 
     async fn event_row(&self, kind: &str, action_id: i64, detail: &str) {

@@ -10,7 +10,7 @@ use courier_dispatch::server::{router, ServerConfig};
 use courier_dispatch::worker::{Provider, Worker, WorkerConfig};
 use courier_provider::verify::{verify_reader, Expectation, ReadLimits, Report};
 use courier_provider::{ClientConfig, ProviderClient};
-use courier_store::{ClaimMode, NewAction, PgStore};
+use courier_store::{ClaimMode, PgStore};
 use std::path::Path;
 use std::time::{Duration, Instant};
 
@@ -127,13 +127,4 @@ pub async fn verify(store: &PgStore, log: &Path) -> Report {
         Some(&expected),
     )
     .unwrap()
-}
-
-pub fn new_action(i: usize, stores: usize) -> NewAction {
-    NewAction {
-        store: format!("s{}", i % stores),
-        to: "+15551234567".into(),
-        body: format!("order {i}"),
-        key: None,
-    }
 }

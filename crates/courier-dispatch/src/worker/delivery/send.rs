@@ -12,7 +12,7 @@ use crate::worker::heartbeat::extend_one;
 use crate::worker::Provider;
 use courier_core::step::{self, Counted, FencedAt, Resume, Step};
 use courier_provider::SendOutcome;
-use courier_store::AttemptRefused;
+use courier_store::AttemptOutcome;
 
 impl<P: Provider> Delivery<'_, P> {
     /// A send is due: the local lease check decides whether to extend first.
@@ -46,9 +46,9 @@ impl<P: Provider> Delivery<'_, P> {
             .await;
         let counted = match counted {
             None => return Step::Abandon(FencedAt::Heartbeat),
-            Some(Ok(_attempts)) => Counted::Counted,
-            Some(Err(AttemptRefused::LeaseShort)) => Counted::LeaseShort,
-            Some(Err(AttemptRefused::Fenced(f))) => {
+            Some(AttemptOutcome::Counted(_attempts)) => Counted::Counted,
+            Some(AttemptOutcome::LeaseShort) => Counted::LeaseShort,
+            Some(AttemptOutcome::Fenced(f)) => {
                 self.found_epoch = f.current_epoch;
                 Counted::Fenced
             }

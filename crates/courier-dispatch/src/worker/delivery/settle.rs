@@ -47,11 +47,6 @@ impl<P: Provider> Delivery<'_, P> {
 
     pub(super) async fn fail(&mut self, reason: &str) {
         let (ctx, lease) = (self.ctx, &self.lease);
-        ctx.observe(Event::Rejected {
-            action_id: lease.action_id,
-            reason,
-        })
-        .await;
         let failed = ctx
             .with_retry(&self.held.fenced, &mut self.rng, || {
                 ctx.store.action_fail(lease, reason)
@@ -59,7 +54,13 @@ impl<P: Provider> Delivery<'_, P> {
             .await;
         match failed {
             None => self.abandon(FencedAt::Heartbeat).await,
-            Some(Ok(())) => ctx.observe(Event::Failed).await,
+            Some(Ok(())) => {
+                ctx.observe(Event::Failed {
+                    action_id: lease.action_id,
+                    reason,
+                })
+                .await;
+            }
             Some(Err(f)) => {
                 self.found_epoch = f.current_epoch;
                 self.abandon(FencedAt::Fail).await;
