@@ -1,6 +1,7 @@
 //! The relay on the cluster in small: 3 etcd members and 3 nats-servers
 //! (stream replicas 3), every leader fault of the long run once, plus relay
-//! and worker kills; the counter must be exact and the fault table whole.
+//! and worker kills; the counter must be exact, the fault table whole, and
+//! commits must resume while the stream leader's server is still stopped.
 //! And its negative control: a consumer without its dedup record, hit only
 //! by the cluster's faults, must double effects, and the checker must say so.
 #![cfg(feature = "relay")]
@@ -67,7 +68,16 @@ fn cluster_run_survives_every_leader_fault_with_an_exact_counter() {
         let expect = if by_stop { "SIGSTOP" } else { "SIGKILL" };
         assert!(confirmed.contains(expect), "{f}");
         assert_eq!(f["restored"], true, "{f}");
+        if by_stop {
+            // Stopped for its seeded time, past the others' election.
+            let (down, leader) = (u(f, "down_ms"), u(f, "new_leader_ms"));
+            assert!(down >= 12_000 && leader < down, "{f}");
+        }
     }
+    // Commits resumed while the stopped server was still stopped.
+    let stop = rows.iter().find(|r| r["kind"] == "nats-stop").unwrap();
+    assert_eq!(u(stop, "resumed_after_cont"), 0, "{stop}\n{out}");
+    assert!(u(stop, "recovery_ms_max") < u(stop, "down_ms_max"), "{out}");
     assert!(out.contains("| SIGKILL etcd leader | 1 | 1 |"), "{out}");
 }
 

@@ -357,6 +357,23 @@ pub fn meta_leader_from_jsz(body: &str) -> Option<String> {
         .map(str::to_string)
 }
 
+/// The leader of `stream` as one server's `/jsz?accounts=true&streams=true`
+/// reports it (every server that holds a replica knows its leader).
+pub fn stream_leader_from_jsz(body: &str, stream: &str) -> Option<String> {
+    let v: serde_json::Value = serde_json::from_str(body).ok()?;
+    v.get("account_details")?
+        .as_array()?
+        .iter()
+        .filter_map(|a| a.get("stream_detail")?.as_array())
+        .flatten()
+        .find(|s| s.get("name").and_then(|n| n.as_str()) == Some(stream))?
+        .get("cluster")?
+        .get("leader")?
+        .as_str()
+        .filter(|s| !s.is_empty())
+        .map(str::to_string)
+}
+
 /// Which server processes the cluster runs.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ClusterBinaries {
@@ -569,6 +586,11 @@ impl Cluster {
         })
     }
 
+    /// Leaves the directory (data, logs) in place when the cluster drops.
+    pub fn keep_dir(&mut self) {
+        self.dir.disable_cleanup(true);
+    }
+
     pub fn dir(&self) -> &Path {
         self.dir.path()
     }
@@ -627,8 +649,49 @@ impl Cluster {
         None
     }
 
+    /// The stream's leader as the first live server that knows one reports
+    /// it (its monitoring endpoint answers at once, whoever leads).
+    pub async fn stream_leader_seen(&self, stream: &str) -> Option<usize> {
+        for (i, m) in self.nats.iter().enumerate() {
+            if !m.is_live() {
+                continue;
+            }
+            let path = "/jsz?accounts=true&streams=true";
+            let Some((200, body)) = http_get(self.nats_http[i], path).await else {
+                continue;
+            };
+            if let Some(name) = stream_leader_from_jsz(&body, stream) {
+                return self.nats_index(&name);
+            }
+        }
+        None
+    }
+
     /// The index of the nats-server with this server name.
     pub fn nats_index(&self, name: &str) -> Option<usize> {
         self.nats.iter().position(|m| m.name == name)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn leaders_are_read_from_jsz_bodies() {
+        let body = r#"{"server_id":"X","meta_cluster":{"name":"courier-relay","leader":"n2"},
+            "account_details":[{"name":"$G","stream_detail":[
+              {"name":"other","cluster":{"leader":"n1"}},
+              {"name":"courier-relay-run-1","cluster":{"name":"courier-relay","leader":"n3",
+               "replicas":[{"name":"n1","current":true},{"name":"n2","current":true}]}}]}]}"#;
+        assert_eq!(meta_leader_from_jsz(body).as_deref(), Some("n2"));
+        assert_eq!(
+            stream_leader_from_jsz(body, "courier-relay-run-1").as_deref(),
+            Some("n3")
+        );
+        assert_eq!(stream_leader_from_jsz(body, "missing"), None);
+        let leaderless = r#"{"account_details":[{"stream_detail":[{"name":"s","cluster":{"leader":""}}]}]}"#;
+        assert_eq!(stream_leader_from_jsz(leaderless, "s"), None);
+        assert_eq!(stream_leader_from_jsz("not json", "s"), None);
     }
 }

@@ -4,16 +4,20 @@
 //! injected only when the work released so far is done; at that moment the
 //! next share of the tasks is released, so there is work in flight while
 //! the member is gone. A killed member stays down until a commit has
-//! followed the fault; a stopped server until its stream has another
-//! leader (whether or not commits resumed: its recovery is measured until
-//! the next commit all the same); each at least [`DOWN_MIN_MS`]. Then it is
-//! restarted (or continued) and must answer before the next fault.
+//! followed the fault, and at least [`DOWN_MIN_MS`]. A stopped server stays
+//! stopped for a fixed time drawn by the seed from [`STOP_MS_MIN`] to
+//! [`STOP_MS_MAX`], longer than the others take to elect a new stream
+//! leader, whatever happens meanwhile. Then the member is restarted (or
+//! continued) and must answer before the next fault.
 //!
 //! # Invariants
 //! - Every signal is confirmed by the member (see [`crate::cluster`]).
 //! - A fault is attributed every event (commit, redelivery, suppression,
 //!   extra stream copy) from its injection to the next fault's.
 //! - A seed whose table lacks a kind, or a fault no commit followed, fails.
+//! - A stopped server's fault fails unless the others reported a new stream
+//!   leader, and a commit followed, while it was still stopped: the relay
+//!   and the workers must ride through a paused leader, not wait for it.
 
 use crate::broker::Broker;
 use crate::cluster::{Cluster, Member};
@@ -30,6 +34,11 @@ use std::time::{Duration, Instant};
 pub const DOWN_MIN_MS: u64 = 1_500;
 /// Most time a fault may go without a commit and a new leader.
 pub const DOWN_MAX_MS: u64 = 120_000;
+/// How long a stopped server stays stopped, drawn per fault by the seed.
+/// The other two servers report a new stream leader 4-9 s after the stop
+/// (nats-server's election time-out), so the stop outlasts an election.
+pub const STOP_MS_MIN: u64 = 12_000;
+pub const STOP_MS_MAX: u64 = 16_000;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
@@ -89,6 +98,10 @@ pub struct FaultRecord {
     pub restored: bool,
     /// How long the member was down (or stopped) before its restart began.
     pub down_ms: u64,
+    /// A stopped server: when (ms after the signal) a live server first
+    /// reported another stream leader; `None` if none did while it was stopped.
+    #[serde(default)]
+    pub new_leader_ms: Option<u64>,
 }
 
 /// One kind's line of the table.
@@ -106,6 +119,15 @@ pub struct KindRow {
     pub stream_copies: u64,
     pub redeliveries: u64,
     pub suppressed: u64,
+    /// Stopped servers: the slowest new stream leader (ms after the stop),
+    /// stops with none while stopped, and stops whose next commit came
+    /// only after SIGCONT.
+    #[serde(default)]
+    pub new_leader_ms_max: Option<u64>,
+    #[serde(default)]
+    pub no_new_leader: u64,
+    #[serde(default)]
+    pub resumed_after_cont: u64,
 }
 
 /// Index of the fault an event at `t` is attributed to (the last one at or before it).
@@ -133,6 +155,9 @@ pub fn table(
             stream_copies: 0,
             redeliveries: 0,
             suppressed: 0,
+            new_leader_ms_max: None,
+            no_new_leader: 0,
+            resumed_after_cont: 0,
         })
         .collect();
     let row_of = |k: FaultKind| kinds.iter().position(|x| *x == k);
@@ -148,10 +173,19 @@ pub fn table(
         row.restored += u64::from(f.restored);
         row.down_ms_max = row.down_ms_max.max(f.down_ms);
         let next = commits.partition_point(|t| *t <= f.at_ms);
-        if let Some(t) = commits.get(next) {
-            let ms = t - f.at_ms;
+        let recovery = commits.get(next).map(|t| t - f.at_ms);
+        if let Some(ms) = recovery {
             row.recovery_ms_max = Some(row.recovery_ms_max.map_or(ms, |m| m.max(ms)));
             row.recovery_ms_min = Some(row.recovery_ms_min.map_or(ms, |m| m.min(ms)));
+        }
+        if f.kind == FaultKind::NatsStop {
+            match f.new_leader_ms {
+                Some(ms) => row.new_leader_ms_max = Some(row.new_leader_ms_max.unwrap_or(0).max(ms)),
+                None => row.no_new_leader += 1,
+            }
+            if recovery.is_none_or(|ms| ms >= f.down_ms) {
+                row.resumed_after_cont += 1;
+            }
         }
     }
     let mut add = |t: u64, what: fn(&mut KindRow)| {
@@ -182,6 +216,22 @@ pub fn table_failures(rows: &[KindRow]) -> Vec<String> {
         } else if r.recovery_ms_max.is_none() {
             out.push(format!("{}: no commit followed it", r.kind.as_str()));
         }
+        if r.no_new_leader > 0 {
+            out.push(format!(
+                "{}: {} of {} stopped without another stream leader (stop too short)",
+                r.kind.as_str(),
+                r.no_new_leader,
+                r.count
+            ));
+        }
+        if r.resumed_after_cont > 0 {
+            out.push(format!(
+                "{}: in {} of {} commits resumed only after SIGCONT",
+                r.kind.as_str(),
+                r.resumed_after_cont,
+                r.count
+            ));
+        }
         let cluster = FaultKind::CLUSTER.contains(&r.kind);
         if cluster && r.restored < r.count {
             out.push(format!(
@@ -199,12 +249,12 @@ pub fn table_failures(rows: &[KindRow]) -> Vec<String> {
 pub fn render_table(rows: &[KindRow]) -> String {
     let ms = |v: Option<u64>| v.map_or("-".to_string(), |v| v.to_string());
     let mut out = String::from(
-        "| fault | n | restored | down ms (max) | recovery ms (min-max) | stream copies | redeliveries | suppressed |\n\
-         |---|---|---|---|---|---|---|---|\n",
+        "| fault | n | restored | down ms (max) | new leader ms (max) | recovery ms (min-max) | stream copies | redeliveries | suppressed |\n\
+         |---|---|---|---|---|---|---|---|---|\n",
     );
     for r in rows {
         out.push_str(&format!(
-            "| {} | {} | {} | {} | {}-{} | {} | {} | {} |\n",
+            "| {} | {} | {} | {} | {} | {}-{} | {} | {} | {} |\n",
             r.kind.as_str(),
             r.count,
             if FaultKind::CLUSTER.contains(&r.kind) {
@@ -217,6 +267,7 @@ pub fn render_table(rows: &[KindRow]) -> String {
             } else {
                 "-".into()
             },
+            ms(r.new_leader_ms_max),
             ms(r.recovery_ms_min),
             ms(r.recovery_ms_max),
             r.stream_copies,
@@ -244,6 +295,8 @@ enum Phase {
         since: Instant,
         results_at: u64,
         record: usize,
+        /// A stopped server is continued after this long, whatever happened.
+        hold: Duration,
     },
     Done,
 }
@@ -256,12 +309,14 @@ pub struct ClusterChaos {
     rng: StdRng,
     tasks: u64,
     ready: Duration,
+    /// The stream whose leader the stream faults hit.
+    stream: String,
     pub records: Vec<FaultRecord>,
 }
 
 impl ClusterChaos {
-    /// `rounds` times every cluster kind, shuffled by `rng`.
-    pub fn new(mut rng: StdRng, rounds: u32, tasks: u64, ready: Duration) -> Self {
+    /// `rounds` times every cluster kind, shuffled by `rng`, against `stream`.
+    pub fn new(mut rng: StdRng, rounds: u32, tasks: u64, ready: Duration, stream: &str) -> Self {
         let mut plan = Vec::new();
         for _ in 0..rounds {
             let mut round = FaultKind::CLUSTER.to_vec();
@@ -277,6 +332,7 @@ impl ClusterChaos {
             rng,
             tasks,
             ready,
+            stream: stream.to_string(),
             records: Vec::new(),
         }
     }
@@ -332,24 +388,27 @@ impl ClusterChaos {
                 since,
                 results_at,
                 record,
+                hold,
             } => {
                 let elapsed = since.elapsed();
                 if elapsed > Duration::from_millis(DOWN_MAX_MS) {
                     return Err(ServerError::NotReady {
                         name: format!("the cluster after {}", self.plan[self.next].as_str()),
                         ms: DOWN_MAX_MS,
-                        log_tail: "no commit (or no new leader) followed the fault".into(),
+                        log_tail: "no commit followed the fault".into(),
                     });
                 }
                 // A killed member is restarted once a commit followed without
-                // it; a stopped server is continued once the others elected a
-                // new stream leader, whether or not commits resumed meanwhile
-                // (its recovery is still measured until the next commit).
-                let stop = self.plan[self.next] == FaultKind::NatsStop;
-                let moved_on = (stop || completed > results_at)
-                    && elapsed >= Duration::from_millis(DOWN_MIN_MS)
-                    && self.leader_moved(cluster, broker, target).await;
-                if !moved_on {
+                // it; a stopped server is continued after its seeded hold,
+                // whether or not commits resumed meanwhile (the table judges
+                // that), and meanwhile the others' new stream leader is noted.
+                let restore_now = if self.plan[self.next] == FaultKind::NatsStop {
+                    self.note_new_leader(cluster, target, since, record).await;
+                    elapsed >= hold
+                } else {
+                    completed > results_at && elapsed >= hold
+                };
+                if !restore_now {
                     return Ok(());
                 }
                 self.records[record].down_ms = elapsed.as_millis() as u64;
@@ -365,16 +424,23 @@ impl ClusterChaos {
         }
     }
 
-    /// A stopped server must have lost its stream leadership before it
-    /// continues (the election happened without it); a killed member needs nothing more.
-    async fn leader_moved(&self, cluster: &Cluster, broker: &Broker, target: Target) -> bool {
-        if self.plan[self.next] != FaultKind::NatsStop {
-            return true;
+    /// Notes when a live server first reports a stream leader other than
+    /// the stopped one (from its `/jsz`, which answers at once, unlike a
+    /// stream info request that may be routed to the stopped server).
+    async fn note_new_leader(
+        &mut self,
+        cluster: &Cluster,
+        target: Target,
+        since: Instant,
+        record: usize,
+    ) {
+        let Target::Nats(i) = target else { return };
+        if self.records[record].new_leader_ms.is_some() {
+            return;
         }
-        let Target::Nats(i) = target else { return true };
-        match broker.stream_leader().await {
-            Ok((Some(name), _)) => cluster.nats_index(&name).is_some_and(|l| l != i),
-            _ => false,
+        let leader = cluster.stream_leader_seen(&self.stream).await;
+        if leader.is_some_and(|l| l != i) {
+            self.records[record].new_leader_ms = Some(since.elapsed().as_millis() as u64);
         }
     }
 
@@ -429,13 +495,20 @@ impl ClusterChaos {
             confirmed,
             restored: false,
             down_ms: 0,
+            new_leader_ms: None,
         });
         release.store(self.release_after(self.next + 1), Ordering::SeqCst);
+        let hold_ms = if kind == FaultKind::NatsStop {
+            self.rng.random_range(STOP_MS_MIN..=STOP_MS_MAX)
+        } else {
+            DOWN_MIN_MS
+        };
         self.phase = Phase::Down {
             target,
             since: Instant::now(),
             results_at: completed,
             record: self.records.len() - 1,
+            hold: Duration::from_millis(hold_ms),
         };
         Ok(())
     }
@@ -463,6 +536,7 @@ mod tests {
             confirmed: "signal: 9".into(),
             restored: true,
             down_ms: 0,
+            new_leader_ms: None,
         }
     }
 

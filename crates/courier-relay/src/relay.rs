@@ -9,6 +9,8 @@
 //! - (reference order) An outbox entry is deleted only together with writing
 //!   its published record, and only for publications JetStream acknowledged.
 //! - An entry whose publication is unknown stays pending and is published again.
+//! - One pass waits at most `publish_ack_timeout_ms` for its ACKs, however
+//!   many entries it published: they are awaited together, not in turn.
 //! - Fault hooks exist only as a constructor argument ([`RelayFault`]); nothing
 //!   read from the network can switch one on.
 
@@ -17,6 +19,7 @@ use crate::limits::RelayLimits;
 use crate::model::{Event, RelayOrder};
 use crate::store::{Store, StoreError};
 use crate::trace::{Step, Trace};
+use futures::future::join_all;
 use std::collections::HashMap;
 use std::time::Duration;
 use tokio_util::sync::CancellationToken;
@@ -135,11 +138,13 @@ impl Relay {
                 started.push(self.broker.publish_start(e).await);
             }
         }
+        // The ACKs are awaited together, each within `publish_ack_timeout_ms`
+        // of the same moment: a server that swallowed the whole pass (stopped,
+        // its socket still open) costs one time-out, not one per entry.
         let mut outcomes = Vec::with_capacity(entries.len());
         outcomes.extend(lost_ack);
-        for s in started {
-            outcomes.push(self.broker.publish_finish(s).await);
-        }
+        let broker = &self.broker;
+        outcomes.extend(join_all(started.into_iter().map(|s| broker.publish_finish(s))).await);
 
         let mut acked = Vec::new();
         for (e, outcome) in entries.iter().zip(outcomes) {

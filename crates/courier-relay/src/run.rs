@@ -201,6 +201,9 @@ pub struct RunConfig {
     /// Kill relay and worker processes (off: only the cluster's faults, so
     /// whatever a broken protocol loses or doubles, a leader change did).
     pub process_kills: bool,
+    /// Keep the run's directory (server data and logs, the processes' logs
+    /// and event files) instead of removing it; the report names it.
+    pub keep_dir: bool,
 }
 
 impl RunConfig {
@@ -226,6 +229,7 @@ impl RunConfig {
             cluster_rounds: 1,
             protocol: Protocol::Reference,
             process_kills: true,
+            keep_dir: false,
         }
     }
 
@@ -338,6 +342,9 @@ pub struct RunReport {
     pub table_failures: Vec<String>,
     pub violations: Vec<Violation>,
     pub passed: bool,
+    /// The run's directory, when it was kept.
+    #[serde(default)]
+    pub kept_dir: Option<PathBuf>,
 }
 
 /// One relay or worker process of the run.
@@ -445,6 +452,14 @@ impl Rig {
             Rig::External => None,
         }
     }
+
+    fn keep_dir(&mut self) {
+        match self {
+            Rig::One(s) => s.keep_dir(),
+            Rig::Cluster(c) => c.keep_dir(),
+            Rig::External => {}
+        }
+    }
 }
 
 /// What the run's loop keeps between two ticks.
@@ -463,9 +478,46 @@ struct Chaos<'a> {
     release: Arc<AtomicU64>,
     /// Process kills, as faults of the table.
     kills: Vec<FaultRecord>,
+    /// Results at the previous tick: more now means the workers have work
+    /// in hand (a kill then lands inside a message's handling).
+    last_completed: u64,
 }
 
-impl Chaos<'_> {
+/// How long a due process kill waits for a tick in which tasks completed
+/// before it is carried out anyway.
+const KILL_BUSY_WAIT_MS: u64 = 2_000;
+
+impl<'a> Chaos<'a> {
+    /// The fault sources of a run on `rig`, seeded from the run's seed.
+    fn new(cfg: &'a RunConfig, log_dir: PathBuf, procs: Vec<Proc>, rig: &Rig, stream: &str) -> Self {
+        let ready = Duration::from_millis(cfg.limits.server_ready_timeout_ms);
+        let mut rng = StdRng::seed_from_u64(cfg.seed ^ 0x9e37_79b9_7f4a_7c15);
+        let restart_at = cfg.tasks * rng.random_range(30..=70) / 100;
+        let cluster = matches!(rig, Rig::Cluster(_)).then(|| {
+            let chaos_rng = StdRng::seed_from_u64(rng.random());
+            ClusterChaos::new(chaos_rng, cfg.cluster_rounds, cfg.tasks, ready, stream)
+        });
+        let release = Arc::new(AtomicU64::new(
+            cluster.as_ref().map_or(cfg.tasks, |c| c.first_release()),
+        ));
+        Chaos {
+            cfg,
+            log_dir,
+            procs,
+            next_kill: Instant::now() + kill_interval(cfg, &mut rng),
+            rng,
+            relay_kills: 0,
+            worker_kills: 0,
+            unexpected: 0,
+            broker_restarts: 0,
+            restart_at,
+            cluster,
+            release,
+            kills: Vec::new(),
+            last_completed: 0,
+        }
+    }
+
     /// One step of every fault source: the cluster's, the processes', the broker's.
     /// `stuck`: nothing has been left to deliver for a while, although fewer
     /// tasks completed than were released (a broken protocol lost some).
@@ -480,12 +532,17 @@ impl Chaos<'_> {
         if let (Some(cc), Rig::Cluster(c)) = (self.cluster.as_mut(), &mut *rig) {
             cc.tick(c, broker, completed, stuck, &self.release).await?;
         }
-        self.processes().await?;
+        let busy = completed > self.last_completed;
+        self.last_completed = completed;
+        self.processes(busy).await?;
         self.broker_restart(rig, completed, ready).await
     }
 
-    /// Restarts what exited by itself, and kills the next victim when due.
-    async fn processes(&mut self) -> Result<(), RunError> {
+    /// Restarts what exited by itself, and kills the next victim when due:
+    /// at the first tick in which tasks completed (`busy`), so that the
+    /// victim is most likely in the middle of a message, or after
+    /// [`KILL_BUSY_WAIT_MS`] without one.
+    async fn processes(&mut self, busy: bool) -> Result<(), RunError> {
         for p in self.procs.iter_mut() {
             if let Ok(Some(status)) = p.child.try_wait() {
                 self.unexpected += 1;
@@ -494,7 +551,11 @@ impl Chaos<'_> {
             }
         }
         let cluster_busy = self.cluster.as_ref().is_some_and(|c| !c.is_idle());
-        if !self.cfg.process_kills || Instant::now() < self.next_kill || cluster_busy {
+        let now = Instant::now();
+        if !self.cfg.process_kills || now < self.next_kill || cluster_busy {
+            return Ok(());
+        }
+        if !busy && now < self.next_kill + Duration::from_millis(KILL_BUSY_WAIT_MS) {
             return Ok(());
         }
         // On the cluster the first two kills are a relay's and a worker's, so
@@ -524,6 +585,7 @@ impl Chaos<'_> {
                 confirmed: "signal: 9 (SIGKILL)".into(),
                 restored: true,
                 down_ms: 0,
+                new_leader_ms: None,
             });
         } else {
             self.unexpected += 1;
@@ -591,14 +653,51 @@ pub async fn run(cfg: &RunConfig) -> Result<RunReport, RunError> {
     cfg.validate()?;
     let ready = Duration::from_millis(cfg.limits.server_ready_timeout_ms);
     let (mut rig, endpoints) = Rig::start(cfg, ready).await?;
-    let own_dir = tempfile::Builder::new()
+    let mut own_dir = tempfile::Builder::new()
         .prefix("courier-relay-run-")
         .tempdir()
         .map_err(|e| spawn_error("log directory", e.to_string()))?;
+    if cfg.keep_dir {
+        rig.keep_dir();
+        own_dir.disable_cleanup(rig.dir().is_none());
+    }
     let log_dir = rig.dir().unwrap_or(own_dir.path()).to_path_buf();
     let events_dir = log_dir.join("events");
     std::fs::create_dir_all(&events_dir)
         .map_err(|e| spawn_error("events directory", e.to_string()))?;
+    let template = proc_template(cfg, endpoints, &events_dir)?;
+    let keys = Keys::new(&template.namespace).map_err(|e| RunError::Config(e.to_string()))?;
+    let store = Store::connect(&template.endpoints.etcd, keys.clone(), &template.limits).await?;
+    let names = Names::new(&keys);
+    let broker = Broker::connect(&template.endpoints.nats, names.clone(), &template.limits).await?;
+    broker.ensure(&template.limits).await?;
+    let procs = spawn_all(cfg, &template, &log_dir)?;
+    let mut chaos = Chaos::new(cfg, log_dir, procs, &rig, &names.stream);
+    let report = match drive(cfg, &mut rig, &store, &broker, &mut chaos).await {
+        Ok((elapsed, repeats)) => {
+            judge(cfg, &store, &broker, &chaos, &events_dir, elapsed, repeats).await
+        }
+        Err(e) => Err(e),
+    };
+    let report = report.map(|r| RunReport {
+        kept_dir: cfg.keep_dir.then(|| chaos.log_dir.clone()),
+        ..r
+    });
+    if cfg.endpoints.is_some() {
+        let _ = broker.delete_stream().await;
+        let _ = store.delete_namespace().await;
+    }
+    drop(rig);
+    report
+}
+
+/// What every relay and worker process of the run shares: its servers, a
+/// namespace of its own, the limits (stream replicas 3 on the cluster).
+fn proc_template(
+    cfg: &RunConfig,
+    endpoints: Endpoints,
+    events_dir: &Path,
+) -> Result<ProcConfig, RunError> {
     let mut limits = cfg.limits.clone();
     if cfg.cluster {
         limits.stream_replicas = 3;
@@ -608,67 +707,35 @@ pub async fn run(cfg: &RunConfig) -> Result<RunReport, RunError> {
         cfg.seed & 0xffff_ffff_ffff,
         std::process::id()
     );
-    let keys = Keys::new(&namespace).map_err(|e| RunError::Config(e.to_string()))?;
-    let store = Store::connect(&endpoints.etcd, keys.clone(), &limits).await?;
-    let broker = Broker::connect(&endpoints.nats, Names::new(&keys), &limits).await?;
-    broker.ensure(&limits).await?;
-    let proc_cfg = |role: Role, name: String, seed: u64| ProcConfig {
-        role,
-        name,
-        endpoints: endpoints.clone(),
-        namespace: namespace.clone(),
-        limits: limits.clone(),
-        seed,
+    Ok(ProcConfig {
+        role: Role::Relay,
+        name: String::new(),
+        endpoints,
+        namespace,
+        limits,
+        seed: 0,
         protocol: cfg.protocol,
-        events_dir: Some(events_dir.clone()),
+        events_dir: Some(events_dir.to_path_buf()),
+    })
+}
+
+/// One relay and `cfg.workers` workers, each with its own seed.
+fn spawn_all(cfg: &RunConfig, template: &ProcConfig, log_dir: &Path) -> Result<Vec<Proc>, RunError> {
+    let relay = ProcConfig {
+        name: "relay#1".into(),
+        ..template.clone()
     };
-    let mut procs = vec![spawn_proc(
-        cfg,
-        &proc_cfg(Role::Relay, "relay#1".into(), 0),
-        &log_dir,
-    )?];
+    let mut procs = vec![spawn_proc(cfg, &relay, log_dir)?];
     for w in 1..=cfg.workers {
-        let seed = cfg.seed.wrapping_add(u64::from(w));
-        let pc = proc_cfg(Role::Worker, format!("worker#{w}"), seed);
-        procs.push(spawn_proc(cfg, &pc, &log_dir)?);
+        let worker = ProcConfig {
+            role: Role::Worker,
+            name: format!("worker#{w}"),
+            seed: cfg.seed.wrapping_add(u64::from(w)),
+            ..template.clone()
+        };
+        procs.push(spawn_proc(cfg, &worker, log_dir)?);
     }
-    let mut rng = StdRng::seed_from_u64(cfg.seed ^ 0x9e37_79b9_7f4a_7c15);
-    let restart_at = cfg.tasks * rng.random_range(30..=70) / 100;
-    let cluster = matches!(rig, Rig::Cluster(_)).then(|| {
-        let chaos_rng = StdRng::seed_from_u64(rng.random());
-        ClusterChaos::new(chaos_rng, cfg.cluster_rounds, cfg.tasks, ready)
-    });
-    let release = Arc::new(AtomicU64::new(
-        cluster.as_ref().map_or(cfg.tasks, |c| c.first_release()),
-    ));
-    let mut chaos = Chaos {
-        cfg,
-        log_dir,
-        procs: std::mem::take(&mut procs),
-        next_kill: Instant::now() + kill_interval(cfg, &mut rng),
-        rng,
-        relay_kills: 0,
-        worker_kills: 0,
-        unexpected: 0,
-        broker_restarts: 0,
-        restart_at,
-        cluster,
-        release,
-        kills: Vec::new(),
-    };
-    let outcome = drive(cfg, &mut rig, &store, &broker, &mut chaos).await;
-    let report = match outcome {
-        Ok((elapsed, repeats)) => {
-            judge(cfg, &store, &broker, &chaos, &events_dir, elapsed, repeats).await
-        }
-        Err(e) => Err(e),
-    };
-    if cfg.endpoints.is_some() {
-        let _ = broker.delete_stream().await;
-        let _ = store.delete_namespace().await;
-    }
-    drop(rig);
-    report
+    Ok(procs)
 }
 
 fn spawn_error(name: &str, reason: String) -> RunError {
@@ -678,13 +745,63 @@ fn spawn_error(name: &str, reason: String) -> RunError {
     }
 }
 
-/// Creates the tasks and injects the faults until every task has its result
-/// (or nothing is left to do), then lets the survivors drain. Returns the
-/// time from the first create to the last result, and the repeated creates.
 /// Ticks (of 100 ms) with nothing left to deliver after which the run
 /// stops waiting for tasks a broken protocol lost.
 const QUIET_TICKS: u32 = 30;
 
+/// What the run's loop has seen so far.
+#[derive(Debug, Default)]
+struct Progress {
+    completed: u64,
+    /// Consecutive ticks with nothing left to deliver while tasks the run
+    /// waits for are missing.
+    quiet_ticks: u32,
+}
+
+enum Verdict {
+    Go,
+    /// Every task completed (or a broken protocol lost some for good).
+    Done,
+}
+
+impl Progress {
+    fn stuck(&self) -> bool {
+        self.quiet_ticks >= QUIET_TICKS
+    }
+
+    /// Reads the results and decides whether the run is over. A broken
+    /// protocol can lose tasks: once nothing is left to deliver for 3 s,
+    /// the run stops (all created) or the next fault goes on (short of the
+    /// tasks released before it).
+    async fn update(&mut self, store: &Store, broker: &Broker, chaos: &Chaos<'_>, created: bool) -> Verdict {
+        if let Ok(n) = store.count(&store.keys().results()).await {
+            self.completed = n;
+        }
+        let faults_done = chaos.cluster.as_ref().is_none_or(ClusterChaos::is_done);
+        if created && faults_done && self.completed >= chaos.cfg.tasks {
+            return Verdict::Done;
+        }
+        let release = chaos.release.load(Ordering::SeqCst);
+        let waiting = if faults_done {
+            created
+        } else {
+            self.completed < release && tasks_created(store).await >= release
+        };
+        self.quiet_ticks = if waiting && is_quiet(store, broker).await {
+            self.quiet_ticks + 1
+        } else {
+            0
+        };
+        if created && faults_done && self.stuck() {
+            return Verdict::Done;
+        }
+        Verdict::Go
+    }
+}
+
+/// Creates the tasks and injects the faults until every task has its result
+/// (or nothing is left to do), then lets the survivors drain. Returns the
+/// time from the first create to the last result, and the repeated creates.
 async fn drive(
     cfg: &RunConfig,
     rig: &mut Rig,
@@ -693,7 +810,6 @@ async fn drive(
     chaos: &mut Chaos<'_>,
 ) -> Result<(Duration, Vec<RepeatedCreate>), RunError> {
     let ready = Duration::from_millis(cfg.limits.server_ready_timeout_ms);
-    let expected_tasks = cfg.tasks;
     let started = Instant::now();
     let creator_done = Arc::new(AtomicBool::new(false));
     let creator = tokio::spawn(create_all(
@@ -705,58 +821,20 @@ async fn drive(
     ));
     let bar = progress_bar(cfg);
     let deadline = started + Duration::from_secs(cfg.deadline_s);
-    let (mut completed, mut quiet_ticks) = (0, 0);
+    let mut progress = Progress::default();
     loop {
         tokio::time::sleep(Duration::from_millis(100)).await;
-        if let Ok(n) = store.count(&store.keys().results()).await {
-            completed = n;
-        }
-        bar.set_position(completed.min(expected_tasks));
-        bar.set_message(format!(
-            "{:.0}/s; kills: relay {}, workers {}; cluster faults {}",
-            completed as f64 / started.elapsed().as_secs_f64().max(1e-3),
-            chaos.relay_kills,
-            chaos.worker_kills,
-            chaos.cluster.as_ref().map_or(0, |c| c.records.len()),
-        ));
-        let faults_done = chaos.cluster.as_ref().is_none_or(ClusterChaos::is_done);
         let created = creator_done.load(Ordering::SeqCst);
-        if created && faults_done && completed >= expected_tasks {
+        let verdict = progress.update(store, broker, chaos, created).await;
+        show_progress(&bar, &progress, chaos, started);
+        if matches!(verdict, Verdict::Done) {
             break;
         }
-        // A broken protocol can lose tasks: once nothing is left to deliver
-        // for 3 s, the run stops (all created) or the next fault goes on
-        // (short of the tasks released before it).
-        let release = chaos.release.load(Ordering::SeqCst);
-        let waiting = if faults_done {
-            created
-        } else {
-            completed < release && tasks_created(store).await >= release
-        };
-        quiet_ticks = if waiting && is_quiet(store, broker).await {
-            quiet_ticks + 1
-        } else {
-            0
-        };
-        let stuck = quiet_ticks >= QUIET_TICKS;
-        if created && faults_done && stuck {
-            break;
-        }
-        if Instant::now() > deadline {
+        if Instant::now() > deadline || (creator.is_finished() && !created) {
             bar.abandon();
-            return Err(RunError::Deadline {
-                deadline_s: cfg.deadline_s,
-                completed,
-                tasks: cfg.tasks,
-            });
+            return Err(stopped_early(cfg, &progress, creator, created).await);
         }
-        if creator.is_finished() && !created {
-            bar.abandon();
-            return match creator.await {
-                Ok(Err(e)) => Err(e),
-                _ => Err(RunError::Config("the creator stopped early".into())),
-            };
-        }
+        let (completed, stuck) = (progress.completed, progress.stuck());
         chaos.tick(rig, broker, completed, ready, stuck).await?;
     }
     let elapsed = started.elapsed();
@@ -769,6 +847,38 @@ async fn drive(
         .await
         .map_err(|e| RunError::Config(format!("creator panicked: {e}")))??;
     Ok((elapsed, repeats))
+}
+
+/// Why the loop ended before the run did: its deadline, or the creator's
+/// failure.
+async fn stopped_early(
+    cfg: &RunConfig,
+    progress: &Progress,
+    creator: tokio::task::JoinHandle<Result<Vec<RepeatedCreate>, RunError>>,
+    created: bool,
+) -> RunError {
+    if !creator.is_finished() || created {
+        return RunError::Deadline {
+            deadline_s: cfg.deadline_s,
+            completed: progress.completed,
+            tasks: cfg.tasks,
+        };
+    }
+    match creator.await {
+        Ok(Err(e)) => e,
+        _ => RunError::Config("the creator stopped early".into()),
+    }
+}
+
+fn show_progress(bar: &indicatif::ProgressBar, progress: &Progress, chaos: &Chaos<'_>, started: Instant) {
+    bar.set_position(progress.completed.min(chaos.cfg.tasks));
+    bar.set_message(format!(
+        "{:.0}/s; kills: relay {}, workers {}; cluster faults {}",
+        progress.completed as f64 / started.elapsed().as_secs_f64().max(1e-3),
+        chaos.relay_kills,
+        chaos.worker_kills,
+        chaos.cluster.as_ref().map_or(0, |c| c.records.len()),
+    ));
 }
 
 /// The tasks the run creates, and the counter they must sum to.
@@ -877,6 +987,7 @@ async fn judge(
         table_failures,
         passed,
         violations,
+        kept_dir: None,
     })
 }
 
@@ -1091,5 +1202,8 @@ pub fn render(r: &RunReport) -> String {
     } else {
         "some invariants FAILED\n"
     });
+    if let Some(dir) = &r.kept_dir {
+        out.push_str(&format!("run directory kept at {}\n", dir.display()));
+    }
     out
 }

@@ -404,6 +404,11 @@ impl Servers {
         Ok(Servers { etcd, nats, dir })
     }
 
+    /// Leaves the directory (data, logs) in place when the servers drop.
+    pub fn keep_dir(&mut self) {
+        self.dir.disable_cleanup(true);
+    }
+
     pub fn dir(&self) -> &Path {
         self.dir.path()
     }

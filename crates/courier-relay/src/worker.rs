@@ -12,6 +12,11 @@
 //!   its dedup record, is committed in etcd.
 //! - A message whose apply failed is not acknowledged: it comes back.
 //! - A malformed message is terminated (`AckKind::Term`), never applied.
+//! - After an ACK the broker did not confirm, the rest of the batch is left
+//!   unacknowledged (it comes back after AckWait) and the worker pulls anew:
+//!   a lost server costs one ACK time-out, not one per message held.
+//! - A pull unanswered for its expiry plus [`PULL_GRACE_MS`] is given up and
+//!   made again (to whichever server now leads the consumer).
 //! - Fault hooks exist only as a constructor argument ([`WorkerFault`]).
 
 use crate::broker::{parse_event, Broker, BrokerError};
@@ -34,6 +39,22 @@ pub enum WorkerFault {
     /// Exit after the first step for the first message (reference: after the
     /// commit, before the ACK).
     ExitAfterFirstStep,
+}
+
+/// How long past a pull's expiry the worker waits for its answer before it
+/// pulls again (async-nats alone would wait 5 s more).
+const PULL_GRACE_MS: u64 = 1_000;
+
+/// What the worker does after one message.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Next {
+    /// The next message of the batch.
+    Message,
+    /// An ACK went unconfirmed: the server (or the consumer's leader) may be
+    /// gone, so the rest of the batch is left to come back after AckWait
+    /// rather than costing one ACK time-out each; a new pull follows.
+    Pull,
+    Exit(WorkerExit),
 }
 
 /// How a worker ended.
@@ -182,16 +203,20 @@ impl Worker {
         }
     }
 
-    async fn ack(&mut self, msg: &async_nats::jetstream::Message, task_id: &str) {
+    /// Acknowledges and waits for the broker's confirmation; `false` when
+    /// none came.
+    async fn ack(&mut self, msg: &async_nats::jetstream::Message, task_id: &str) -> bool {
         match msg.double_ack().await {
             Ok(()) => {
                 self.stats.acks += 1;
                 self.record(task_id, Step::Acked);
+                true
             }
             Err(e) => {
                 // The message may come back; its dedup record makes that harmless.
                 self.stats.ack_failures += 1;
                 tracing::warn!(worker = %self.name, error = %e, "ACK not confirmed");
+                false
             }
         }
     }
@@ -229,21 +254,27 @@ impl Worker {
                     continue;
                 }
             };
+            // A live consumer leader answers a pull within its expiry (with
+            // messages, or a time-out status); silence past it means the
+            // request went to a server that is gone, so pull anew.
+            let silence = Duration::from_millis(self.limits.fetch_expires_ms + PULL_GRACE_MS);
             loop {
                 let next = tokio::select! {
                     _ = stop.cancelled() => return Ok(WorkerExit::Stopped),
-                    next = batch.next() => next,
+                    next = tokio::time::timeout(silence, batch.next()) => next,
                 };
                 let msg = match next {
-                    None => break,
-                    Some(Ok(m)) => m,
-                    Some(Err(e)) => {
+                    Err(_) | Ok(None) => break,
+                    Ok(Some(Ok(m))) => m,
+                    Ok(Some(Err(e))) => {
                         tracing::debug!(worker = %self.name, error = %e, "pull ended");
                         break;
                     }
                 };
-                if let Some(exit) = self.handle(msg).await? {
-                    return Ok(exit);
+                match self.handle(msg).await? {
+                    Next::Message => {}
+                    Next::Pull => break,
+                    Next::Exit(exit) => return Ok(exit),
                 }
             }
         }
@@ -258,11 +289,8 @@ impl Worker {
         }
     }
 
-    /// Handles one message; `Some(exit)` when the worker must stop.
-    async fn handle(
-        &mut self,
-        msg: async_nats::jetstream::Message,
-    ) -> Result<Option<WorkerExit>, WorkerError> {
+    /// Handles one message, and says what comes next.
+    async fn handle(&mut self, msg: async_nats::jetstream::Message) -> Result<Next, WorkerError> {
         let (delivery, stream_sequence) = match msg.info() {
             Ok(i) => (i.delivered as u64, i.stream_sequence),
             Err(_) => (1, 0),
@@ -273,7 +301,7 @@ impl Worker {
                 self.stats.terminated += 1;
                 tracing::warn!(worker = %self.name, %reason, "malformed message terminated");
                 let _ = msg.ack_with(AckKind::Term).await;
-                return Ok(None);
+                return Ok(Next::Message);
             }
         };
         self.stats.deliveries += 1;
@@ -289,26 +317,27 @@ impl Worker {
             },
         );
         let crash = self.fault.take().is_some();
-        match self.protocol.worker_order() {
+        let acked = match self.protocol.worker_order() {
             WorkerOrder::CommitThenAck => {
                 if !self.commit(&event).await? {
-                    return Ok(None);
+                    return Ok(Next::Message);
                 }
                 if crash {
                     self.record(&event.task_id, Step::WorkerCrashed);
-                    return Ok(Some(WorkerExit::Crashed));
+                    return Ok(Next::Exit(WorkerExit::Crashed));
                 }
-                self.ack(&msg, &event.task_id).await;
+                self.ack(&msg, &event.task_id).await
             }
             WorkerOrder::AckThenCommit => {
-                self.ack(&msg, &event.task_id).await;
+                let acked = self.ack(&msg, &event.task_id).await;
                 if crash {
                     self.record(&event.task_id, Step::WorkerCrashed);
-                    return Ok(Some(WorkerExit::Crashed));
+                    return Ok(Next::Exit(WorkerExit::Crashed));
                 }
                 self.commit(&event).await?;
+                acked
             }
-        }
-        Ok(None)
+        };
+        Ok(if acked { Next::Message } else { Next::Pull })
     }
 }

@@ -74,6 +74,16 @@ async fn leaders_are_found_killed_and_replaced_and_a_stopped_server_comes_back()
     })
     .await;
     assert_ne!(moved, stream_leader);
+    // The live servers' monitoring endpoints name the same new leader
+    // (what the run reads while a server is stopped).
+    let names = Names::new(&keys);
+    let seen = until("the new leader in /jsz", ready, || async {
+        c.stream_leader_seen(&names.stream)
+            .await
+            .filter(|i| *i != stream_leader)
+    })
+    .await;
+    assert_eq!(seen, moved);
     let resumed = c.nats[stream_leader]
         .cont(ready)
         .await

@@ -114,6 +114,10 @@ struct RunArgs {
     /// Write the JSON report here.
     #[arg(long)]
     report: Option<PathBuf>,
+    /// Keep the run's directory (server data and logs, the relay's and
+    /// workers' logs and event files) and print where it is.
+    #[arg(long)]
+    keep_dir: bool,
     #[command(flatten)]
     servers: ServerArgs,
 }
@@ -194,6 +198,7 @@ async fn load(a: RunArgs) -> anyhow::Result<ExitCode> {
     cfg.cluster_rounds = a.rounds;
     cfg.process_kills = !a.no_process_kills;
     cfg.protocol = a.protocol.parse()?;
+    cfg.keep_dir = a.keep_dir;
     if cfg.tasks == 0 {
         bail!("--tasks must be positive");
     }
