@@ -42,6 +42,16 @@ pub struct ActionProgress {
     pub done: i64,
 }
 
+/// A table's scan counters (`pg_stat_user_tables`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+pub struct TableScans {
+    pub seq_scan: i64,
+    pub seq_tup_read: i64,
+    pub idx_scan: i64,
+    pub live: i64,
+    pub dead: i64,
+}
+
 /// One row of `pg_stat_statements`.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct StatementStat {
@@ -275,6 +285,50 @@ impl PgStore {
             .await?;
         tx.commit().await?;
         Ok(count)
+    }
+
+    /// Registers `n` stores named `{prefix}-NNNNNNN`, served a day ago and
+    /// with no work: the idle tenants of `courier bench scale`, written in
+    /// one statement of SQL rather than through the enqueue API (a million
+    /// enqueues would measure the enqueue). Returns how many it added.
+    pub async fn stores_seed_idle(&self, prefix: &str, n: u32) -> Result<u64, StoreError> {
+        if n > BULK_ENQUEUE_MAX {
+            return Err(StoreError::Query(format!(
+                "{n} idle stores is above {BULK_ENQUEUE_MAX}"
+            )));
+        }
+        let client = self.client().await?;
+        Ok(client
+            .execute(
+                "INSERT INTO stores (store, last_served_at, created_at)
+                 SELECT $1::text || '-' || lpad(g::text, 7, '0'),
+                        now() - interval '1 day', now() - interval '30 days'
+                 FROM generate_series(1, $2::bigint) AS g
+                 ON CONFLICT (store) DO NOTHING",
+                &[&prefix, &i64::from(n)],
+            )
+            .await?)
+    }
+
+    /// Scans of table `table` so far (`pg_stat_user_tables`): sequential
+    /// scans, rows they read, index scans. Backends publish their counts at
+    /// most once a second, so poll it over seconds, not milliseconds.
+    pub async fn table_scans(&self, table: &str) -> Result<TableScans, StoreError> {
+        let client = self.client().await?;
+        let row = client
+            .query_opt(
+                "SELECT seq_scan, seq_tup_read, coalesce(idx_scan, 0), n_live_tup, n_dead_tup
+                 FROM pg_stat_user_tables WHERE relname = $1",
+                &[&table],
+            )
+            .await?;
+        Ok(row.map_or(TableScans::default(), |r| TableScans {
+            seq_scan: r.get(0),
+            seq_tup_read: r.get(1),
+            idx_scan: r.get(2),
+            live: r.get(3),
+            dead: r.get(4),
+        }))
     }
 
     /// Refreshes the planner's statistics of every table (after a bulk load).
