@@ -147,6 +147,11 @@ pub struct ScaleRow {
     pub drain_s: f64,
     /// Seeding the stores and the backlog.
     pub seed_s: f64,
+    /// One claim before the drain, under `EXPLAIN (ANALYZE, BUFFERS)`:
+    /// shared buffers it touched and its execution time (the database's
+    /// side alone; buffers do not depend on the machine's load).
+    pub claim_buffers: u64,
+    pub claim_exec_ms: f64,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -171,11 +176,11 @@ impl ScaleReport {
             "seed {} · {} claimers · claims of {} (fair, intent written) · {} per store in flight · synchronous_commit off\n\n",
             self.seed, self.claimers, self.claim_batch_max, self.store_in_flight_max
         );
-        out.push_str("| stores registered | active | actions | claims | claim p50 ms | claim p99 ms | drained per s | seeding s |\n");
-        out.push_str("|---:|---:|---:|---:|---:|---:|---:|---:|\n");
+        out.push_str("| stores registered | active | actions | claims | claim p50 ms | claim p99 ms | drained per s | one claim: buffers | one claim: execution ms | seeding s |\n");
+        out.push_str("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
         for r in &self.rows {
             out.push_str(&format!(
-                "| {} | {} | {} | {} | {:.2} | {:.2} | {:.0} | {:.1} |\n",
+                "| {} | {} | {} | {} | {:.2} | {:.2} | {:.0} | {} | {:.2} | {:.1} |\n",
                 r.registered,
                 r.active,
                 r.actions,
@@ -183,6 +188,8 @@ impl ScaleReport {
                 r.claim.p50_ms,
                 r.claim.p99_ms,
                 r.drain_per_s,
+                r.claim_buffers,
+                r.claim_exec_ms,
                 r.seed_s
             ));
         }
@@ -272,6 +279,9 @@ async fn shape(
         .await?;
     store.tables_analyze().await?;
     let seed_s = seeding.elapsed().as_secs_f64();
+    let batch = i64::from(cfg.claim_batch_max);
+    let cap = i32::try_from(cfg.store_in_flight_max).unwrap_or(i32::MAX);
+    let (claim_buffers, claim_exec_ms) = store.claim_explained(batch, cap).await?;
 
     let b = bar(
         cfg.progress,
@@ -331,6 +341,8 @@ async fn shape(
         drain_per_s: total as f64 / drain_s.max(1e-9),
         drain_s,
         seed_s,
+        claim_buffers,
+        claim_exec_ms,
     })
 }
 

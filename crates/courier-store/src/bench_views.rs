@@ -310,6 +310,44 @@ impl PgStore {
             .await?)
     }
 
+    /// One fair claim of `n` actions (cap `cap`, intents written) run under
+    /// `EXPLAIN (ANALYZE, BUFFERS)` and rolled back: the shared buffers it
+    /// touched (its top plan node's) and its execution time in ms. Buffers
+    /// do not depend on how busy the machine is, so they show what a claim
+    /// reads where timings on a shared machine cannot.
+    pub async fn claim_explained(&self, n: i64, cap: i32) -> Result<(u64, f64), StoreError> {
+        let mut client = self.client().await?;
+        let tx = client.transaction().await?;
+        let now: Option<chrono::DateTime<chrono::Utc>> = None;
+        let rows = tx
+            .query(
+                &format!(
+                    "EXPLAIN (ANALYZE, BUFFERS) {}",
+                    crate::claim_statement(crate::ClaimMode::Fair)
+                ),
+                &[&"bench-explain", &n, &60_000f64, &cap, &true, &now],
+            )
+            .await?;
+        tx.rollback().await?;
+        let lines: Vec<String> = rows.iter().map(|r| r.get(0)).collect();
+        let buffers = lines
+            .iter()
+            .find(|l| l.trim_start().starts_with("Buffers:"))
+            .map_or(0, |l| {
+                l.split_whitespace()
+                    .filter_map(|w| w.split_once('='))
+                    .filter(|(k, _)| matches!(*k, "hit" | "read"))
+                    .filter_map(|(_, v)| v.trim_end_matches(',').parse::<u64>().ok())
+                    .sum()
+            });
+        let execution_ms = lines
+            .iter()
+            .find_map(|l| l.trim().strip_prefix("Execution Time: "))
+            .and_then(|v| v.trim_end_matches(" ms").parse().ok())
+            .unwrap_or(f64::NAN);
+        Ok((buffers, execution_ms))
+    }
+
     /// Scans of table `table` so far (`pg_stat_user_tables`): sequential
     /// scans, rows they read, index scans. Backends publish their counts at
     /// most once a second, so poll it over seconds, not milliseconds.

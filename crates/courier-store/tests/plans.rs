@@ -362,6 +362,7 @@ async fn fair_claim_reads_in_proportion_to_stores_with_work_not_stores_registere
         [&"w", &16i64, &60_000f64, &4i32, &true, &now];
     let new = buffers(&mut c, claim, &params).await;
     let old = buffers(&mut c, WALK_OF_EVERY_STORE, &[]).await;
+    eprintln!("{REGISTERED} stores registered, 100 with work: the fair claim read {new} buffers, the walk of every store {old}");
     assert!(
         old as i64 >= REGISTERED,
         "the old walk read only {old} buffers with {REGISTERED} stores: this measure cannot tell"
