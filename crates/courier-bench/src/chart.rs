@@ -1,10 +1,12 @@
-//! The fairness chart (SVG, plotters): on the left the quiet stores' p95 per
+//! The charts (SVG, plotters). The scale chart: drain rate and claim round
+//! trip against stores registered ([`scale_svg`]). The fairness chart: on the left the quiet stores' p95 per
 //! scenario, fair next to FIFO, with the target line; on the right the quiet
 //! stores' p95 over time in the bulk scenario, with the bursts marked. Both
 //! latency axes are logarithmic, so FIFO's harm and fair's flatness show on
 //! one scale.
 
 use crate::fairness::{claim_name, FairnessReport, FAIR_RATIO_MAX};
+use crate::scale::{ScaleReport, ScaleRow};
 use crate::schedule::Scenario;
 use crate::BenchError;
 use courier_store::ClaimMode;
@@ -246,6 +248,136 @@ fn timeline(
     chart
         .configure_series_labels()
         .position(SeriesLabelPosition::UpperRight)
+        .background_style(WHITE.mix(0.85))
+        .border_style(BLACK.mix(0.3))
+        .draw()
+        .map_err(|x| e(&x))?;
+    Ok(())
+}
+
+/// Writes the scale chart to `path` (an `.svg` file): on the left the drain
+/// rate against stores registered (log), on the right the claim's round
+/// trip p50 and p99; the row with many active stores is a separate point.
+pub fn scale_svg(report: &ScaleReport, path: &Path) -> Result<(), BenchError> {
+    let out = |e: String| BenchError::Output {
+        path: path.to_path_buf(),
+        detail: e,
+    };
+    if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+        std::fs::create_dir_all(dir).map_err(|e| out(e.to_string()))?;
+    }
+    draw_scale(report, path).map_err(out)
+}
+
+fn draw_scale(report: &ScaleReport, path: &Path) -> Result<(), String> {
+    let e = |e: &dyn std::fmt::Display| e.to_string();
+    let root = SVGBackend::new(path, (1160, 440)).into_drawing_area();
+    root.fill(&WHITE).map_err(|x| e(&x))?;
+    let (title, body) = root.split_vertically(34);
+    title
+        .draw(&Text::new(
+            format!(
+                "Fair claim against stores registered · {} claimers, claims of {} · seed {}",
+                report.claimers, report.claim_batch_max, report.seed
+            ),
+            (14, 10),
+            ("sans-serif", 16).into_font(),
+        ))
+        .map_err(|x| e(&x))?;
+    let (left, right) = body.split_horizontally(580);
+    let first_active = report.rows.first().map_or(0, |r| r.active);
+    let (line, many): (Vec<&ScaleRow>, Vec<&ScaleRow>) =
+        report.rows.iter().partition(|r| r.active == first_active);
+    let rate = |r: &ScaleRow| r.drain_per_s;
+    scale_panel(
+        &left,
+        "drained per s",
+        &line,
+        &many,
+        &[("drain rate", rate, FAIR)],
+    )?;
+    let p50 = |r: &ScaleRow| r.claim.p50_ms;
+    let p99 = |r: &ScaleRow| r.claim.p99_ms;
+    scale_panel(
+        &right,
+        "claim round trip, ms (log)",
+        &line,
+        &many,
+        &[("claim p50", p50, FAIR), ("claim p99", p99, FIFO)],
+    )?;
+    root.present().map_err(|x| e(&x))?;
+    Ok(())
+}
+
+type Figure = (&'static str, fn(&ScaleRow) -> f64, RGBColor);
+
+fn scale_panel(
+    area: &DrawingArea<SVGBackend, plotters::coord::Shift>,
+    y_desc: &str,
+    line: &[&ScaleRow],
+    many: &[&ScaleRow],
+    figures: &[Figure],
+) -> Result<(), String> {
+    let e = |e: &dyn std::fmt::Display| e.to_string();
+    let all = line.iter().chain(many);
+    let x_hi = all
+        .clone()
+        .map(|r| f64::from(r.registered))
+        .fold(10.0, f64::max)
+        * 3.0;
+    let x_lo = all
+        .clone()
+        .map(|r| f64::from(r.registered))
+        .fold(f64::INFINITY, f64::min)
+        / 3.0;
+    let (lo, hi) = log_bounds(all.flat_map(|r| figures.iter().map(move |f| (f.1)(r))));
+    let mut chart = ChartBuilder::on(area)
+        .margin(12)
+        .x_label_area_size(36)
+        .y_label_area_size(60)
+        .build_cartesian_2d((x_lo..x_hi).log_scale(), (lo..hi).log_scale())
+        .map_err(|x| e(&x))?;
+    chart
+        .configure_mesh()
+        .light_line_style(GRID_LIGHT)
+        .bold_line_style(GRID_BOLD)
+        .x_desc("stores registered (log)")
+        .y_desc(y_desc)
+        .x_label_formatter(&|v| format!("{v:.0}"))
+        .y_label_formatter(&|v| format!("{v:.1}"))
+        .draw()
+        .map_err(|x| e(&x))?;
+    for &(name, f, c) in figures {
+        let points: Vec<(f64, f64)> = line
+            .iter()
+            .map(|r| (f64::from(r.registered), f(r)))
+            .collect();
+        chart
+            .draw_series(LineSeries::new(points.clone(), c.stroke_width(2)))
+            .map_err(|x| e(&x))?
+            .label(format!(
+                "{name}, {} active",
+                line.first().map_or(0, |r| r.active)
+            ))
+            .legend(move |(x, y)| PathElement::new([(x, y), (x + 12, y)], c.stroke_width(2)));
+        chart
+            .draw_series(points.into_iter().map(|p| Circle::new(p, 3, c.filled())))
+            .map_err(|x| e(&x))?;
+        for r in many {
+            chart
+                .draw_series(std::iter::once(TriangleMarker::new(
+                    (f64::from(r.registered), f(r)),
+                    7,
+                    c.filled(),
+                )))
+                .map_err(|x| e(&x))?
+                .label(format!("{name}, {} active", r.active))
+                .legend(move |(x, y)| TriangleMarker::new((x + 6, y), 6, c.filled()));
+        }
+    }
+    chart
+        .configure_series_labels()
+        .position(SeriesLabelPosition::LowerLeft)
         .background_style(WHITE.mix(0.85))
         .border_style(BLACK.mix(0.3))
         .draw()

@@ -22,7 +22,7 @@
 
 use crate::schedule::{arrivals, Arrival, Scenario, Shape};
 use crate::stats::{
-    calibrate, latency_mean_ms, median, ratio, timeline_p95, Calibration, Percentiles,
+    calibrate, latency_mean_ms, median, ratio, timeline_p95, trend_ratio, Calibration, Percentiles,
 };
 use crate::{bar, run_dir, BenchError};
 use courier_core::Limits;
@@ -47,6 +47,15 @@ pub const WORKERS_DEFAULT: u32 = 4;
 /// The quiet stores' p95 may grow by this factor in a noisy scenario with
 /// fair claiming (the target).
 pub const FAIR_RATIO_MAX: f64 = 1.10;
+/// The fair baseline's quiet p95 may be at most this many times FIFO's:
+/// fairness should cost little when every store is equal.
+pub const BASELINE_VS_FIFO_MAX: f64 = 1.2;
+/// No fair round may trend upward: the p95 of its last third at most this
+/// many times its first third's.
+pub const TREND_MAX: f64 = 1.2;
+/// How often `pg_stat_user_tables` is read for the sequential scans of
+/// `actions` during a run's load.
+const SCAN_POLL: Duration = Duration::from_secs(2);
 
 const API_KEY: &str = "bench-api-key";
 const SECRET: &str = "bench-webhook-secret";
@@ -227,10 +236,12 @@ impl FairnessConfig {
         )
     }
 
-    /// The worker capacity for a service time and a utilisation target.
+    /// The worker capacity for a service time and a utilisation target, for
+    /// the busiest scenario (the noisy ones offer the most): headroom is part
+    /// of fairness, so the noisy scenarios must not run the workers hot.
     pub fn calibration_for(&self, service_ms: f64, target: f64) -> Result<Calibration, String> {
         calibrate(
-            self.shape().offered_hz(Scenario::Baseline),
+            self.shape().offered_hz(Scenario::Steady),
             service_ms,
             target,
             self.workers,
@@ -288,6 +299,12 @@ pub struct FairnessRun {
     pub quiet_by_round: Vec<Percentiles>,
     /// The p95 ratio of each round, in round order.
     pub ratio_by_round: Vec<f64>,
+    /// Each round's quiet p95 of its last third over its first third (by
+    /// enqueue time, after the warm-up), in round order.
+    pub trend_by_round: Vec<f64>,
+    /// Sequential scans of `actions` per second during each round's load,
+    /// one figure per poll interval, in round order.
+    pub seq_scans_per_s_by_round: Vec<Vec<f64>>,
     /// The noisy stores' own latency (in the baseline: the same stores,
     /// sending like everyone else), medians over the rounds.
     pub noisy: Option<Percentiles>,
@@ -325,6 +342,20 @@ pub struct FairnessVerdict {
     pub fair_rounds: usize,
     /// The worst single fair round of a noisy scenario.
     pub fair_round_ratio_worst: f64,
+    /// The fair baseline's quiet p95 over FIFO's baseline (medians).
+    pub baseline_vs_fifo: f64,
+    /// The worst trend of a fair round (any scenario): last third's p95
+    /// over the first third's.
+    pub fair_trend_worst: f64,
+    /// Sequential scans of `actions` per second in fair rounds: the highest
+    /// poll interval, and the worst round's mean over its first and its last
+    /// third of intervals.
+    pub fair_seq_scans_per_s_max: f64,
+    pub fair_seq_scans_first_third: f64,
+    pub fair_seq_scans_last_third: f64,
+    /// Every target of a judged shape: the fair ratios, the baseline
+    /// against FIFO, no upward trend.
+    pub within_targets: bool,
     /// The fair baseline could not keep up (accepted under 90% of the
     /// offered rate, or busier than 85%): the machine was too slow or too
     /// loaded for the planned load, and no figure of this run means much.
@@ -332,6 +363,22 @@ pub struct FairnessVerdict {
 }
 
 impl FairnessVerdict {
+    /// The baseline against FIFO, the trend and the sequential scans.
+    pub fn more_lines(&self) -> String {
+        format!(
+            "fair baseline p95 over FIFO's: {:.2}x (target <= {BASELINE_VS_FIFO_MAX:.2}x)\n\
+             worst fair round, last third's p95 over the first third's: {:.2}x (target <= {TREND_MAX:.2}x)\n\
+             sequential scans of actions per s in fair rounds: max {:.1}; worst round's first third {:.1}, last third {:.1}\n\
+             every target: {}\n",
+            self.baseline_vs_fifo,
+            self.fair_trend_worst,
+            self.fair_seq_scans_per_s_max,
+            self.fair_seq_scans_first_third,
+            self.fair_seq_scans_last_third,
+            if self.within_targets { "met" } else { "NOT met" }
+        )
+    }
+
     /// The line that shows single rounds, which the medians can hide.
     pub fn rounds_line(&self) -> String {
         format!(
@@ -437,6 +484,7 @@ impl FairnessReport {
             "FIFO, bulk: quiet p95 ratio {:.2}x (the harm fair claiming prevents)\n",
             v.fifo_bulk_ratio
         ));
+        out.push_str(&v.more_lines());
         out
     }
 }
@@ -541,10 +589,34 @@ fn verdict(runs: &[FairnessRun]) -> FairnessVerdict {
         .is_some_and(|r| {
             r.throughput_per_s < 0.9 * r.offered_per_s || r.utilisation_measured > 0.85
         });
+    let fair_within_target =
+        !fair_noisy.is_empty() && fair_noisy.iter().all(|r| *r <= FAIR_RATIO_MAX);
+    let p95_of = |scenario, claim| {
+        runs.iter()
+            .find(|r| r.scenario == scenario && r.claim == claim)
+            .map_or(f64::NAN, |r| r.quiet.p95_ms)
+    };
+    let baseline_vs_fifo = ratio(
+        p95_of(Scenario::Baseline, ClaimMode::Fair),
+        p95_of(Scenario::Baseline, ClaimMode::Fifo),
+    );
+    let fair_runs = runs.iter().filter(|r| r.claim == ClaimMode::Fair);
+    let fair_trend_worst = fair_runs
+        .clone()
+        .flat_map(|r| r.trend_by_round.iter().copied())
+        .fold(f64::NAN, f64::max);
+    let scans = seq_scan_thirds(fair_runs.flat_map(|r| r.seq_scans_per_s_by_round.iter()));
     FairnessVerdict {
         overloaded,
-        fair_within_target: !fair_noisy.is_empty()
-            && fair_noisy.iter().all(|r| *r <= FAIR_RATIO_MAX),
+        within_targets: fair_within_target
+            && !(baseline_vs_fifo > BASELINE_VS_FIFO_MAX)
+            && !(fair_trend_worst > TREND_MAX),
+        baseline_vs_fifo,
+        fair_trend_worst,
+        fair_seq_scans_per_s_max: scans.0,
+        fair_seq_scans_first_third: scans.1,
+        fair_seq_scans_last_third: scans.2,
+        fair_within_target,
         fair_ratio_worst: worst,
         fifo_bulk_ratio: runs
             .iter()
@@ -554,6 +626,35 @@ fn verdict(runs: &[FairnessRun]) -> FairnessVerdict {
         fair_rounds: fair_rounds.len(),
         fair_round_ratio_worst: fair_rounds.iter().copied().fold(f64::NAN, f64::max),
     }
+}
+
+/// Of rounds' series of sequential scans per second: the highest figure,
+/// and the first-third and last-third means of the round whose last third
+/// rose most over its first.
+fn seq_scan_thirds<'a>(rounds: impl Iterator<Item = &'a Vec<f64>>) -> (f64, f64, f64) {
+    let mean = |v: &[f64]| {
+        if v.is_empty() {
+            f64::NAN
+        } else {
+            v.iter().sum::<f64>() / v.len() as f64
+        }
+    };
+    let mut out = (f64::NAN, f64::NAN, f64::NAN);
+    for series in rounds {
+        out.0 = series.iter().copied().fold(out.0, f64::max);
+        let third = series.len() / 3;
+        if third == 0 {
+            continue;
+        }
+        let (first, last) = (
+            mean(&series[..third]),
+            mean(&series[series.len() - third..]),
+        );
+        if out.1.is_nan() || last - first > out.2 - out.1 {
+            (out.1, out.2) = (first, last);
+        }
+    }
+    out
 }
 
 struct Ctx<'a> {
@@ -715,6 +816,10 @@ struct Samples {
     /// First enqueue to last acceptance.
     window_ms: f64,
     lag_max_ms: f64,
+    /// The quiet p95 of the last third of the load over the first third's.
+    trend: f64,
+    /// Sequential scans of `actions` per second, per poll during the load.
+    seq_scans_per_s: Vec<f64>,
 }
 
 /// Pools the rounds of one scenario and claim mode.
@@ -769,6 +874,8 @@ fn summarise(
         quiet_p95_ratio: f64::NAN,
         quiet_by_round,
         ratio_by_round: Vec::new(),
+        trend_by_round: rounds.iter().map(|r| r.trend).collect(),
+        seq_scans_per_s_by_round: rounds.iter().map(|r| r.seq_scans_per_s.clone()).collect(),
         noisy,
         actions,
         offered_per_s: actions as f64 / load_s,
@@ -844,7 +951,11 @@ async fn run_one(
             .sum()
     };
 
-    // The open-loop load.
+    // The open-loop load, with the sequential scans of `actions` polled
+    // while it lasts (not while the queue drains: the drain's own progress
+    // query counts actions by a scan).
+    let poll_stop = CancellationToken::new();
+    let poller = tokio::spawn(seq_scans_poll(store.clone(), poll_stop.clone()));
     let load_started = Instant::now();
     let generated = {
         let load = generate(&store, schedule, cfg, plan.duration_s, enqueued.clone());
@@ -864,6 +975,8 @@ async fn run_one(
             }
         }
     };
+    poll_stop.cancel();
+    let seq_scans_per_s = poller.await?;
     let lag_max_ms = match generated {
         Ok(v) => v,
         Err(e) => {
@@ -929,7 +1042,10 @@ async fn run_one(
             }
         }
     }
+    let trend = trend_ratio(&quiet_timeline, warmup_ms, plan.duration_s as f64 * 1000.0);
     Ok(Samples {
+        trend,
+        seq_scans_per_s,
         quiet_us,
         quiet_timeline,
         noisy_us,
@@ -942,6 +1058,29 @@ async fn run_one(
         window_ms: last_ms.max(1.0),
         lag_max_ms,
     })
+}
+
+/// Sequential scans of `actions` per second over each [`SCAN_POLL`] until
+/// `stop`. A failed read ends the series early (it is a measurement, not the
+/// run's work).
+async fn seq_scans_poll(store: PgStore, stop: CancellationToken) -> Vec<f64> {
+    let mut rates = Vec::new();
+    let mut last: Option<(Instant, i64)> = None;
+    loop {
+        let Ok(scans) = store.table_scans("actions").await else {
+            return rates;
+        };
+        let now = Instant::now();
+        if let Some((t, n)) = last {
+            let s = now.duration_since(t).as_secs_f64().max(1e-3);
+            rates.push((scans.seq_scan - n) as f64 / s);
+        }
+        last = Some((now, scans.seq_scan));
+        tokio::select! {
+            _ = stop.cancelled() => return rates,
+            _ = tokio::time::sleep(SCAN_POLL) => {}
+        }
+    }
 }
 
 /// Enqueues the schedule open-loop: each arrival at its time, without
@@ -1094,6 +1233,8 @@ mod tests {
             quiet_p95_ratio: ratio,
             quiet_by_round: vec![p],
             ratio_by_round: vec![ratio],
+            trend_by_round: vec![1.0],
+            seq_scans_per_s_by_round: vec![vec![0.0; 6]],
             noisy: None,
             actions: 10,
             offered_per_s: 1.0,

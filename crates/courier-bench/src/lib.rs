@@ -5,6 +5,11 @@
 //! - [`fairness`]: will one noisy store hurt the others? Every scenario is run
 //!   with fair and with FIFO claiming, in one run, against a PostgreSQL
 //!   cluster of its own and the fake provider, with an open-loop load.
+//! - [`matrix`]: the fairness benchmark at 18 shapes (stores x noisy stores
+//!   x noise), one row per shape.
+//! - [`scale`]: does a claim cost the same with a million stores registered
+//!   (100 of them active), and with 10,000 active? Drain rate and claim
+//!   round trip per shape.
 //! - [`throughput`]: how fast is it? The whole protocol end to end, the
 //!   claim-to-settle path alone (an in-process provider stub), and the
 //!   ceiling of this PostgreSQL on this machine (pgbench), side by side.
@@ -25,8 +30,10 @@
 
 pub mod chart;
 pub mod fairness;
+pub mod matrix;
 pub mod memory;
 pub mod pgbench;
+pub mod scale;
 pub mod schedule;
 pub mod stats;
 pub mod stub;

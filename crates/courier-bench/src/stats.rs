@@ -128,6 +128,27 @@ pub fn ratio(value: f64, reference: f64) -> f64 {
     }
 }
 
+/// Whether latency climbed within a run: the p95 of the latencies enqueued
+/// in the last third of `[from_ms, to_ms)` over the p95 of those enqueued in
+/// its first third (`samples` are `(enqueued_ms, latency_us)`). NaN when a
+/// third has no sample.
+pub fn trend_ratio(samples: &[(f64, u64)], from_ms: f64, to_ms: f64) -> f64 {
+    let third = (to_ms - from_ms) / 3.0;
+    let p95_within = |lo: f64, hi: f64| {
+        Percentiles::from_us(
+            samples
+                .iter()
+                .filter(|(t, _)| *t >= lo && *t < hi)
+                .map(|(_, us)| *us),
+        )
+        .map_or(f64::NAN, |p| p.p95_ms)
+    };
+    ratio(
+        p95_within(to_ms - third, to_ms),
+        p95_within(from_ms, from_ms + third),
+    )
+}
+
 /// The mean of a latency distribution, in milliseconds.
 pub fn latency_mean_ms(l: &Latency) -> f64 {
     match *l {
@@ -240,6 +261,20 @@ mod tests {
         );
         assert!(m.is_monotone());
         assert_eq!(Percentiles::median_of(&[]), None);
+    }
+
+    #[test]
+    fn a_trend_compares_the_last_third_with_the_first() {
+        // 10 ms in the first third, 30 ms in the last: 3x; flat: 1x.
+        let climbing: Vec<(f64, u64)> = (0..300)
+            .map(|i| (i as f64 * 10.0, if i < 100 { 10_000 } else { 30_000 }))
+            .collect();
+        assert!((trend_ratio(&climbing, 0.0, 3000.0) - 3.0).abs() < 0.01);
+        let flat: Vec<(f64, u64)> = (0..300).map(|i| (i as f64 * 10.0, 20_000)).collect();
+        assert!((trend_ratio(&flat, 0.0, 3000.0) - 1.0).abs() < 0.01);
+        // Samples outside the window are left out; an empty third is NaN.
+        assert!((trend_ratio(&climbing, 1000.0, 3000.0) - 1.0).abs() < 0.01);
+        assert!(trend_ratio(&flat, 5000.0, 6000.0).is_nan());
     }
 
     #[test]

@@ -1,10 +1,11 @@
-//! Both benchmarks in smoke mode, each against a real PostgreSQL cluster of
+//! The benchmarks in smoke mode, each against a real PostgreSQL cluster of
 //! its own (and, for fairness, the fake provider over HTTP). These tests
 //! check the structure of the output, never a timing: every scenario and
 //! claim mode is present, percentiles are ordered, work was done, and the
 //! chart was written.
 
 use courier_bench::fairness::{self, FairnessConfig};
+use courier_bench::scale::{self, ScaleConfig};
 use courier_bench::schedule::Scenario;
 use courier_bench::throughput::{self, ThroughputConfig};
 use courier_store::ClaimMode;
@@ -147,4 +148,37 @@ async fn throughput_smoke_reports_both_paths_and_the_ceiling() {
     }
     let json = serde_json::to_value(&r).unwrap();
     assert_eq!(json["results"].as_array().unwrap().len(), 2);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn scale_smoke_drains_every_shape_and_writes_the_chart() {
+    let dir = tempfile::tempdir().unwrap();
+    let chart = dir.path().join("scale.svg");
+    let mut cfg = ScaleConfig::smoke(7);
+    cfg.chart = Some(chart.clone());
+    cfg.progress = false;
+    let r = scale::run(&cfg).await.expect("the smoke run completes");
+    let shapes: Vec<(u32, u32)> = r.rows.iter().map(|x| (x.registered, x.active)).collect();
+    assert_eq!(shapes, vec![(10, 10), (2_000, 10), (200, 200)]);
+    for row in &r.rows {
+        assert_eq!(row.actions, u64::from(cfg.actions));
+        assert!(row.claims > 0 && row.claim.is_monotone(), "{row:?}");
+        assert!(row.drain_per_s > 0.0, "{row:?}");
+    }
+    assert!(r.registered_ratio.is_finite() && r.registered_ratio > 0.0);
+    assert!(r.active_ratio.is_some_and(|a| a.is_finite() && a > 0.0));
+    let svg = std::fs::read_to_string(&chart).expect("the chart was written");
+    assert!(svg.starts_with("<svg") && svg.contains("stores registered"));
+    let table = r.table();
+    for needle in [
+        "stores registered",
+        "claim p99 ms",
+        "drained per s",
+        "target",
+    ] {
+        assert!(
+            table.contains(needle),
+            "the table lacks {needle:?}:\n{table}"
+        );
+    }
 }

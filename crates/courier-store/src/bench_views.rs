@@ -42,6 +42,16 @@ pub struct ActionProgress {
     pub done: i64,
 }
 
+/// A table's scan counters (`pg_stat_user_tables`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+pub struct TableScans {
+    pub seq_scan: i64,
+    pub seq_tup_read: i64,
+    pub idx_scan: i64,
+    pub live: i64,
+    pub dead: i64,
+}
+
 /// One row of `pg_stat_statements`.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct StatementStat {
@@ -275,6 +285,88 @@ impl PgStore {
             .await?;
         tx.commit().await?;
         Ok(count)
+    }
+
+    /// Registers `n` stores named `{prefix}-NNNNNNN`, served a day ago and
+    /// with no work: the idle tenants of `courier bench scale`, written in
+    /// one statement of SQL rather than through the enqueue API (a million
+    /// enqueues would measure the enqueue). Returns how many it added.
+    pub async fn stores_seed_idle(&self, prefix: &str, n: u32) -> Result<u64, StoreError> {
+        if n > BULK_ENQUEUE_MAX {
+            return Err(StoreError::Query(format!(
+                "{n} idle stores is above {BULK_ENQUEUE_MAX}"
+            )));
+        }
+        let client = self.client().await?;
+        Ok(client
+            .execute(
+                "INSERT INTO stores (store, last_served_at, created_at)
+                 SELECT $1::text || '-' || lpad(g::text, 7, '0'),
+                        now() - interval '1 day', now() - interval '30 days'
+                 FROM generate_series(1, $2::bigint) AS g
+                 ON CONFLICT (store) DO NOTHING",
+                &[&prefix, &i64::from(n)],
+            )
+            .await?)
+    }
+
+    /// One fair claim of `n` actions (cap `cap`, intents written) run under
+    /// `EXPLAIN (ANALYZE, BUFFERS)` and rolled back: the shared buffers it
+    /// touched (its top plan node's) and its execution time in ms. Buffers
+    /// do not depend on how busy the machine is, so they show what a claim
+    /// reads where timings on a shared machine cannot.
+    pub async fn claim_explained(&self, n: i64, cap: i32) -> Result<(u64, f64), StoreError> {
+        let mut client = self.client().await?;
+        let tx = client.transaction().await?;
+        let now: Option<chrono::DateTime<chrono::Utc>> = None;
+        let rows = tx
+            .query(
+                &format!(
+                    "EXPLAIN (ANALYZE, BUFFERS) {}",
+                    crate::claim_statement(crate::ClaimMode::Fair)
+                ),
+                &[&"bench-explain", &n, &60_000f64, &cap, &true, &now],
+            )
+            .await?;
+        tx.rollback().await?;
+        let lines: Vec<String> = rows.iter().map(|r| r.get(0)).collect();
+        let buffers = lines
+            .iter()
+            .find(|l| l.trim_start().starts_with("Buffers:"))
+            .map_or(0, |l| {
+                l.split_whitespace()
+                    .filter_map(|w| w.split_once('='))
+                    .filter(|(k, _)| matches!(*k, "hit" | "read"))
+                    .filter_map(|(_, v)| v.trim_end_matches(',').parse::<u64>().ok())
+                    .sum()
+            });
+        let execution_ms = lines
+            .iter()
+            .find_map(|l| l.trim().strip_prefix("Execution Time: "))
+            .and_then(|v| v.trim_end_matches(" ms").parse().ok())
+            .unwrap_or(f64::NAN);
+        Ok((buffers, execution_ms))
+    }
+
+    /// Scans of table `table` so far (`pg_stat_user_tables`): sequential
+    /// scans, rows they read, index scans. Backends publish their counts at
+    /// most once a second, so poll it over seconds, not milliseconds.
+    pub async fn table_scans(&self, table: &str) -> Result<TableScans, StoreError> {
+        let client = self.client().await?;
+        let row = client
+            .query_opt(
+                "SELECT seq_scan, seq_tup_read, coalesce(idx_scan, 0), n_live_tup, n_dead_tup
+                 FROM pg_stat_user_tables WHERE relname = $1",
+                &[&table],
+            )
+            .await?;
+        Ok(row.map_or(TableScans::default(), |r| TableScans {
+            seq_scan: r.get(0),
+            seq_tup_read: r.get(1),
+            idx_scan: r.get(2),
+            live: r.get(3),
+            dead: r.get(4),
+        }))
     }
 
     /// Refreshes the planner's statistics of every table (after a bulk load).

@@ -150,9 +150,15 @@ impl PgStore {
                 &[&owner.as_ref(), &n, &ttl, &cap, &write_intents, &now],
             )
             .await?;
-        Ok(rows
-            .iter()
-            .map(|r| Claimed {
+        let mut claimed = Vec::with_capacity(rows.len());
+        let mut sweep: Vec<String> = Vec::new();
+        for r in &rows {
+            // A row with a store to sweep carries no action.
+            if let Some(store) = r.get::<_, Option<String>>("sweep") {
+                sweep.push(store);
+                continue;
+            }
+            claimed.push(Claimed {
                 lease: Lease {
                     action_id: r.get("id"),
                     owner: owner.clone(),
@@ -164,8 +170,60 @@ impl PgStore {
                 body: r.get("body"),
                 reclaimed: r.get("reclaimed"),
                 attempt_counted: r.get("counted"),
-            })
-            .collect())
+            });
+        }
+        if !sweep.is_empty() {
+            // After the claim has committed: the sweep locks the store rows
+            // the claim held, and must see its own snapshot after that lock.
+            self.store_work_sweep_on(&client, &sweep).await?;
+        }
+        Ok(claimed)
+    }
+
+    /// Removes from `store_work` those of `stores` that have no pending
+    /// action, never waiting for a lock (a store whose row is locked, by a
+    /// claim or by an enqueue still open, keeps its row). The claims call it
+    /// with the stores they may have emptied; returns the stores removed.
+    pub async fn store_work_sweep(&self, stores: &[String]) -> Result<Vec<String>, StoreError> {
+        let client = self.pool.get().await?;
+        self.store_work_sweep_on(&client, stores).await
+    }
+
+    async fn store_work_sweep_on(
+        &self,
+        client: &deadpool_postgres::Object,
+        stores: &[String],
+    ) -> Result<Vec<String>, StoreError> {
+        let statement = if self.store_work_sweep_unlocked {
+            sql!("lease/sweep_unlocked_broken")
+        } else {
+            sql!("lease/sweep")
+        };
+        let row = client
+            .query_one(&client.prepare_cached(statement).await?, &[&stores])
+            .await?;
+        Ok(row.get("removed"))
+    }
+
+    /// Stores with a pending action and no row in `store_work`: always
+    /// none (migration 0005). The checker of `tests/store_work.rs`, and of
+    /// anyone who doubts it.
+    pub async fn store_work_missing(&self) -> Result<Vec<String>, StoreError> {
+        let client = self.pool.get().await?;
+        let rows = client.query(sql!("lease/work_missing"), &[]).await?;
+        Ok(rows.iter().map(|r| r.get(0)).collect())
+    }
+
+    /// The same store whose sweep of `store_work` checks for pending work
+    /// without locking the store rows first (in one statement, one
+    /// snapshot): the maintenance broken on purpose, so that
+    /// `tests/store_work.rs` can show its checker catches a store with work
+    /// missing from `store_work`. Never use it elsewhere.
+    #[doc(hidden)]
+    pub fn with_store_work_sweep_unlocked(&self) -> PgStore {
+        let mut broken = self.clone();
+        broken.store_work_sweep_unlocked = true;
+        broken
     }
 
     /// Extends the leases this owner still holds. Of the ids asked about,

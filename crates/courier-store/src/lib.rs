@@ -40,9 +40,18 @@
 //!   3. *Claims and heartbeats never wait for an action row* (SKIP LOCKED).
 //!      The fair claim takes its store rows with SKIP LOCKED too. The FIFO
 //!      claim does wait, for the store rows of what it took, which it locks
-//!      in name order; nothing else that waits locks a store row, because
-//!      settles and fails release their slot by appending to
-//!      `store_releases` (migration 2), not by updating the store row.
+//!      in name order; nothing else that waits locks a store row
+//!      exclusively, because settles and fails release their slot by
+//!      appending to `store_releases` (migration 2), not by updating the
+//!      store row, and an enqueue only takes FOR KEY SHARE on it (waiting at
+//!      most for a sweep of `store_work`, which never waits).
+//! - Every store with a pending action has a row in `store_work`, the
+//!   stores the fair claim walks (migration 5): a trigger adds it in the
+//!   enqueue's transaction, after taking FOR KEY SHARE on the store row, and
+//!   only `courier_store_work_sweep` removes rows, after locking the store
+//!   row FOR UPDATE SKIP LOCKED and with a snapshot taken after that lock
+//!   (`tests/store_work.rs` races enqueues with claims, and catches a sweep
+//!   broken on purpose; [`PgStore::store_work_missing`] is the check).
 //! - A store's in-flight count (`store_in_flight`) never exceeds the cap: a
 //!   claim folds only the releases it deletes, and a release it cannot see
 //!   yet only makes it count more in flight.

@@ -22,6 +22,11 @@ pub const MIGRATIONS: &[(i32, &str, &str)] = &[
         "status_is_final",
         include_str!("../migrations/0004_status_is_final.sql"),
     ),
+    (
+        5,
+        "store_work",
+        include_str!("../migrations/0005_store_work.sql"),
+    ),
 ];
 
 /// A lock id for `pg_advisory_xact_lock`, fixed for courier's migrations.

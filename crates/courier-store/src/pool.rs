@@ -14,6 +14,8 @@ pub struct PgStore {
     pub(crate) clock: Clock,
     /// Only `tests/locks.rs` sets it (`with_merges_locking_claimed_actions`).
     pub(crate) merges_lock_claimed_actions: bool,
+    /// Only `tests/store_work.rs` sets it (`with_store_work_sweep_unlocked`).
+    pub(crate) store_work_sweep_unlocked: bool,
 }
 
 /// How to connect.
@@ -64,6 +66,7 @@ impl PgStore {
             pool,
             clock: Clock::database(),
             merges_lock_claimed_actions: false,
+            store_work_sweep_unlocked: false,
         };
         let mut client = store.pool.get().await?;
         if cfg.migrate {

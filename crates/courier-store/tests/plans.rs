@@ -143,3 +143,233 @@ async fn fair_claim_keeps_the_per_store_index_without_and_with_fresh_statistics(
     let fifo = plan(&c, claim_statement(ClaimMode::Fifo)).await;
     assert!(uses_fifo_index(&fifo), "{}", fifo.join("\n"));
 }
+
+// ---------------------------------------------------------------------------
+// The walk over stores with work (migration 0005).
+//
+// The fair claim walked every store row in serving order and probed each for
+// pending work: idle stores, served long ago, stood first in line, and a
+// claim cost 300 ms with 100,000 stores registered. It now walks
+// `store_work` through its index `store_work_order`. These tests check, with
+// 100,000 stores registered, that the plan walks that index and probes
+// `actions_pending_by_store` (never a sequential scan of `stores`,
+// `store_work` or `actions` in the walk) with statistics taken before the stores with
+// work grew a hundredfold, never taken, and fresh, as a custom and as a
+// generic plan (what a prepared claim runs after five executions); and that
+// the claim reads a few hundred buffers where the old walk reads one per
+// registered store (so the measure can fail).
+
+const REGISTERED: i64 = 100_000;
+
+/// `registered` stores served a day ago, none with work, and `active` stores
+/// never served with `per_store` pending actions each (names active-NNNNN).
+async fn idle_and_active(c: &tokio_postgres::Client, registered: i64, active: i64, per_store: i64) {
+    c.batch_execute(
+        "ALTER TABLE actions SET (autovacuum_enabled = off);
+         ALTER TABLE stores SET (autovacuum_enabled = off);
+         ALTER TABLE store_work SET (autovacuum_enabled = off);",
+    )
+    .await
+    .unwrap();
+    c.execute(
+        "INSERT INTO stores (store, last_served_at)
+         SELECT format('idle-%s', lpad(i::text, 7, '0')), now() - interval '1 day'
+         FROM generate_series(1, $1::bigint) i ON CONFLICT DO NOTHING",
+        &[&registered],
+    )
+    .await
+    .unwrap();
+    more_active(c, 0, active, per_store).await;
+}
+
+/// Active stores `from..from + n`, each with `per_store` pending actions.
+async fn more_active(c: &tokio_postgres::Client, from: i64, n: i64, per_store: i64) {
+    c.execute(
+        "INSERT INTO stores (store)
+         SELECT format('active-%s', lpad(i::text, 5, '0')) FROM generate_series($1::bigint, $2::bigint) i",
+        &[&from, &(from + n - 1)],
+    )
+    .await
+    .unwrap();
+    c.execute(
+        "INSERT INTO actions (uid, store, recipient, body)
+         SELECT gen_random_uuid(), format('active-%s', lpad(i::text, 5, '0')), '+15551234567', 'x'
+         FROM generate_series($1::bigint, $2::bigint) i, generate_series(1, $3::bigint) j",
+        &[&from, &(from + n - 1), &per_store],
+    )
+    .await
+    .unwrap();
+}
+
+/// The fair claim's plan (batch 16, cap 4), custom or generic.
+async fn walk_plan(c: &tokio_postgres::Client, generic: bool) -> Vec<String> {
+    let mode = if generic {
+        "force_generic_plan"
+    } else {
+        "force_custom_plan"
+    };
+    c.batch_execute(&format!("SET plan_cache_mode = {mode}"))
+        .await
+        .unwrap();
+    let now: Option<chrono::DateTime<chrono::Utc>> = None;
+    let rows = c
+        .query(
+            &format!("EXPLAIN {}", claim_statement(ClaimMode::Fair)),
+            &[&"w", &16i64, &60_000f64, &4i32, &true, &now],
+        )
+        .await
+        .expect("explain the claim");
+    c.batch_execute("RESET plan_cache_mode").await.unwrap();
+    rows.iter().map(|r| r.get::<_, String>(0)).collect()
+}
+
+/// The lines of one CTE's subtree in a plan (`CTE name` to the next CTE).
+fn cte<'a>(plan: &'a [String], name: &str) -> &'a [String] {
+    let head = format!("CTE {name}");
+    let Some(start) = plan.iter().position(|l| l.trim() == head) else {
+        return &[];
+    };
+    let end = plan[start + 1..]
+        .iter()
+        .position(|l| {
+            l.trim_start().starts_with("CTE ")
+                || l.trim_start().starts_with("->  CTE Scan on reclaimed")
+        })
+        .map_or(plan.len(), |i| start + 1 + i);
+    &plan[start..end]
+}
+
+fn assert_walks_store_work(plan: &[String], state: &str) {
+    let text = plan.join("\n");
+    let walk = cte(plan, "s");
+    assert!(!walk.is_empty(), "{state}: no CTE s in the plan:\n{text}");
+    // store_releases is not checked: it holds the releases of stores with
+    // work (the claim folds them, the sweep folds those of the stores it
+    // removes), a page or two, which the planner rightly reads whole.
+    for table in ["stores", "store_work", "actions"] {
+        assert!(
+            !walk
+                .iter()
+                .any(|l| l.contains(&format!("Seq Scan on {table} "))),
+            "{state}: the walk scans {table} sequentially:\n{text}"
+        );
+    }
+    assert!(
+        walk.iter().any(|l| l.contains("store_work_order")),
+        "{state}: the walk does not use store_work_order:\n{text}"
+    );
+    assert!(
+        walk.iter().any(|l| l.contains("actions_pending_by_store")),
+        "{state}: no probe of the per-store pending index:\n{text}"
+    );
+    assert!(!uses_fifo_index(plan), "{state}: the FIFO index:\n{text}");
+}
+
+#[tokio::test]
+async fn fair_claim_walks_store_work_with_stale_missing_and_fresh_statistics() {
+    // Never analysed.
+    let db = fresh_db().await;
+    let c = db.store.client().await.unwrap();
+    idle_and_active(&c, REGISTERED, 100, 5).await;
+    for generic in [false, true] {
+        assert_walks_store_work(&walk_plan(&c, generic).await, "never analysed");
+    }
+    // Analysed with 100 stores with work, then 10,000 more arrive.
+    c.batch_execute("ANALYZE").await.unwrap();
+    more_active(&c, 100, 10_000, 1).await;
+    for generic in [false, true] {
+        assert_walks_store_work(&walk_plan(&c, generic).await, "stale");
+    }
+    // Fresh.
+    c.batch_execute("ANALYZE").await.unwrap();
+    for generic in [false, true] {
+        assert_walks_store_work(&walk_plan(&c, generic).await, "fresh");
+    }
+    // Statistics taken with 10,100 stores with work, then all but 16 of
+    // them served (the claim empties and sweeps them).
+    let mut left = 10_100;
+    while left > 16 {
+        let got = db
+            .store
+            .action_claim(&"w".into(), 1_000, 60_000, 1_000, ClaimMode::Fair)
+            .await
+            .unwrap();
+        assert!(!got.is_empty());
+        left = c
+            .query_one("SELECT count(*) FROM store_work", &[])
+            .await
+            .unwrap()
+            .get::<_, i64>(0);
+    }
+    for generic in [false, true] {
+        assert_walks_store_work(&walk_plan(&c, generic).await, "stale, shrunk");
+    }
+}
+
+/// The shared buffers a statement touched (the top node of its plan).
+async fn buffers(
+    c: &mut tokio_postgres::Client,
+    sql: &str,
+    params: &[&(dyn tokio_postgres::types::ToSql + Sync)],
+) -> u64 {
+    let tx = c.transaction().await.unwrap();
+    let rows = tx
+        .query(&format!("EXPLAIN (ANALYZE, BUFFERS) {sql}"), params)
+        .await
+        .unwrap();
+    tx.rollback().await.unwrap();
+    let line = rows
+        .iter()
+        .map(|r| r.get::<_, String>(0))
+        .find(|l| l.trim_start().starts_with("Buffers:"))
+        .expect("a Buffers line");
+    line.split_whitespace()
+        .filter_map(|w| w.split_once('='))
+        .filter(|(k, _)| matches!(*k, "hit" | "read"))
+        .filter_map(|(_, v)| v.trim_end_matches(',').parse::<u64>().ok())
+        .sum()
+}
+
+/// The fair claim's walk before migration 0005: every store row, in serving
+/// order, probed for pending work.
+const WALK_OF_EVERY_STORE: &str = "
+    SELECT st.store FROM stores st
+    CROSS JOIN LATERAL (
+        SELECT 1 FROM actions p WHERE p.store = st.store AND p.state = 'pending'
+        ORDER BY p.id LIMIT 1) w
+    LEFT JOIN (SELECT store, sum(n) AS n FROM store_releases GROUP BY store) r
+        ON r.store = st.store
+    WHERE st.in_flight - coalesce(r.n, 0) < 4
+    ORDER BY st.last_served_at NULLS FIRST, st.store
+    LIMIT 16
+    FOR NO KEY UPDATE OF st SKIP LOCKED";
+
+#[tokio::test]
+async fn fair_claim_reads_in_proportion_to_stores_with_work_not_stores_registered() {
+    let db = fresh_db().await;
+    let mut c = tokio_postgres::connect(&db.url, tokio_postgres::NoTls)
+        .await
+        .map(|(c, conn)| {
+            tokio::spawn(conn);
+            c
+        })
+        .unwrap();
+    idle_and_active(&c, REGISTERED, 100, 5).await;
+    c.batch_execute("ANALYZE").await.unwrap();
+    let now: Option<chrono::DateTime<chrono::Utc>> = None;
+    let claim = claim_statement(ClaimMode::Fair);
+    let params: [&(dyn tokio_postgres::types::ToSql + Sync); 6] =
+        [&"w", &16i64, &60_000f64, &4i32, &true, &now];
+    let new = buffers(&mut c, claim, &params).await;
+    let old = buffers(&mut c, WALK_OF_EVERY_STORE, &[]).await;
+    eprintln!("{REGISTERED} stores registered, 100 with work: the fair claim read {new} buffers, the walk of every store {old}");
+    assert!(
+        old as i64 >= REGISTERED,
+        "the old walk read only {old} buffers with {REGISTERED} stores: this measure cannot tell"
+    );
+    assert!(
+        new < 2_000,
+        "the fair claim read {new} buffers with {REGISTERED} stores registered and 100 with work \
+         (the walk of every store: {old})"
+    );
+}

@@ -1,4 +1,4 @@
-//! `courier bench fairness | throughput`: flags in, figures out. The work is
+//! `courier bench fairness | scale | throughput`: flags in, figures out. The work is
 //! in the `courier-bench` crate; this module only parses flags and prints.
 //!
 //! Every flag left out takes the benchmark's default, or with `--smoke` the
@@ -6,6 +6,8 @@
 //! judges no timing).
 
 use courier_bench::fairness::{self, FairnessConfig};
+use courier_bench::matrix::{self, Cell, MatrixConfig};
+use courier_bench::scale::{self, ScaleConfig};
 use courier_bench::throughput::{self, ThroughputConfig};
 use courier_provider::fake::Latency;
 use courier_store::ClaimMode;
@@ -23,9 +25,56 @@ enum Which {
     /// Will one noisy store hurt the others? Quiet stores' latency with fair
     /// and with FIFO claiming, in three scenarios, in one run.
     Fairness(FairnessArgs),
+    /// Does a claim cost the same with a million stores? Claim round trip
+    /// and drain rate against stores registered (100 active), and with
+    /// 10,000 active stores.
+    Scale(ScaleArgs),
     /// How fast is it? End to end, claim to settle alone, and this
     /// PostgreSQL's own ceiling (pgbench), with synchronous commit on and off.
     Throughput(ThroughputArgs),
+}
+
+#[derive(clap::Args)]
+struct ScaleArgs {
+    /// Stores registered in each row, comma-separated (default
+    /// 100,10000,100000,1000000; 10,2000 with --smoke).
+    #[arg(long, value_delimiter = ',')]
+    registered: Option<Vec<u32>>,
+    /// Stores with work in those rows (default 100; 10 with --smoke).
+    #[arg(long)]
+    active: Option<u32>,
+    /// Active stores of the last row, each with a backlog; 0 leaves it out
+    /// (default 10000; 200 with --smoke).
+    #[arg(long)]
+    many_active: Option<u32>,
+    /// Actions drained in every row (default 40000; 400 with --smoke).
+    #[arg(long)]
+    actions: Option<u32>,
+    /// Concurrent claimers (default 2).
+    #[arg(long)]
+    claimers: Option<u32>,
+    /// Actions claimed in one round trip (default 16).
+    #[arg(long)]
+    claim_batch_max: Option<u32>,
+    /// Actions of one store held at once (default 4).
+    #[arg(long)]
+    store_in_flight_max: Option<u32>,
+    /// Seed (random when not given; printed first). The run has no random
+    /// schedule; the seed names the run.
+    #[arg(long)]
+    seed: Option<u64>,
+    /// How long one row may take to drain (default 600; 120 with --smoke).
+    #[arg(long)]
+    timeout_s: Option<u64>,
+    /// Where to write the SVG chart.
+    #[arg(long, default_value = ".courier/bench/scale.svg")]
+    chart: PathBuf,
+    /// Print the report as JSON on stdout (the rest goes to stderr).
+    #[arg(long)]
+    json: bool,
+    /// Seconds, a tiny load: checks that everything runs, judges nothing.
+    #[arg(long)]
+    smoke: bool,
 }
 
 #[derive(clap::Args)]
@@ -93,6 +142,22 @@ struct FairnessArgs {
     /// Seconds, a tiny load: checks that everything runs, judges no timing.
     #[arg(long)]
     smoke: bool,
+    /// Run the matrix instead of one shape: stores 100, 1000, 10000 x noisy
+    /// stores 1, 2, 10 x noise 10x, 20x, one row per cell (12 s per run,
+    /// one round, a 5 s calibration unless the flags above say otherwise).
+    #[arg(long)]
+    matrix: bool,
+    /// With --matrix: only these cells, comma-separated STORESxNOISYxFACTOR
+    /// (as 100x1x10,1000x2x20).
+    #[arg(long, value_delimiter = ',')]
+    cells: Option<Vec<Cell>>,
+    /// With --matrix: the baseline's total offered load in every cell (default 250).
+    #[arg(long)]
+    total_rate: Option<f64>,
+    /// With --matrix: cells whose noisy scenarios offer more than this per
+    /// second are reported as overloaded without running (default 1000).
+    #[arg(long)]
+    offered_max: Option<f64>,
 }
 
 #[derive(clap::Args)]
@@ -147,6 +212,7 @@ struct ThroughputArgs {
 pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
     match args.which {
         Which::Fairness(a) => run_fairness(a).await,
+        Which::Scale(a) => run_scale(a).await,
         Which::Throughput(a) => run_throughput(a).await,
     }
 }
@@ -161,6 +227,9 @@ fn say(json: bool, text: &str) {
 }
 
 async fn run_fairness(a: FairnessArgs) -> anyhow::Result<ExitCode> {
+    if a.matrix {
+        return run_matrix(a).await;
+    }
     let seed = a.seed.unwrap_or_else(rand::random);
     say(
         a.json,
@@ -292,6 +361,115 @@ async fn run_throughput(a: ThroughputArgs) -> anyhow::Result<ExitCode> {
         ),
     );
     let report = throughput::run(&cfg).await?;
+    if a.json {
+        println!("{}", serde_json::to_string_pretty(&report)?);
+    } else {
+        println!();
+        print!("{}", report.table());
+    }
+    say(a.json, &format!("wall time {:.0} s", report.wall_time_s));
+    Ok(ExitCode::SUCCESS)
+}
+
+async fn run_scale(a: ScaleArgs) -> anyhow::Result<ExitCode> {
+    let seed = a.seed.unwrap_or_else(rand::random);
+    say(a.json, &format!("courier bench scale: seed {seed}"));
+    let mut cfg = if a.smoke {
+        ScaleConfig::smoke(seed)
+    } else {
+        ScaleConfig::new(seed)
+    };
+    macro_rules! set {
+        ($($flag:ident => $field:ident),* $(,)?) => { $(if let Some(v) = a.$flag { cfg.$field = v; })* };
+    }
+    set!(
+        registered => registered,
+        active => active,
+        many_active => many_active,
+        actions => actions,
+        claimers => claimers,
+        claim_batch_max => claim_batch_max,
+        store_in_flight_max => store_in_flight_max,
+        timeout_s => timeout_s,
+    );
+    cfg.chart = Some(a.chart.clone());
+    cfg.validate().map_err(anyhow::Error::msg)?;
+    say(
+        a.json,
+        &format!(
+            "PostgreSQL: a cluster of its own in a temporary directory, synchronous_commit=off; \
+             idle stores seeded by SQL; claimers claim and settle in this process{}",
+            if a.smoke {
+                " · SMOKE: timings are not judged"
+            } else {
+                ""
+            }
+        ),
+    );
+    let report = scale::run(&cfg).await?;
+    if a.json {
+        println!("{}", serde_json::to_string_pretty(&report)?);
+    } else {
+        println!();
+        print!("{}", report.table());
+    }
+    say(
+        a.json,
+        &format!(
+            "chart: {} · wall time {:.0} s",
+            a.chart.display(),
+            report.wall_time_s
+        ),
+    );
+    Ok(ExitCode::SUCCESS)
+}
+
+async fn run_matrix(a: FairnessArgs) -> anyhow::Result<ExitCode> {
+    let seed = a.seed.unwrap_or_else(rand::random);
+    say(
+        a.json,
+        &format!("courier bench fairness --matrix: seed {seed} (--seed {seed})"),
+    );
+    let mut m = MatrixConfig::new(seed);
+    let cfg = &mut m.base;
+    macro_rules! set {
+        ($($flag:ident => $field:ident),* $(,)?) => { $(if let Some(v) = a.$flag { cfg.$field = v; })* };
+    }
+    set!(
+        duration_s => duration_s,
+        rounds => rounds,
+        warmup_s => warmup_s,
+        store_in_flight_max => store_in_flight_max,
+        claim_batch_max => claim_batch_max,
+        idle_poll_ms => idle_poll_ms,
+        utilisation_target => utilisation_target,
+        calibration_s => calibration_s,
+        latency => latency,
+        burst_actions_min => burst_actions_min,
+    );
+    cfg.workers = a.workers;
+    cfg.concurrency = a.concurrency;
+    if let Some(cells) = a.cells {
+        m.cells = cells;
+    }
+    if let Some(v) = a.total_rate {
+        m.total_rate_hz = v;
+    }
+    if let Some(v) = a.offered_max {
+        m.offered_max_hz = v;
+    }
+    m.validate().map_err(anyhow::Error::msg)?;
+    say(
+        a.json,
+        &format!(
+            "{} cells, each a fairness run on a cluster of its own (synchronous_commit=off): \
+             {:.0}/s in every baseline, capacity sized for {:.0}% of the noisy scenarios' load",
+            m.cells.len(),
+            m.total_rate_hz,
+            m.base.utilisation_target * 100.0
+        ),
+    );
+    let report = matrix::run(&m).await?;
     if a.json {
         println!("{}", serde_json::to_string_pretty(&report)?);
     } else {

@@ -1,25 +1,30 @@
 -- The middle of the fair claim: the least recently served stores with work
 -- and room under the cap, one action from each in turn, oldest first within
--- a store. Store rows are locked FOR NO KEY UPDATE (enough to serialize
--- claims of one store, no obstacle to an enqueue's foreign-key check) and
--- SKIP LOCKED. Each store locks at most its share of the batch (the batch
--- over the number of stores, rounded up), so a claim locks about as many
--- action rows as it takes.
+-- a store. The stores come from `store_work` (migration 0005), walked
+-- through its index in serving order, so idle stores are never visited.
+-- Store rows are locked FOR NO KEY UPDATE (enough to serialize claims of one
+-- store, no obstacle to an enqueue's foreign-key check) and SKIP LOCKED.
+-- Each store locks at most its share of the batch (the batch over the
+-- number of stores, rounded up), so a claim locks about as many action rows
+-- as it takes.
 s AS (
-    SELECT st.store, st.in_flight, st.last_served_at
-    FROM stores st
+    SELECT st.store, st.in_flight, w.last_served_at
+    FROM store_work w
+    JOIN stores st ON st.store = w.store
     -- One probe of the per-store pending index per store (a LIMIT keeps
     -- the planner from scanning every action to find the stores with work).
     -- The FIFO index's predicate keeps it out of reach of these probes, so
     -- that no statistics can lead the planner to walk the whole pending
     -- queue once per store (migration 0003, tests/plans.rs).
     CROSS JOIN LATERAL (
-        SELECT 1 FROM actions p WHERE p.store = st.store AND p.state = 'pending'
-        ORDER BY p.id LIMIT 1) w
-    LEFT JOIN (SELECT store, sum(n) AS n FROM store_releases GROUP BY store) r
-        ON r.store = st.store
-    WHERE st.in_flight - coalesce(r.n, 0) < $4::int
-    ORDER BY st.last_served_at NULLS FIRST, st.store
+        SELECT 1 FROM actions p WHERE p.store = w.store AND p.state = 'pending'
+        ORDER BY p.id LIMIT 1) p
+    -- The store's releases not yet folded, probed per store (store_releases
+    -- holds a row for each release of any store; summing all of it per
+    -- claim would cost in proportion to the stores that ever sent).
+    WHERE st.in_flight
+          - coalesce((SELECT sum(r.n) FROM store_releases r WHERE r.store = st.store), 0) < $4::int
+    ORDER BY w.last_served_at NULLS FIRST, w.store
     LIMIT $2
     FOR NO KEY UPDATE OF st SKIP LOCKED
 ),
@@ -30,12 +35,14 @@ released AS (
 -- The store rows this claim holds: it counts only against them.
 locked_stores AS (SELECT store FROM s),
 ranked_stores AS (
-    SELECT s.store,
-           s.in_flight - coalesce((SELECT sum(x.n) FROM released x WHERE x.store = s.store), 0)
-               AS in_flight,
-           row_number() OVER (ORDER BY s.last_served_at NULLS FIRST, s.store) AS store_rank,
-           count(*) OVER () AS k
-    FROM s
+    SELECT f.*, GREATEST(LEAST($4 - f.in_flight, ($2 + f.k - 1) / f.k), 0) AS room
+    FROM (
+        SELECT s.store,
+               s.in_flight - coalesce((SELECT sum(x.n) FROM released x WHERE x.store = s.store), 0)
+                   AS in_flight,
+               row_number() OVER (ORDER BY s.last_served_at NULLS FIRST, s.store) AS store_rank,
+               count(*) OVER () AS k
+        FROM s) f
 ),
 locked AS (
     SELECT rs.store, rs.store_rank, p.id
@@ -44,7 +51,7 @@ locked AS (
         SELECT a.id FROM actions a
         WHERE a.store = rs.store AND a.state = 'pending'
         ORDER BY a.id
-        LIMIT GREATEST(LEAST($4 - rs.in_flight, ($2 + rs.k - 1) / rs.k), 0)
+        LIMIT rs.room
         FOR UPDATE SKIP LOCKED) p
 ),
 chosen AS (
@@ -54,4 +61,24 @@ chosen AS (
         FROM locked) t
     ORDER BY turn, store_rank
     LIMIT GREATEST($2 - (SELECT count(*) FROM reclaimed), 0)
+),
+-- The stores whose rows store_work may keep without work, for the caller
+-- to sweep (courier_store_work_sweep, which checks again under a lock):
+-- those this claim may have emptied (it took every action it locked, and
+-- its snapshot shows no other pending action: one more probe per store),
+-- and those of the first 4 rows in serving order that have no pending
+-- action (rows left by a sweep that found its store locked, or by FIFO
+-- claims, which sweep nothing): 4 probes per claim, so such rows cannot
+-- pile up ahead of work.
+sweep AS (
+    SELECT rs.store FROM ranked_stores rs
+    WHERE NOT EXISTS (SELECT 1 FROM locked l
+                      WHERE l.store = rs.store AND l.id NOT IN (SELECT id FROM chosen))
+      AND NOT EXISTS (SELECT 1 FROM actions a
+                      WHERE a.store = rs.store AND a.state = 'pending'
+                        AND a.id NOT IN (SELECT l.id FROM locked l WHERE l.store = rs.store))
+    UNION
+    SELECT w.store FROM (
+        SELECT store FROM store_work ORDER BY last_served_at NULLS FIRST, store LIMIT 4) w
+    WHERE NOT EXISTS (SELECT 1 FROM actions a WHERE a.store = w.store AND a.state = 'pending')
 ),

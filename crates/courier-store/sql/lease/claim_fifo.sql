@@ -23,3 +23,6 @@ released AS (
     RETURNING r.store, r.n
 ),
 locked_stores AS (SELECT store FROM fifo_stores),
+-- The FIFO claim sweeps nothing from store_work; fair claims clean up
+-- after it (see claim_fair.sql).
+sweep AS (SELECT NULL::text AS store WHERE false),

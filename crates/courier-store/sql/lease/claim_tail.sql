@@ -7,7 +7,9 @@
 -- decides (a counted attempt means a lookup first). Each claim's middle
 -- defines `chosen`, `released` (the store releases it folds) and
 -- `locked_stores` (the store rows it holds, a superset of the chosen
--- actions' stores).
+-- actions' stores) and `sweep` (stores whose store_work rows may be left
+-- without work: returned as rows with no action, `sweep` set, for the
+-- caller to pass to courier_store_work_sweep).
 claimed AS (
     UPDATE actions a
     SET state = 'claimed', owner = $1, epoch = a.epoch + 1,
@@ -25,12 +27,29 @@ served AS (
     LEFT JOIN (SELECT store, sum(n)::int AS n FROM released GROUP BY store) r ON r.store = u.store
     WHERE st.store = u.store AND (c.n IS NOT NULL OR r.n IS NOT NULL)
 ),
+-- The served stores go to the back of store_work's line too (their rows
+-- exist: they had a pending action, and only a sweep holding the store row
+-- removes a row). Joined through `locked_stores`, so that a store_work row
+-- is written only once this statement holds its store row: the FIFO
+-- claim waits for store rows, and must not hold a store_work row that a
+-- fair claim holding the store row wants (tests/batch.rs races the two).
+work_served AS (
+    UPDATE store_work w SET last_served_at = clock_timestamp()
+    FROM locked_stores u
+    WHERE w.store = u.store AND u.store IN (SELECT store FROM chosen)
+),
 intents AS (
     INSERT INTO outbox (action_id, idem_key, epoch_written, attempts)
     SELECT id, 'courier-' || replace(uid::text, '-', ''), epoch, 1 FROM claimed WHERE $5
     ON CONFLICT (action_id) DO NOTHING
     RETURNING action_id
 )
-SELECT r.*, false AS counted FROM reclaimed r
+SELECT r.*, false AS counted, NULL::text AS sweep FROM reclaimed r
 UNION ALL
-SELECT c.*, EXISTS (SELECT 1 FROM intents i WHERE i.action_id = c.id) AS counted FROM claimed c
+SELECT c.*, EXISTS (SELECT 1 FROM intents i WHERE i.action_id = c.id) AS counted,
+       NULL::text AS sweep
+FROM claimed c
+UNION ALL
+SELECT NULL::bigint, NULL::uuid, NULL::text, NULL::text, NULL::text, NULL::bigint, false, false,
+       w.store
+FROM sweep w

@@ -1,0 +1,391 @@
+//! `courier bench fairness --matrix`: fairness at every shape, not only at
+//! the one it was tuned for.
+//!
+//! Each cell is a whole fairness run ([`crate::fairness::run`], its own
+//! cluster, calibration, baseline and FIFO comparison) at one shape: stores
+//! 100, 1,000 and 10,000, noisy stores 1, 2 and 10, noise 10x and 20x. The
+//! baseline's total offered load is the same in every cell (250/s by
+//! default), spread over the cell's stores; the capacity of each cell is
+//! sized for its noisy scenarios. A cell is judged against every target
+//! (`FairnessVerdict::within_targets`) or reported as overloaded, with the
+//! reason in figures: its noisy scenarios offer more than this machine was
+//! told it carries (`offered_max_hz`), a run did not drain in time, or its
+//! fair runs could not keep up with their load.
+//!
+//! # Invariants
+//! - Every cell's baseline offers the same total load.
+//! - A cell's ratios are measured within that cell's run.
+
+use crate::fairness::{self, FairnessConfig, FairnessReport};
+use crate::schedule::Scenario;
+use crate::BenchError;
+use courier_store::ClaimMode;
+use serde::Serialize;
+use std::time::Instant;
+
+/// At most this many cells of the full matrix may be reported as overloaded.
+pub const OVERLOADED_CELLS_MAX: usize = 2;
+/// A fair run keeps up when it accepts at least this share of its offered
+/// rate and keeps its workers at most this busy.
+const KEEPS_UP_SHARE_MIN: f64 = 0.9;
+const BUSY_MAX: f64 = 0.85;
+
+/// One shape.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct Cell {
+    pub stores: u32,
+    pub noisy_stores: u32,
+    pub noise_factor: u32,
+}
+
+impl std::str::FromStr for Cell {
+    type Err = String;
+    /// `STORESxNOISYxFACTOR`, as `1000x2x20`.
+    fn from_str(s: &str) -> Result<Cell, String> {
+        let parts: Vec<&str> = s.split('x').collect();
+        let n = |i: usize| parts.get(i).and_then(|p| p.parse::<u32>().ok());
+        match (parts.len(), n(0), n(1), n(2)) {
+            (3, Some(stores), Some(noisy_stores), Some(noise_factor)) => Ok(Cell {
+                stores,
+                noisy_stores,
+                noise_factor,
+            }),
+            _ => Err(format!(
+                "a cell is STORESxNOISYxFACTOR (as 1000x2x20), not {s:?}"
+            )),
+        }
+    }
+}
+
+/// The matrix's settings; every cell is `base` with the cell's shape.
+#[derive(Debug, Clone)]
+pub struct MatrixConfig {
+    pub base: FairnessConfig,
+    pub cells: Vec<Cell>,
+    /// The baseline's total offered load in every cell.
+    pub total_rate_hz: f64,
+    /// A cell whose noisy scenarios offer more is reported as overloaded
+    /// without running.
+    pub offered_max_hz: f64,
+}
+
+impl MatrixConfig {
+    /// The full matrix: 18 cells, 250/s in every baseline, 12 s per run,
+    /// one round, a 5 s calibration, a minute to drain.
+    pub fn new(seed: u64) -> MatrixConfig {
+        let mut cells = Vec::new();
+        for stores in [100, 1_000, 10_000] {
+            for noisy_stores in [1, 2, 10] {
+                for noise_factor in [10, 20] {
+                    cells.push(Cell {
+                        stores,
+                        noisy_stores,
+                        noise_factor,
+                    });
+                }
+            }
+        }
+        MatrixConfig {
+            base: FairnessConfig {
+                duration_s: 12,
+                rounds: 1,
+                calibration_s: 5,
+                drain_timeout_s: 60,
+                ..FairnessConfig::new(seed)
+            },
+            cells,
+            total_rate_hz: 250.0,
+            offered_max_hz: 1_000.0,
+        }
+    }
+
+    /// The fairness settings of one cell.
+    pub fn cell_config(&self, cell: Cell) -> FairnessConfig {
+        FairnessConfig {
+            stores: cell.stores,
+            noisy_stores: cell.noisy_stores,
+            noise_factor: cell.noise_factor,
+            rate_per_store_hz: self.total_rate_hz / f64::from(cell.stores),
+            chart: None,
+            ..self.base.clone()
+        }
+    }
+
+    pub fn validate(&self) -> Result<(), String> {
+        if self.cells.is_empty() || self.cells.len() > 64 {
+            return Err("--cells takes 1 to 64 cells".into());
+        }
+        let ok = |x: f64| x.is_finite() && x > 0.0;
+        if !ok(self.total_rate_hz) || !ok(self.offered_max_hz) {
+            return Err("--total-rate and --offered-max must be positive".into());
+        }
+        for c in &self.cells {
+            self.cell_config(*c).validate().map_err(|e| {
+                format!(
+                    "cell {}x{}x{}: {e}",
+                    c.stores, c.noisy_stores, c.noise_factor
+                )
+            })?;
+        }
+        Ok(())
+    }
+}
+
+/// What became of one cell.
+#[derive(Debug, Clone, Serialize)]
+pub struct CellResult {
+    pub cell: Cell,
+    pub rate_per_store_hz: f64,
+    /// The noisy scenarios' offered load.
+    pub offered_noisy_hz: f64,
+    /// Why the cell is not judged (None: judged).
+    pub overloaded: Option<String>,
+    pub report: Option<FairnessReport>,
+    /// The machine's 1-minute load average before and after the cell.
+    pub load_before: f64,
+    pub load_after: f64,
+    pub wall_s: f64,
+}
+
+impl CellResult {
+    pub fn met(&self) -> bool {
+        self.overloaded.is_none()
+            && self
+                .report
+                .as_ref()
+                .is_some_and(|r| r.verdict.within_targets)
+    }
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct MatrixReport {
+    pub seed: u64,
+    pub total_rate_hz: f64,
+    pub duration_s: u64,
+    pub rounds: u32,
+    pub cells: Vec<CellResult>,
+    pub overloaded: usize,
+    pub judged: usize,
+    pub met: usize,
+    /// Every judged cell met every target, and at most
+    /// [`OVERLOADED_CELLS_MAX`] were overloaded.
+    pub within_targets: bool,
+    pub wall_time_s: f64,
+}
+
+/// The machine's 1-minute load average (NaN where /proc has none).
+fn load_average() -> f64 {
+    std::fs::read_to_string("/proc/loadavg")
+        .ok()
+        .and_then(|s| s.split_whitespace().next().and_then(|x| x.parse().ok()))
+        .unwrap_or(f64::NAN)
+}
+
+/// Runs every cell in order.
+pub async fn run(m: &MatrixConfig) -> Result<MatrixReport, BenchError> {
+    m.validate().map_err(BenchError::Settings)?;
+    let started = Instant::now();
+    let mut cells = Vec::new();
+    for (i, cell) in m.cells.iter().enumerate() {
+        let cfg = m.cell_config(*cell);
+        let offered = cfg.calibration().map_err(BenchError::Settings)?.offered_hz;
+        if cfg.progress {
+            eprintln!(
+                "[cell {}/{}] {} stores, {} noisy at {}x: {:.3}/s per store, {offered:.0}/s offered in the noisy scenarios",
+                i + 1,
+                m.cells.len(),
+                cell.stores,
+                cell.noisy_stores,
+                cell.noise_factor,
+                cfg.rate_per_store_hz
+            );
+        }
+        cells.push(one_cell(m, *cell, &cfg, offered).await?);
+    }
+    let overloaded = cells.iter().filter(|c| c.overloaded.is_some()).count();
+    let met = cells.iter().filter(|c| c.met()).count();
+    let judged = cells.len() - overloaded;
+    Ok(MatrixReport {
+        seed: m.base.seed,
+        total_rate_hz: m.total_rate_hz,
+        duration_s: m.base.duration_s,
+        rounds: m.base.rounds,
+        overloaded,
+        judged,
+        met,
+        within_targets: met == judged && overloaded <= OVERLOADED_CELLS_MAX,
+        cells,
+        wall_time_s: started.elapsed().as_secs_f64(),
+    })
+}
+
+async fn one_cell(
+    m: &MatrixConfig,
+    cell: Cell,
+    cfg: &FairnessConfig,
+    offered: f64,
+) -> Result<CellResult, BenchError> {
+    let started = Instant::now();
+    let load_before = load_average();
+    let mut result = CellResult {
+        cell,
+        rate_per_store_hz: cfg.rate_per_store_hz,
+        offered_noisy_hz: offered,
+        overloaded: None,
+        report: None,
+        load_before,
+        load_after: f64::NAN,
+        wall_s: 0.0,
+    };
+    if offered > m.offered_max_hz {
+        result.overloaded = Some(format!(
+            "its noisy scenarios offer {offered:.0}/s, above the {:.0}/s this machine was set to carry (--offered-max)",
+            m.offered_max_hz
+        ));
+    } else {
+        match fairness::run(cfg).await {
+            Ok(report) => {
+                result.overloaded = overload_reason(&report);
+                result.report = Some(report);
+            }
+            Err(BenchError::Timeout {
+                what,
+                limit,
+                detail,
+            }) => {
+                result.overloaded =
+                    Some(format!("{what} did not drain within {limit:?} ({detail})"));
+            }
+            Err(e) => return Err(e),
+        }
+    }
+    result.load_after = load_average();
+    result.wall_s = started.elapsed().as_secs_f64();
+    Ok(result)
+}
+
+/// Why a cell's figures measure a queue rather than fairness, if they do:
+/// a fair run accepted less than 90% of its offered rate or kept its workers
+/// more than 85% busy.
+fn overload_reason(r: &FairnessReport) -> Option<String> {
+    r.runs
+        .iter()
+        .filter(|run| run.claim == ClaimMode::Fair)
+        .find(|run| {
+            run.throughput_per_s < KEEPS_UP_SHARE_MIN * run.offered_per_s
+                || run.utilisation_measured > BUSY_MAX
+        })
+        .map(|run| {
+            format!(
+                "fair, {}: accepted {:.0}/s of {:.0}/s offered, workers {:.0}% busy",
+                run.label,
+                run.throughput_per_s,
+                run.offered_per_s,
+                run.utilisation_measured * 100.0
+            )
+        })
+}
+
+impl MatrixReport {
+    /// One row per cell, then the verdict.
+    pub fn table(&self) -> String {
+        let mut out = format!(
+            "{} cells · baseline {:.0}/s in every cell · {} s per run, {} round(s) · ratios within each cell's run\n\n",
+            self.cells.len(),
+            self.total_rate_hz,
+            self.duration_s,
+            self.rounds
+        );
+        out.push_str(
+            "| stores | noisy | noise | offered noisy /s | slots | busy | fair base p95 ms | FIFO base p95 ms | base vs FIFO | steady (fair) | bulk (fair) | bulk (FIFO) | worst trend | actions seq scans/s max | load avg | verdict |\n",
+        );
+        out.push_str(
+            "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---|\n",
+        );
+        for c in &self.cells {
+            out.push_str(&row(c));
+        }
+        out.push_str(&format!(
+            "\njudged {} of {} cells (overloaded {}, at most {OVERLOADED_CELLS_MAX}); every target met in {} of {} judged: {}\n",
+            self.judged,
+            self.cells.len(),
+            self.overloaded,
+            self.met,
+            self.judged,
+            if self.within_targets { "met" } else { "NOT met" }
+        ));
+        for c in self.cells.iter().filter(|c| c.overloaded.is_some()) {
+            out.push_str(&format!(
+                "overloaded {}x{}x{}: {}\n",
+                c.cell.stores,
+                c.cell.noisy_stores,
+                c.cell.noise_factor,
+                c.overloaded.as_deref().unwrap_or("")
+            ));
+        }
+        out
+    }
+}
+
+fn row(c: &CellResult) -> String {
+    let x = |v: f64| format!("{v:.2}x");
+    let (mut figures, mut verdict) = (vec!["-".to_string(); 10], "overloaded".to_string());
+    if let Some(r) = &c.report {
+        let p95 = |s, m| r.run(s, m).map_or(f64::NAN, |x| x.quiet.p95_ms);
+        let ratio = |s, m| r.run(s, m).map_or(f64::NAN, |x| x.quiet_p95_ratio);
+        let busy = r
+            .run(Scenario::Steady, ClaimMode::Fair)
+            .map_or(f64::NAN, |x| x.utilisation_measured * 100.0);
+        let v = &r.verdict;
+        figures = vec![
+            r.settings.calibration.slots.to_string(),
+            format!("{busy:.0}%"),
+            format!("{:.1}", p95(Scenario::Baseline, ClaimMode::Fair)),
+            format!("{:.1}", p95(Scenario::Baseline, ClaimMode::Fifo)),
+            x(v.baseline_vs_fifo),
+            x(ratio(Scenario::Steady, ClaimMode::Fair)),
+            x(ratio(Scenario::Bulk, ClaimMode::Fair)),
+            x(ratio(Scenario::Bulk, ClaimMode::Fifo)),
+            x(v.fair_trend_worst),
+            format!("{:.1}", v.fair_seq_scans_per_s_max),
+        ];
+        if c.overloaded.is_none() {
+            verdict = if v.within_targets { "met" } else { "NOT met" }.to_string();
+        }
+    }
+    format!(
+        "| {} | {} | {}x | {:.0} | {} | {:.2} → {:.2} | {verdict} |\n",
+        c.cell.stores,
+        c.cell.noisy_stores,
+        c.cell.noise_factor,
+        c.offered_noisy_hz,
+        figures.join(" | "),
+        c.load_before,
+        c.load_after
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_full_matrix_has_18_valid_cells_with_the_same_baseline_load() {
+        let m = MatrixConfig::new(1);
+        assert_eq!(m.cells.len(), 18);
+        assert_eq!(m.validate(), Ok(()));
+        for c in &m.cells {
+            let cfg = m.cell_config(*c);
+            let base = cfg.rate_per_store_hz * f64::from(cfg.stores);
+            assert!((base - 250.0).abs() < 1e-9, "{c:?}: {base}");
+        }
+    }
+
+    #[test]
+    fn cells_parse_from_their_short_form() {
+        let c: Cell = "1000x2x20".parse().unwrap();
+        assert_eq!((c.stores, c.noisy_stores, c.noise_factor), (1000, 2, 20));
+        assert!("1000x2".parse::<Cell>().is_err());
+        assert!("ax2x3".parse::<Cell>().is_err());
+    }
+}

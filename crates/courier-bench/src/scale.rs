@@ -1,0 +1,432 @@
+//! `courier bench scale`: does a claim cost the same with a million stores?
+//!
+//! Against a PostgreSQL cluster of its own (`synchronous_commit=off`: the
+//! claim's cost, not the disk's), each row on a fresh database: idle stores
+//! registered by SQL (served a day ago, no work), a backlog spread over the
+//! active stores, then claimers that claim (fair, with the intent written)
+//! and settle what they claimed at once, as a worker whose provider answers
+//! at once would, until the backlog is drained. Each claim's round trip is
+//! timed (the claim statement and, when it has stores to sweep, the sweep).
+//!
+//! Rows: stores registered 100, 10,000, 100,000 and 1,000,000 with 100
+//! active; then 10,000 active stores, each with a backlog, and the same
+//! number of actions. Targets: the drain rate with the most stores
+//! registered is at least 0.9x the rate with the fewest, and with 10,000
+//! active at least 0.9x the rate with 100 active.
+//!
+//! # Invariants
+//! - Every row drains the same number of actions, and a row is measured only
+//!   when every action was settled (or the run fails with a time-out).
+//! - Ratios compare rows of one run.
+
+use crate::stats::{ratio, Percentiles};
+use crate::{bar, run_dir, BenchError};
+use courier_core::Status;
+use courier_store::cluster::{Cluster, StopMode};
+use courier_store::{ClaimMode, PgStore, SettleReq, StoreConfig};
+use serde::Serialize;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// The drain rate at the largest shape must be at least this share of the
+/// rate at the smallest.
+pub const DRAIN_RATIO_MIN: f64 = 0.9;
+
+const DATABASE: &str = "courier_bench_scale";
+const LEASE_TTL_MS: u64 = 600_000;
+const FINAL_OVERDUE_MS: u64 = 600_000;
+
+/// Everything a scale run needs; checked by [`ScaleConfig::validate`].
+#[derive(Debug, Clone)]
+pub struct ScaleConfig {
+    /// Stores registered in each row with `active` stores with work.
+    pub registered: Vec<u32>,
+    pub active: u32,
+    /// Active stores of the last row (each with a backlog); 0 leaves it out.
+    pub many_active: u32,
+    /// Actions drained in every row.
+    pub actions: u32,
+    /// Concurrent claimers, each with its own connection pool.
+    pub claimers: u32,
+    pub claim_batch_max: u32,
+    pub store_in_flight_max: u32,
+    pub seed: u64,
+    /// How long one row may take to drain.
+    pub timeout_s: u64,
+    pub chart: Option<PathBuf>,
+    pub progress: bool,
+}
+
+impl ScaleConfig {
+    pub fn new(seed: u64) -> Self {
+        ScaleConfig {
+            registered: vec![100, 10_000, 100_000, 1_000_000],
+            active: 100,
+            many_active: 10_000,
+            actions: 40_000,
+            claimers: 2,
+            claim_batch_max: 16,
+            store_in_flight_max: 4,
+            seed,
+            timeout_s: 600,
+            chart: None,
+            progress: true,
+        }
+    }
+
+    /// Seconds, a tiny load: checks that everything runs, judges nothing.
+    pub fn smoke(seed: u64) -> Self {
+        ScaleConfig {
+            registered: vec![10, 2_000],
+            active: 10,
+            many_active: 200,
+            actions: 400,
+            timeout_s: 120,
+            ..ScaleConfig::new(seed)
+        }
+    }
+
+    pub fn validate(&self) -> Result<(), String> {
+        if self.registered.is_empty() || self.registered.len() > 8 {
+            return Err("--registered takes 1 to 8 store counts".into());
+        }
+        if !(1..=100_000).contains(&self.active) {
+            return Err("--active must be within 1..=100000".into());
+        }
+        if self
+            .registered
+            .iter()
+            .any(|r| *r < self.active || *r > 2_000_000)
+        {
+            return Err("--registered counts must be within --active..=2000000".into());
+        }
+        if self.many_active > 100_000 {
+            return Err("--many-active must be within 0..=100000".into());
+        }
+        let most = self.active.max(self.many_active);
+        if self.actions < most || self.actions > 1_000_000 {
+            return Err("--actions must be within the active stores' count..=1000000".into());
+        }
+        if !(1..=16).contains(&self.claimers) {
+            return Err("--claimers must be within 1..=16".into());
+        }
+        if !(1..=1000).contains(&self.claim_batch_max) {
+            return Err("--claim-batch-max must be within 1..=1000".into());
+        }
+        if !(1..=10_000).contains(&self.store_in_flight_max) {
+            return Err("--store-in-flight-max must be within 1..=10000".into());
+        }
+        if !(1..=3600).contains(&self.timeout_s) {
+            return Err("--timeout-s must be within 1..=3600".into());
+        }
+        Ok(())
+    }
+
+    fn shapes(&self) -> Vec<(u32, u32)> {
+        let mut v: Vec<(u32, u32)> = self.registered.iter().map(|r| (*r, self.active)).collect();
+        if self.many_active > 0 {
+            v.push((self.many_active, self.many_active));
+        }
+        v
+    }
+}
+
+/// One shape, drained.
+#[derive(Debug, Clone, Serialize)]
+pub struct ScaleRow {
+    pub registered: u32,
+    pub active: u32,
+    pub actions: u64,
+    /// Claims that took at least one action.
+    pub claims: u64,
+    /// Round trip of a claim that took at least one action.
+    pub claim: Percentiles,
+    pub drain_per_s: f64,
+    pub drain_s: f64,
+    /// Seeding the stores and the backlog.
+    pub seed_s: f64,
+    /// One claim before the drain, under `EXPLAIN (ANALYZE, BUFFERS)`:
+    /// shared buffers it touched and its execution time (the database's
+    /// side alone; buffers do not depend on the machine's load).
+    pub claim_buffers: u64,
+    pub claim_exec_ms: f64,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct ScaleReport {
+    pub seed: u64,
+    pub claimers: u32,
+    pub claim_batch_max: u32,
+    pub store_in_flight_max: u32,
+    pub rows: Vec<ScaleRow>,
+    /// Drain rate with the most stores registered over the fewest (same active).
+    pub registered_ratio: f64,
+    /// Drain rate with many active stores over the first row's.
+    pub active_ratio: Option<f64>,
+    pub within_target: bool,
+    pub chart: Option<PathBuf>,
+    pub wall_time_s: f64,
+}
+
+impl ScaleReport {
+    pub fn table(&self) -> String {
+        let mut out = format!(
+            "seed {} · {} claimers · claims of {} (fair, intent written) · {} per store in flight · synchronous_commit off\n\n",
+            self.seed, self.claimers, self.claim_batch_max, self.store_in_flight_max
+        );
+        out.push_str("| stores registered | active | actions | claims | claim p50 ms | claim p99 ms | drained per s | one claim: buffers | one claim: execution ms | seeding s |\n");
+        out.push_str("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
+        for r in &self.rows {
+            out.push_str(&format!(
+                "| {} | {} | {} | {} | {:.2} | {:.2} | {:.0} | {} | {:.2} | {:.1} |\n",
+                r.registered,
+                r.active,
+                r.actions,
+                r.claims,
+                r.claim.p50_ms,
+                r.claim.p99_ms,
+                r.drain_per_s,
+                r.claim_buffers,
+                r.claim_exec_ms,
+                r.seed_s
+            ));
+        }
+        out.push_str(&format!(
+            "\ndrain rate, most stores registered vs fewest: {:.2}x (target >= {DRAIN_RATIO_MIN:.2}x)\n",
+            self.registered_ratio
+        ));
+        if let Some(a) = self.active_ratio {
+            out.push_str(&format!(
+                "drain rate, many active stores vs {} active: {a:.2}x (target >= {DRAIN_RATIO_MIN:.2}x)\n",
+                self.rows.first().map_or(0, |r| r.active)
+            ));
+        }
+        out.push_str(&format!(
+            "within target: {}\n",
+            if self.within_target { "yes" } else { "NO" }
+        ));
+        out
+    }
+}
+
+/// Runs every shape and writes the chart.
+pub async fn run(cfg: &ScaleConfig) -> Result<ScaleReport, BenchError> {
+    cfg.validate().map_err(BenchError::Settings)?;
+    let started = Instant::now();
+    let dir = run_dir("courier-bench-scale-")?;
+    let cluster = Cluster::new(dir.path().join("pg")).setting("synchronous_commit", "off");
+    let c = cluster.clone();
+    let url = tokio::task::spawn_blocking(move || c.start()).await??;
+    let result = async {
+        let mut rows = Vec::new();
+        for (registered, active) in cfg.shapes() {
+            rows.push(shape(cfg, &url, registered, active).await?);
+        }
+        Ok::<_, BenchError>(rows)
+    }
+    .await;
+    let c = cluster.clone();
+    let stopped = tokio::task::spawn_blocking(move || c.stop(StopMode::Fast)).await?;
+    let rows = result?;
+    stopped?;
+    let n = cfg.registered.len();
+    let first = rows.first().map_or(f64::NAN, |r| r.drain_per_s);
+    let registered_ratio = ratio(rows[n - 1].drain_per_s, first);
+    let active_ratio = (cfg.many_active > 0).then(|| ratio(rows[n].drain_per_s, first));
+    let within_target =
+        registered_ratio >= DRAIN_RATIO_MIN && active_ratio.is_none_or(|a| a >= DRAIN_RATIO_MIN);
+    let mut report = ScaleReport {
+        seed: cfg.seed,
+        claimers: cfg.claimers,
+        claim_batch_max: cfg.claim_batch_max,
+        store_in_flight_max: cfg.store_in_flight_max,
+        rows,
+        registered_ratio,
+        active_ratio,
+        within_target,
+        chart: None,
+        wall_time_s: 0.0,
+    };
+    if let Some(path) = &cfg.chart {
+        crate::chart::scale_svg(&report, path)?;
+        report.chart = Some(path.clone());
+    }
+    report.wall_time_s = started.elapsed().as_secs_f64();
+    Ok(report)
+}
+
+fn active_names(n: u32) -> Vec<String> {
+    (0..n).map(|i| format!("active-{i:06}")).collect()
+}
+
+/// Seeds one shape on a fresh database and drains it.
+async fn shape(
+    cfg: &ScaleConfig,
+    server_url: &str,
+    registered: u32,
+    active: u32,
+) -> Result<ScaleRow, BenchError> {
+    let seeding = Instant::now();
+    let url = courier_store::database_recreate(server_url, DATABASE).await?;
+    let mut sc = StoreConfig::new(&url);
+    sc.pool_size_max = 2;
+    let store = PgStore::connect(&sc).await?;
+    store.stores_seed_idle("idle", registered - active).await?;
+    store
+        .actions_enqueue_bulk(&active_names(active), cfg.actions)
+        .await?;
+    store.tables_analyze().await?;
+    let seed_s = seeding.elapsed().as_secs_f64();
+    let batch = i64::from(cfg.claim_batch_max);
+    let cap = i32::try_from(cfg.store_in_flight_max).unwrap_or(i32::MAX);
+    let (claim_buffers, claim_exec_ms) = store.claim_explained(batch, cap).await?;
+
+    let b = bar(
+        cfg.progress,
+        u64::from(cfg.actions),
+        "{prefix} [{bar:30}] {pos}/{len} settled",
+    );
+    b.set_prefix(format!("{registered} registered, {active} active"));
+    let total = u64::from(cfg.actions);
+    let settled = Arc::new(AtomicU64::new(0));
+    let started = Instant::now();
+    let mut tasks = tokio::task::JoinSet::new();
+    for i in 0..cfg.claimers {
+        let mut wc = StoreConfig::new(&url);
+        wc.migrate = false;
+        wc.pool_size_max = 2;
+        let s = PgStore::connect(&wc).await?;
+        let owner: Arc<str> = Arc::from(format!("scale-{i}"));
+        let (cfg, settled) = (cfg.clone(), settled.clone());
+        tasks.spawn(async move { claimer(&s, &owner, &cfg, total, &settled).await });
+    }
+    let limit = Duration::from_secs(cfg.timeout_s);
+    let mut rtts = Vec::new();
+    let drained = tokio::time::timeout(limit, async {
+        let mut tick = tokio::time::interval(Duration::from_millis(250));
+        loop {
+            tokio::select! {
+                done = tasks.join_next() => match done {
+                    Some(r) => rtts.extend(r??),
+                    None => break Ok::<_, BenchError>(()),
+                },
+                _ = tick.tick() => b.set_position(settled.load(Ordering::Relaxed)),
+            }
+        }
+    })
+    .await;
+    let drain_s = started.elapsed().as_secs_f64();
+    b.finish();
+    match drained {
+        Ok(r) => r?,
+        Err(_) => {
+            return Err(BenchError::Timeout {
+                what: format!("draining {registered} registered, {active} active"),
+                limit,
+                detail: format!("{} of {total} settled", settled.load(Ordering::Relaxed)),
+            })
+        }
+    }
+    let claims = rtts.len() as u64;
+    let claim = Percentiles::from_us(rtts)
+        .ok_or_else(|| BenchError::Task("no claim took an action".into()))?;
+    Ok(ScaleRow {
+        registered,
+        active,
+        actions: total,
+        claims,
+        claim,
+        drain_per_s: total as f64 / drain_s.max(1e-9),
+        drain_s,
+        seed_s,
+        claim_buffers,
+        claim_exec_ms,
+    })
+}
+
+/// Claims and settles until `total` actions are settled by all claimers;
+/// returns the round trips (us) of the claims that took something.
+async fn claimer(
+    store: &PgStore,
+    owner: &Arc<str>,
+    cfg: &ScaleConfig,
+    total: u64,
+    settled: &AtomicU64,
+) -> Result<Vec<u64>, BenchError> {
+    let mut rtts = Vec::new();
+    while settled.load(Ordering::Relaxed) < total {
+        let t = Instant::now();
+        let got = store
+            .action_claim_to_send(
+                owner,
+                cfg.claim_batch_max,
+                LEASE_TTL_MS,
+                cfg.store_in_flight_max,
+                ClaimMode::Fair,
+            )
+            .await?;
+        if got.is_empty() {
+            tokio::time::sleep(Duration::from_millis(1)).await;
+            continue;
+        }
+        rtts.push(t.elapsed().as_micros() as u64);
+        let reqs: Vec<SettleReq> = got
+            .iter()
+            .map(|c| SettleReq {
+                lease: c.lease.clone(),
+                report: Status::Accepted,
+                message_id: Some(format!("m-{}", c.lease.action_id)),
+                from_lookup: false,
+            })
+            .collect();
+        let n = store.actions_settle(&reqs, FINAL_OVERDUE_MS).await?.len();
+        settled.fetch_add(n as u64, Ordering::Relaxed);
+    }
+    Ok(rtts)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn defaults_and_smoke_settings_are_valid() {
+        assert_eq!(ScaleConfig::new(1).validate(), Ok(()));
+        assert_eq!(ScaleConfig::smoke(1).validate(), Ok(()));
+        assert_eq!(ScaleConfig::new(1).shapes().len(), 5);
+    }
+
+    #[test]
+    fn bad_settings_name_their_flag() {
+        let base = ScaleConfig::new(1);
+        let cases = [
+            (
+                ScaleConfig {
+                    registered: vec![10],
+                    ..base.clone()
+                },
+                "--registered",
+            ),
+            (
+                ScaleConfig {
+                    actions: 10,
+                    ..base.clone()
+                },
+                "--actions",
+            ),
+            (
+                ScaleConfig {
+                    claimers: 0,
+                    ..base.clone()
+                },
+                "--claimers",
+            ),
+        ];
+        for (cfg, flag) in cases {
+            let err = cfg.validate().expect_err(flag);
+            assert!(err.contains(flag), "{err:?} does not name {flag}");
+        }
+    }
+}
