@@ -14,6 +14,12 @@
 //!   claim-to-settle path alone (an in-process provider stub), and the
 //!   ceiling of this PostgreSQL on this machine (pgbench), side by side.
 //!
+//! - [`history`]: does cost grow with history? The hot paths on an empty
+//!   database and on one with millions of finished actions, and the time of
+//!   `courier status` and of the dashboard's sample.
+//! - [`soak`]: a long run at a steady share of capacity with pruning on:
+//!   table sizes, claim p99 and worker memory, first third against last.
+//!
 //! The pure parts (arrival schedules, percentiles, calibration) are in
 //! [`schedule`] and [`stats`]; everything else drives real servers:
 //! [`pgbench`] runs PostgreSQL's own benchmark tool, [`stub`] is the
@@ -30,11 +36,15 @@
 
 pub mod chart;
 pub mod fairness;
+pub mod history;
+pub mod live_migration;
 pub mod matrix;
 pub mod memory;
 pub mod pgbench;
 pub mod scale;
 pub mod schedule;
+pub mod soak;
+pub mod soak_chart;
 pub mod stats;
 pub mod stub;
 pub mod throughput;

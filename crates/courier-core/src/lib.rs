@@ -19,11 +19,13 @@ pub mod key;
 pub mod lease;
 pub mod limits;
 pub mod phone;
+pub mod retention;
 pub mod state;
 pub mod status;
 pub mod step;
 
 pub use key::{action_key, validate_key, KeyError};
 pub use limits::{Limits, LimitsError};
+pub use retention::{Retention, RetentionError};
 pub use state::ActionState;
 pub use status::{merge, Merge, Status};

@@ -5,6 +5,7 @@
 //! - [`broken`]: the deliberately broken resend modes (a provider wrapper),
 //!   for the chaos run's negative controls.
 //! - `failpoint` (feature `failpoints`, tests only): the worker's named crash points.
+//! - [`pruner`]: retention and the fold of the maintained counts, in every worker.
 //! - [`server`]: the enqueue API and the provider's status webhooks.
 //! - [`metrics`], [`dashboard`], [`openapi`]: operating courier: Prometheus
 //!   metrics, the live dashboard, the API's OpenAPI description.
@@ -16,6 +17,7 @@ pub mod failpoint;
 pub mod group_commit;
 pub mod metrics;
 pub mod openapi;
+pub mod pruner;
 pub mod server;
 pub mod worker;
 

@@ -40,7 +40,9 @@ pub const NOT_PROVOKED: &[(&str, &str, u16)] = &[
         description = "Exactly-once text messages over an unreliable provider: enqueue an \
                        action, read it back, and receive the provider's signed status webhooks. \
                        Errors are `{\"error\": code, \"message\": text}` with a 4xx status, and \
-                       change nothing."
+                       change nothing. An enqueue's `(store, key)` is remembered while its action \
+                       is unfinished and for 24 hours after it finished (the default action \
+                       retention); a repeat after that window is a new action."
     ),
     paths(
         crate::server::enqueue,

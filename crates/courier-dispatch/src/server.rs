@@ -160,7 +160,10 @@ pub struct EnqueueRequest {
     )]
     pub body: String,
     /// The client's idempotency key within the store: the same `(store, key)`
-    /// with the same content is the same action.
+    /// with the same content is the same action for as long as the action
+    /// is kept, which is while it is unfinished and for the action retention
+    /// after it finished (24 hours by default: the workers'
+    /// `--action-retention-s`). A repeat after that is a new action.
     #[serde(default)]
     #[schema(pattern = r"^[\x20-\x7e]{1,255}$", example = "order-42")]
     pub key: Option<String>,
@@ -345,7 +348,9 @@ pub struct WebhookAnswerDoc {
     request_body(content = EnqueueRequest, content_type = "application/json"),
     responses(
         (status = 201, description = "Enqueued.", body = ActionDoc),
-        (status = 200, description = "The same `(store, key)` and content was enqueued before: that action.",
+        (status = 200, description = "The same `(store, key)` and content was enqueued before, and that \
+         action is still kept (unfinished, or finished within the action retention, 24 hours by default): \
+         that action. After the retention the same `(store, key)` is a new action (201).",
          body = ActionDoc,
          headers(("idempotent-replayed" = String, description = "`true`"))),
         (status = 400, description = "Malformed JSON, an unknown field, or a field out of its limits.", body = ErrorDoc),

@@ -21,13 +21,6 @@ pub(crate) fn state_col(row: &Row, idx: &str) -> Result<ActionState, StoreError>
     ActionState::from_str(s).map_err(|e| StoreError::Query(e.to_string()))
 }
 
-/// `(state, count)` rows, as the counts by state read them.
-pub(crate) fn state_counts(rows: &[Row]) -> Result<Vec<(ActionState, i64)>, StoreError> {
-    rows.iter()
-        .map(|r| Ok((state_col(r, "state")?, r.get("n"))))
-        .collect()
-}
-
 /// The count of the state named `s` in counts by state (0 if absent).
 pub(crate) fn state_count(by_state: &[(ActionState, i64)], s: &str) -> i64 {
     by_state

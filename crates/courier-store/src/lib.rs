@@ -4,14 +4,15 @@
 //! settles, merges, events, the reports) lives in a file under `sql/`, one
 //! per statement and named entity-then-verb, loaded with `include_str!`; the
 //! read-only operator views (`views`) and the benchmarks' helpers
-//! ([`bench_views`]) keep their SQL beside their code (a claim is composed of three
+//! ([`bench_views`], [`history_views`]) keep their SQL beside their code (a claim is composed of three
 //! files: its head, its own middle and the shared tail; the outbox status
 //! write and the event insert are fragments shared by every statement that
 //! does them). Each write has one form: settles and merges exist only as
 //! batches, and a single settle or merge is a batch of one.
 //!
 //! - [`cluster`]: the managed local PostgreSQL cluster.
-//! - [`migrate`]: versioned SQL migrations (`migrations/*.sql`), applied on start.
+//! - [`migrate`]: versioned SQL migrations (`migrations/*.sql`), some outside a
+//!   transaction (`CREATE INDEX CONCURRENTLY`); who applies them is said there.
 //! - [`PgStore`] (`pool`): the connection pool and the [`Clock`] the lease
 //!   statements take their time from.
 //! - `action`: enqueue and read actions. `lease`: claims, heartbeats and the
@@ -19,7 +20,8 @@
 //!   `settle`: the owner's settles and fails. `merge`: reports that carry no
 //!   lease (webhooks, reconciling lookups). `event`: notable moments.
 //!   `report`: counts for the CLI and the verifier. `views`: read-only views
-//!   for operators.
+//!   for operators. `prune`: retention (bounded batches under an advisory
+//!   lock) and the fold of the maintained counts (migration 6).
 //!
 //! # Invariants
 //! - Every write after a claim checks `(owner, epoch)`; zero rows is
@@ -71,26 +73,31 @@ macro_rules! sql {
 mod action;
 pub mod bench_views;
 mod clock;
+mod counts;
 pub mod cluster;
 mod decode;
 mod error;
 mod event;
+pub mod history_views;
 mod lease;
 mod merge;
 pub mod migrate;
 mod outbox;
 mod pool;
+mod prune;
 mod report;
 mod settle;
 mod views;
 
 pub use action::*;
 pub use clock::Clock;
+pub use counts::Counts;
 pub use error::StoreError;
 pub use lease::*;
 pub use merge::*;
 pub use outbox::*;
 pub use pool::*;
+pub use prune::*;
 pub use report::*;
 pub use settle::*;
 pub use views::*;

@@ -25,7 +25,9 @@ pub struct StoreConfig {
     pub pool_size_max: usize,
     /// How long to wait for a connection from the pool.
     pub connect_timeout: Duration,
-    /// Apply pending migrations on connect (off for read-only tools).
+    /// Apply pending migrations on connect: on for the throwaway databases
+    /// of the demo, chaos, benchmarks and tests; off for long-lived
+    /// processes, which call [`PgStore::schema_check`] instead.
     pub migrate: bool,
 }
 
@@ -41,7 +43,7 @@ impl StoreConfig {
 }
 
 impl PgStore {
-    /// Connects and applies migrations.
+    /// Connects, and applies migrations when `cfg.migrate` says so.
     pub async fn connect(cfg: &StoreConfig) -> Result<PgStore, StoreError> {
         let mut pg: tokio_postgres::Config = cfg
             .url
@@ -73,6 +75,21 @@ impl PgStore {
             crate::migrate::run(&mut client).await?;
         }
         Ok(store)
+    }
+
+    /// Refuses a schema this binary cannot work with (missing migrations,
+    /// or ones it does not know): what long-lived processes call instead of
+    /// migrating ([`crate::migrate`] says who migrates).
+    pub async fn schema_check(&self) -> Result<(), StoreError> {
+        let client = self.pool.get().await?;
+        crate::migrate::check(&client).await
+    }
+
+    /// Applies the migrations this database lacks (`courier db migrate`);
+    /// returns how many.
+    pub async fn migrate(&self) -> Result<usize, StoreError> {
+        let mut client = self.pool.get().await?;
+        crate::migrate::run(&mut client).await
     }
 
     /// A pooled connection, for callers that enqueue inside their own transaction.

@@ -1,7 +1,8 @@
 //! Counts for `courier status`, the demo and the chaos report, and what the
 //! verifier needs to know of each action.
 
-use crate::decode::{opt_status_col, state_col, state_count, state_counts};
+use crate::counts::counts_read;
+use crate::decode::{opt_status_col, state_col, state_count};
 use crate::error::StoreError;
 use crate::pool::PgStore;
 use courier_core::{ActionState, Status};
@@ -83,13 +84,18 @@ impl PgStore {
             .collect()
     }
 
-    /// Counts by state and status, events by kind, per-store backlog and the
-    /// oldest open intent.
+    /// Counts by state and status, events by kind (the maintained counts:
+    /// no scan of the history), per-store backlog and the oldest open intent.
     pub async fn summary(&self, intent_alert_s: u64) -> Result<Summary, StoreError> {
         let client = self.pool.get().await?;
-        let by_state = state_counts(&client.query(sql!("report/by_state"), &[]).await?)?;
-        let by_status = pairs(&client.query(sql!("report/by_status"), &[]).await?);
-        let events = pairs(&client.query(sql!("report/by_event_kind"), &[]).await?);
+        let counts = counts_read(&**client).await?;
+        let by_state = counts.by_state()?;
+        let by_status = counts
+            .under("outbox.")
+            .into_iter()
+            .filter(|(k, _)| k != "attempts" && k != "lookups")
+            .collect();
+        let events = counts.under("events.");
         let stores = client
             .query(sql!("report/store_backlog"), &[])
             .await?
@@ -104,7 +110,6 @@ impl PgStore {
         let open = client
             .query_one(sql!("report/open_intents"), &[&alert])
             .await?;
-        let totals = client.query_one(sql!("report/totals"), &[]).await?;
         Ok(Summary {
             by_state,
             by_status,
@@ -112,8 +117,8 @@ impl PgStore {
             stores,
             oldest_open_intent_s: open.get(0),
             intents_older_than_alert: open.get(1),
-            attempts_total: totals.get(0),
-            lookups_total: totals.get(1),
+            attempts_total: counts.get("outbox.attempts"),
+            lookups_total: counts.get("outbox.lookups"),
         })
     }
 }

@@ -13,13 +13,16 @@
 //!
 //! # Invariants
 //! - Every list has a row limit chosen by the caller and checked here
-//!   ([`VIEW_ROWS_MAX`]); counts are exact.
+//!   ([`VIEW_ROWS_MAX`]); counts are exact, and the ones that grow with
+//!   history (actions by state, events by kind, stores) are the maintained
+//!   counts (`counts`, migration 6), so a snapshot does not scan history.
 //! - A latency is read once: [`PgStore::accepted_latencies`] walks a cursor
 //!   over `(accepted_at, action_id)` and only reads rows settled more than
 //!   [`ACCEPTED_SETTLE_LAG_MS`] ago, so a transaction that committed late
 //!   (its `now()` is its start) is not skipped.
 
-use crate::decode::{state_col, state_count, state_counts};
+use crate::counts::counts_read;
+use crate::decode::{state_col, state_count};
 use crate::error::StoreError;
 use crate::pool::PgStore;
 use chrono::{DateTime, Utc};
@@ -189,12 +192,15 @@ impl PgStore {
             .await?
             .get(0);
 
-        let by_state = snapshot_by_state(&tx).await?;
-        let (stores, stores_total) = snapshot_stores(&tx, q).await?;
+        let counts = counts_read(&*tx).await?;
+        let by_state = counts.by_state_all()?;
+        let stores = snapshot_stores(&tx, q).await?;
+        let stores_total = counts.get("stores");
         let owners = snapshot_owners(&tx, q).await?;
         let (oldest_intents, open_intents, intents_older_than_alert) =
             snapshot_intents(&tx, q).await?;
-        let (events, event_counts) = snapshot_events(&tx, q).await?;
+        let events = snapshot_events(&tx, q).await?;
+        let event_counts = counts.under("events.");
         tx.commit().await?;
         Ok(OpsSnapshot {
             db_now_ms,
@@ -290,30 +296,9 @@ impl PgStore {
 
 type ReadTx<'a> = deadpool_postgres::Transaction<'a>;
 
-/// Actions by state, every state present, in life order.
-async fn snapshot_by_state(tx: &ReadTx<'_>) -> Result<Vec<(ActionState, i64)>, StoreError> {
-    let counted = state_counts(
-        &tx.query(
-            "SELECT state, count(*) AS n FROM actions GROUP BY state",
-            &[],
-        )
-        .await?,
-    )?;
-    Ok(ActionState::ALL
-        .iter()
-        .map(|s| {
-            let n = counted.iter().find(|(k, _)| k == s).map_or(0, |(_, v)| *v);
-            (*s, n)
-        })
-        .collect())
-}
-
-/// The busiest stores, and how many stores there are.
-async fn snapshot_stores(
-    tx: &ReadTx<'_>,
-    q: &SnapshotQuery,
-) -> Result<(Vec<StoreLoad>, i64), StoreError> {
-    let stores = tx
+/// The busiest stores.
+async fn snapshot_stores(tx: &ReadTx<'_>, q: &SnapshotQuery) -> Result<Vec<StoreLoad>, StoreError> {
+    Ok(tx
         .query(
             "SELECT s.store, s.in_flight, coalesce(p.pending, 0) AS pending,
                     extract(epoch FROM now() - p.oldest)::float8 AS oldest_pending_s
@@ -333,12 +318,7 @@ async fn snapshot_stores(
             pending: r.get("pending"),
             oldest_pending_s: r.get("oldest_pending_s"),
         })
-        .collect();
-    let stores_total: i64 = tx
-        .query_one("SELECT count(*) FROM stores", &[])
-        .await?
-        .get(0);
-    Ok((stores, stores_total))
+        .collect())
 }
 
 /// The owners holding most leases.
@@ -418,17 +398,18 @@ async fn snapshot_intents(
     Ok((oldest_intents, open_intents, intents_older_than_alert))
 }
 
-/// The newest events of the kinds asked for, and every kind's count.
-async fn snapshot_events(
-    tx: &ReadTx<'_>,
-    q: &SnapshotQuery,
-) -> Result<(Vec<EventRow>, Vec<(String, i64)>), StoreError> {
-    let events = tx
+/// The newest events of the kinds asked for: for each kind its newest
+/// rows from the index `events_kind_id` (migration 7), then the newest of
+/// those, so the cost is kinds x rows, not the events kept.
+async fn snapshot_events(tx: &ReadTx<'_>, q: &SnapshotQuery) -> Result<Vec<EventRow>, StoreError> {
+    Ok(tx
         .query(
-            "SELECT id, to_char(at AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS.MS\"Z\"') AS at,
-                    kind, action_id, detail
-             FROM events WHERE kind = ANY($1)
-             ORDER BY id DESC
+            "SELECT e.id, to_char(e.at AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS.MS\"Z\"') AS at,
+                    e.kind, e.action_id, e.detail
+             FROM (SELECT DISTINCT unnest($1::text[]) AS kind) k
+             CROSS JOIN LATERAL (SELECT * FROM events WHERE kind = k.kind
+                                 ORDER BY id DESC LIMIT $2) e
+             ORDER BY e.id DESC
              LIMIT $2",
             &[&q.event_kinds, &i64::from(q.events_max)],
         )
@@ -441,15 +422,5 @@ async fn snapshot_events(
             action_id: r.get("action_id"),
             detail: r.get("detail"),
         })
-        .collect();
-    let event_counts = tx
-        .query(
-            "SELECT kind, count(*) FROM events GROUP BY kind ORDER BY kind",
-            &[],
-        )
-        .await?
-        .iter()
-        .map(|r| (r.get(0), r.get(1)))
-        .collect();
-    Ok((events, event_counts))
+        .collect())
 }

@@ -32,6 +32,14 @@ enum Which {
     /// How fast is it? End to end, claim to settle alone, and this
     /// PostgreSQL's own ceiling (pgbench), with synchronous commit on and off.
     Throughput(ThroughputArgs),
+    /// Does cost grow with history? The hot paths, `courier status` and the
+    /// dashboard's sample on an empty database and on 10,000,000 finished actions.
+    History(super::bench_life::HistoryArgs),
+    /// A long run at ~65% of capacity with pruning on: sizes, claim p99 and
+    /// worker memory, the last third against the first.
+    Soak(super::bench_life::SoakArgs),
+    /// The next migration applied while workers run on a large database.
+    LiveMigration(super::bench_life::LiveMigrationArgs),
 }
 
 #[derive(clap::Args)]
@@ -214,6 +222,9 @@ pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
         Which::Fairness(a) => run_fairness(a).await,
         Which::Scale(a) => run_scale(a).await,
         Which::Throughput(a) => run_throughput(a).await,
+        Which::History(a) => super::bench_life::run_history(a).await,
+        Which::Soak(a) => super::bench_life::run_soak(a).await,
+        Which::LiveMigration(a) => super::bench_life::run_live_migration(a).await,
     }
 }
 

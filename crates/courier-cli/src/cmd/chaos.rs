@@ -241,7 +241,16 @@ pub async fn run(a: Args) -> anyhow::Result<ExitCode> {
         "--concurrency",
         a.concurrency,
         "--final-overdue-ms",
-        5_000
+        5_000,
+        // Pruning on, with webhook event ids kept 45 s (the fake retries
+        // for under 35 s), so ids are pruned while faults land; actions and
+        // events outlast the run: the judge reads them at the end.
+        "--webhook-retry-horizon-s",
+        40,
+        "--webhook-event-retention-s",
+        45,
+        "--prune-interval-ms",
+        500
     ]
     .to_vec();
     if let Some(mode) = a.unsafe_resend {

@@ -2,7 +2,7 @@
 //! and the provider client.
 
 use anyhow::Context;
-use courier_core::Limits;
+use courier_core::{Limits, Retention};
 use courier_provider::{ClientConfig, ProviderClient};
 use courier_store::cluster::Cluster;
 use courier_store::{PgStore, StoreConfig};
@@ -93,10 +93,23 @@ impl DbArgs {
         })
     }
 
+    /// A store for a long-lived process (`serve`, `worker`, `status`): it
+    /// does not migrate, and refuses a schema it cannot work with (missing
+    /// migrations: run `courier db migrate`; unknown ones: a newer courier
+    /// migrated it). Only `courier db migrate | start` and the throwaway
+    /// databases of the demo, chaos and benchmarks migrate.
     pub async fn connect(&self, pool_size_max: usize) -> anyhow::Result<PgStore> {
+        let store = self.connect_unchecked(pool_size_max).await?;
+        store.schema_check().await?;
+        Ok(store)
+    }
+
+    /// A store that neither migrates nor checks the schema.
+    pub async fn connect_unchecked(&self, pool_size_max: usize) -> anyhow::Result<PgStore> {
         let url = self.url().await?;
         let mut cfg = StoreConfig::new(&url);
         cfg.pool_size_max = pool_size_max;
+        cfg.migrate = false;
         PgStore::connect(&cfg)
             .await
             .with_context(|| format!("connecting to {}", redact(&url)))
@@ -162,6 +175,48 @@ impl LimitArgs {
         };
         l.validate()?;
         Ok(l)
+    }
+}
+
+/// The retention windows (`courier_core::Retention`; docs/operations.md
+/// says why the defaults).
+#[derive(clap::Args, Clone, Debug)]
+pub struct RetentionArgs {
+    /// Finished actions and their intents are removed this long after they
+    /// finished. It is also the enqueue-repeat window: the same (store, key)
+    /// is the same action while it exists, a new one after.
+    #[arg(long, default_value_t = Retention::default().action_retention_s)]
+    pub action_retention_s: u64,
+    /// How long after an event's first POST the provider may still retry it.
+    #[arg(long, default_value_t = Retention::default().webhook_retry_horizon_s)]
+    pub webhook_retry_horizon_s: u64,
+    /// Webhook event ids are removed this long after they arrived (above the horizon).
+    #[arg(long, default_value_t = Retention::default().webhook_event_retention_s)]
+    pub webhook_event_retention_s: u64,
+    /// Rows of `events` are removed this long after they were recorded.
+    #[arg(long, default_value_t = Retention::default().event_retention_s)]
+    pub event_retention_s: u64,
+    /// Rows one prune statement removes at most.
+    #[arg(long, default_value_t = Retention::default().prune_batch_rows_max)]
+    pub prune_batch_rows_max: u32,
+    /// The pruner's pause when a round left nothing more to remove.
+    #[arg(long, default_value_t = Retention::default().prune_interval_ms)]
+    pub prune_interval_ms: u64,
+}
+
+impl RetentionArgs {
+    /// The retention, checked against the limits it must outlast.
+    pub fn retention(&self, limits: &Limits) -> anyhow::Result<Retention> {
+        let r = Retention {
+            action_retention_s: self.action_retention_s,
+            webhook_retry_horizon_s: self.webhook_retry_horizon_s,
+            webhook_event_retention_s: self.webhook_event_retention_s,
+            event_retention_s: self.event_retention_s,
+            prune_batch_rows_max: self.prune_batch_rows_max,
+            prune_interval_ms: self.prune_interval_ms,
+        };
+        r.validate(limits)?;
+        Ok(r)
     }
 }
 

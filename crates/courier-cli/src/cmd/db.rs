@@ -1,6 +1,9 @@
-//! `courier db start | stop | status | url`: the managed local PostgreSQL.
+//! `courier db start | stop | status | url`: the managed local PostgreSQL;
+//! `courier db migrate | prune` on it or on any server (`--database-url`).
 
-use super::common::PgDirArg;
+use super::common::{DbArgs, PgDirArg, RetentionArgs};
+use courier_core::Limits;
+use courier_store::PruneWindows;
 use anyhow::Context;
 use courier_store::cluster::{Cluster, StopMode};
 use std::process::ExitCode;
@@ -27,9 +30,37 @@ enum Action {
     Status,
     /// Print its connection URL (starting it if needed).
     Url,
+    /// Apply the migrations the database lacks: the one way a live
+    /// database is migrated (workers and servers only check the schema).
+    Migrate {
+        /// Use this PostgreSQL server instead of the managed cluster.
+        #[arg(long, env = "DATABASE_URL")]
+        database_url: Option<String>,
+    },
+    /// Remove what the retention windows allow, in batches, until nothing
+    /// is left to remove, then fold the maintained counts (workers do this
+    /// by themselves).
+    Prune {
+        #[arg(long, env = "DATABASE_URL")]
+        database_url: Option<String>,
+        /// The provider's key retention: no intent is removed within it.
+        #[arg(long, default_value_t = Limits::default().key_retention_s)]
+        key_retention_s: u64,
+        #[command(flatten)]
+        retention: RetentionArgs,
+    },
 }
 
 pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
+    match args.action {
+        Action::Migrate { database_url } => return migrate(db_args(database_url, &args.pg)).await,
+        Action::Prune {
+            database_url,
+            key_retention_s,
+            retention,
+        } => return prune(db_args(database_url, &args.pg), key_retention_s, &retention).await,
+        _ => {}
+    }
     let pg_dir = args.pg.dir()?;
     let cluster = Cluster::new(&pg_dir);
     let dir = pg_dir.display().to_string();
@@ -58,6 +89,7 @@ pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
             tokio::task::spawn_blocking(move || cluster.stop(mode)).await??;
             println!("PostgreSQL under {dir} stopped");
         }
+        Action::Migrate { .. } | Action::Prune { .. } => unreachable!("handled above"),
         Action::Status => {
             let port = tokio::task::spawn_blocking(move || cluster.running_port()).await??;
             match port {
@@ -69,6 +101,61 @@ pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
             }
         }
     }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn db_args(database_url: Option<String>, pg: &PgDirArg) -> DbArgs {
+    DbArgs {
+        database_url,
+        pg: pg.clone(),
+    }
+}
+
+async fn migrate(db: DbArgs) -> anyhow::Result<ExitCode> {
+    let store = db.connect_unchecked(1).await?;
+    let before = std::time::Instant::now();
+    let n = store.migrate().await.context("applying migrations")?;
+    println!(
+        "applied {n} migration(s) in {:.1} s; schema at version {}",
+        before.elapsed().as_secs_f64(),
+        courier_store::migrate::version_known()
+    );
+    Ok(ExitCode::SUCCESS)
+}
+
+async fn prune(db: DbArgs, key_retention_s: u64, r: &RetentionArgs) -> anyhow::Result<ExitCode> {
+    let limits = Limits {
+        key_retention_s,
+        ..Limits::default()
+    };
+    let retention = r.retention(&limits)?;
+    let store = db.connect(2).await?;
+    let windows = PruneWindows::new(&retention, &limits);
+    let before = std::time::Instant::now();
+    let mut total = courier_store::Pruned::default();
+    loop {
+        match store.prune_batch(&windows).await? {
+            Some(p) => {
+                total.add(p);
+                if !p.full(&windows) {
+                    break;
+                }
+            }
+            None => {
+                println!("another process is pruning now (its advisory lock is held); try again later");
+                return Ok(ExitCode::from(1));
+            }
+        }
+    }
+    let folded = store.counts_fold().await?.unwrap_or(0);
+    println!(
+        "removed {} actions, {} intents, {} webhook event ids, {} events in {:.1} s; folded {folded} count deltas",
+        total.actions,
+        total.outbox,
+        total.webhook_events,
+        total.events,
+        before.elapsed().as_secs_f64()
+    );
     Ok(ExitCode::SUCCESS)
 }
 

@@ -1,6 +1,7 @@
 //! One module per subcommand: each has `Args` (clap) and `run(args)`.
 
 pub mod bench;
+pub mod bench_life;
 pub mod chaos;
 pub mod common;
 pub mod db;

@@ -1,9 +1,10 @@
 //! `courier worker`: one worker process (run as many as you like).
 
-use super::common::{shutdown_on_signal, DbArgs, LimitArgs, ProviderArgs};
+use super::common::{shutdown_on_signal, DbArgs, LimitArgs, ProviderArgs, RetentionArgs};
+use courier_dispatch::pruner::PrunerConfig;
 use courier_dispatch::broken::{UnsafeProvider, UnsafeResend};
 use courier_dispatch::worker::{Provider, Worker, WorkerConfig};
-use courier_store::{ClaimMode, PgStore};
+use courier_store::{ClaimMode, PgStore, PruneWindows};
 use std::process::ExitCode;
 use std::sync::atomic::Ordering;
 use tokio_util::sync::CancellationToken;
@@ -16,6 +17,11 @@ pub struct Args {
     limits: LimitArgs,
     #[command(flatten)]
     provider: ProviderArgs,
+    #[command(flatten)]
+    retention: RetentionArgs,
+    /// Do not prune in this process (the maintained counts are still folded).
+    #[arg(long)]
+    no_prune: bool,
     /// fair: least recently served store first; fifo: oldest action first.
     #[arg(long, default_value = "fair")]
     claim: ClaimMode,
@@ -42,6 +48,7 @@ pub struct Args {
 
 pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
     let limits = args.limits.limits()?;
+    let retention = args.retention.retention(&limits)?;
     let client = args.provider.client(limits.request_timeout_ms)?;
     let store = connect(&args).await?;
     let owner = courier_dispatch::owner_name();
@@ -55,6 +62,15 @@ pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
         let addr = courier_dispatch::metrics::serve_standalone(listen, shutdown.clone()).await?;
         eprintln!("courier worker metrics on http://{addr}/metrics");
     }
+    let pruner = PrunerConfig {
+        windows: (!args.no_prune).then(|| PruneWindows::new(&retention, &limits)),
+        interval_ms: retention.prune_interval_ms,
+    };
+    tokio::spawn(courier_dispatch::pruner::run(
+        store.clone(),
+        pruner,
+        shutdown.clone(),
+    ));
     let cfg = WorkerConfig {
         limits,
         claim_mode: args.claim,
@@ -75,13 +91,19 @@ pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
 }
 
 /// The database may be restarting while this worker starts (a replacement
-/// started during a crash-restart): keep trying for a while.
+/// started during a crash-restart): keep trying for a while. A schema this
+/// binary cannot work with is refused at once.
 async fn connect(args: &Args) -> anyhow::Result<PgStore> {
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
     let mut wait_ms = 100;
     loop {
-        match args.db.connect(8).await {
+        let connected = match args.db.connect_unchecked(8).await {
+            Ok(s) => s.schema_check().await.map(|()| s).map_err(anyhow::Error::from),
+            Err(e) => Err(e),
+        };
+        match connected {
             Ok(s) => return Ok(s),
+            Err(e) if is_schema_refusal(&e) => return Err(e),
             Err(e) if std::time::Instant::now() < deadline => {
                 tracing::warn!(error = %format!("{e:#}"), "database not reachable yet; retrying");
                 tokio::time::sleep(std::time::Duration::from_millis(wait_ms)).await;
@@ -90,6 +112,14 @@ async fn connect(args: &Args) -> anyhow::Result<PgStore> {
             Err(e) => return Err(e),
         }
     }
+}
+
+/// A refusal of the schema (not retryable), as opposed to an outage.
+fn is_schema_refusal(e: &anyhow::Error) -> bool {
+    matches!(
+        e.downcast_ref::<courier_store::StoreError>(),
+        Some(courier_store::StoreError::Query(_))
+    )
 }
 
 async fn run_worker<P: Provider>(worker: Worker<P>, shutdown: CancellationToken) {

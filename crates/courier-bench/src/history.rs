@@ -1,0 +1,420 @@
+//! `courier bench history`: does the cost of the hot paths grow with
+//! history? Claim-to-settle and webhook merges on an empty database and on
+//! one holding millions of finished actions (seeded with SQL, not through
+//! the API), in alternating rounds of one run; and the time of `courier
+//! status` (the store's `summary`) and of the dashboard's sample (the
+//! snapshot and a page of latencies) on both.
+//!
+//! # Invariants
+//! - Both databases live on one cluster and are measured in alternating
+//!   rounds of one run (empty, full, empty, full, ...); ratios are of medians.
+//! - Every round's backlog is settled and merged completely before it is
+//!   measured, and the stub saw one message per action.
+
+use crate::stub::StubProvider;
+use crate::{bar, run_dir, BenchError};
+use courier_core::{Limits, Status};
+use courier_dispatch::metrics::SamplerConfig;
+use courier_dispatch::worker::{Worker, WorkerConfig};
+use courier_store::cluster::{Cluster, StopMode};
+use courier_store::{ClaimMode, PgStore, StoreConfig, WebhookIn};
+use serde::Serialize;
+use std::path::PathBuf;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use tokio_util::sync::CancellationToken;
+
+const EMPTY_DB: &str = "courier_hist_empty";
+const FULL_DB: &str = "courier_hist_full";
+/// Actions seeded per statement.
+const SEED_CHUNK: i64 = 500_000;
+
+#[derive(Debug, Clone)]
+pub struct HistoryConfig {
+    /// Finished actions seeded into the full database.
+    pub actions: i64,
+    pub stores: i64,
+    /// Actions claimed, settled and merged per path and round.
+    pub backlog: u32,
+    pub rounds: u32,
+    pub workers: u32,
+    pub concurrency: u32,
+    pub claim_batch_max: u32,
+    pub store_in_flight_max: u32,
+    pub pool_size_max: usize,
+    /// Webhooks per merge batch, and merge batches in flight at once.
+    pub merge_batch: usize,
+    pub merge_tasks: usize,
+    /// Times each status and sample read is taken (the median is reported).
+    pub reads: u32,
+    /// Keep the cluster here (and reuse a full database seeded before).
+    pub pg_dir: Option<PathBuf>,
+    /// Drop the full database at the end (its disk back).
+    pub drop_after: bool,
+    pub timeout_s: u64,
+    pub progress: bool,
+}
+
+impl HistoryConfig {
+    pub fn new() -> Self {
+        HistoryConfig {
+            actions: 10_000_000,
+            stores: 100,
+            backlog: 20_000,
+            rounds: 3,
+            workers: 2,
+            concurrency: 256,
+            claim_batch_max: 64,
+            store_in_flight_max: 16,
+            pool_size_max: 4,
+            merge_batch: 64,
+            merge_tasks: 8,
+            reads: 7,
+            pg_dir: None,
+            drop_after: false,
+            timeout_s: 900,
+            progress: true,
+        }
+    }
+
+    pub fn smoke() -> Self {
+        HistoryConfig {
+            actions: 20_000,
+            backlog: 500,
+            rounds: 1,
+            reads: 3,
+            progress: false,
+            ..Self::new()
+        }
+    }
+
+    pub fn validate(&self) -> Result<(), String> {
+        if !(1..=100_000_000).contains(&self.actions) || !(1..=1_000).contains(&self.stores) {
+            return Err("actions must be within 1..=100000000 and stores within 1..=1000".into());
+        }
+        if !(1..=1_000_000).contains(&self.backlog) || !(1..=20).contains(&self.rounds) {
+            return Err("backlog must be within 1..=1000000 and rounds within 1..=20".into());
+        }
+        if self.workers == 0 || self.concurrency == 0 || self.merge_batch == 0 || self.merge_tasks == 0 {
+            return Err("workers, concurrency, merge batch and merge tasks must be positive".into());
+        }
+        if !(1..=101).contains(&self.reads) || self.timeout_s == 0 {
+            return Err("reads must be within 1..=101 and the time-out positive".into());
+        }
+        self.limits().map(|_| ())
+    }
+
+    fn limits(&self) -> Result<Limits, String> {
+        let l = Limits {
+            worker_concurrency_max: self.concurrency,
+            claim_batch_max: self.claim_batch_max,
+            store_in_flight_max: self.store_in_flight_max,
+            ..Limits::default()
+        };
+        l.validate().map_err(|e| e.to_string())?;
+        Ok(l)
+    }
+}
+
+impl Default for HistoryConfig {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+/// One database's figures in one round.
+#[derive(Debug, Clone, Serialize)]
+pub struct RoundResult {
+    pub database: &'static str,
+    pub claim_to_settle_per_s: f64,
+    pub webhook_merges_per_s: f64,
+}
+
+/// Read times on one database, medians in milliseconds.
+#[derive(Debug, Clone, Serialize)]
+pub struct ReadTimes {
+    pub status_ms: f64,
+    pub sample_ms: f64,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct HistoryReport {
+    pub seeded_actions: i64,
+    /// Seconds the seeding took (0 when a seeded database was reused).
+    pub seed_s: f64,
+    pub full_db_bytes: i64,
+    pub rounds: Vec<RoundResult>,
+    pub claim_to_settle_ratio: f64,
+    pub webhook_merges_ratio: f64,
+    pub empty: ReadTimes,
+    pub full: ReadTimes,
+    /// A count by state with a full scan, as `courier status` did before.
+    pub scanned_count_full_ms: f64,
+    pub load_average_start: String,
+    pub load_average_end: String,
+    pub wall_time_s: f64,
+}
+
+impl HistoryReport {
+    pub fn table(&self) -> String {
+        let med = |db: &str, f: fn(&RoundResult) -> f64| {
+            crate::stats::median(self.rounds.iter().filter(|r| r.database == db).map(f))
+        };
+        let mut out = format!(
+            "history: {} finished actions seeded ({:.0} s; {:.1} GB of tables and indexes); {} round(s)\n\n",
+            self.seeded_actions,
+            self.seed_s,
+            self.full_db_bytes as f64 / 1e9,
+            self.rounds.len() / 2
+        );
+        out.push_str("| path | empty database | with history | ratio (target >= 0.90) |\n|---|---:|---:|---:|\n");
+        for (name, f, ratio) in [
+            ("claim to settle (actions/s)", (|r: &RoundResult| r.claim_to_settle_per_s) as fn(&RoundResult) -> f64, self.claim_to_settle_ratio),
+            ("webhook merges (merges/s)", |r: &RoundResult| r.webhook_merges_per_s, self.webhook_merges_ratio),
+        ] {
+            out.push_str(&format!(
+                "| {name} | {:.0} | {:.0} | {ratio:.2}x |\n",
+                med(EMPTY_DB, f),
+                med(FULL_DB, f)
+            ));
+        }
+        out.push_str(&format!(
+            "| `courier status` (ms, target < 100) | {:.1} | {:.1} | |\n| dashboard sample (ms, target < 100) | {:.1} | {:.1} | |\n| count by state with a full scan (ms; before) | | {:.0} | |\n",
+            self.empty.status_ms, self.full.status_ms, self.empty.sample_ms, self.full.sample_ms, self.scanned_count_full_ms
+        ));
+        out.push_str(&format!(
+            "\nload average: {} at the start, {} at the end; wall time {:.0} s\n",
+            self.load_average_start, self.load_average_end, self.wall_time_s
+        ));
+        out
+    }
+}
+
+/// The machine's load average (`/proc/loadavg`, first three fields).
+pub fn load_average() -> String {
+    std::fs::read_to_string("/proc/loadavg")
+        .map(|s| s.split_whitespace().take(3).collect::<Vec<_>>().join(" "))
+        .unwrap_or_else(|_| "?".into())
+}
+
+fn store_config(url: &str, pool: usize) -> StoreConfig {
+    let mut sc = StoreConfig::new(url);
+    sc.pool_size_max = pool;
+    sc
+}
+
+pub async fn run(cfg: &HistoryConfig) -> Result<HistoryReport, BenchError> {
+    cfg.validate().map_err(BenchError::Settings)?;
+    let started = Instant::now();
+    let load_average_start = load_average();
+    let temp = run_dir("courier-bench-history-")?;
+    let pg_dir = cfg.pg_dir.clone().unwrap_or_else(|| temp.path().join("pg"));
+    let cluster = Cluster::new(pg_dir).setting("synchronous_commit", "off");
+    let c = cluster.clone();
+    let server_url = tokio::task::spawn_blocking(move || c.start()).await??;
+    let result = run_on(cfg, &server_url).await;
+    let c = cluster.clone();
+    let stopped = tokio::task::spawn_blocking(move || c.stop(StopMode::Fast)).await?;
+    let mut report = result?;
+    stopped?;
+    report.load_average_start = load_average_start;
+    report.load_average_end = load_average();
+    report.wall_time_s = started.elapsed().as_secs_f64();
+    Ok(report)
+}
+
+async fn run_on(cfg: &HistoryConfig, server_url: &str) -> Result<HistoryReport, BenchError> {
+    let limits = cfg.limits().map_err(BenchError::Settings)?;
+    let (full_url, seed_s) = seeded(cfg, server_url).await?;
+    let full = PgStore::connect(&store_config(&full_url, 2)).await?;
+    let seeded_actions = full.counts().await?.get("actions.done");
+    let full_db_bytes = full.tables_bytes().await?;
+    let mut rounds = Vec::new();
+    let mut empty_reads = None;
+    for round in 0..cfg.rounds {
+        let empty_url = courier_store::database_recreate(server_url, EMPTY_DB).await?;
+        for (db, url) in [(EMPTY_DB, &empty_url), (FULL_DB, &full_url)] {
+            rounds.push(measure(cfg, &limits, db, url, round).await?);
+        }
+        if round + 1 == cfg.rounds {
+            let empty = PgStore::connect(&store_config(&empty_url, 2)).await?;
+            empty_reads = Some(read_times(cfg, &empty, &limits).await?);
+        }
+    }
+    let full_reads = read_times(cfg, &full, &limits).await?;
+    let t = Instant::now();
+    full.actions_by_state_scanned().await?;
+    let scanned_count_full_ms = t.elapsed().as_secs_f64() * 1e3;
+    if cfg.drop_after {
+        drop(full);
+        courier_store::database_recreate(server_url, FULL_DB).await?;
+    }
+    let ratio = |f: fn(&RoundResult) -> f64| {
+        let m = |db: &str| crate::stats::median(rounds.iter().filter(|r| r.database == db).map(f));
+        crate::stats::ratio(m(FULL_DB), m(EMPTY_DB))
+    };
+    Ok(HistoryReport {
+        seeded_actions,
+        seed_s,
+        full_db_bytes,
+        claim_to_settle_ratio: ratio(|r| r.claim_to_settle_per_s),
+        webhook_merges_ratio: ratio(|r| r.webhook_merges_per_s),
+        rounds,
+        empty: empty_reads.ok_or_else(|| BenchError::Task("no round ran".into()))?,
+        full: full_reads,
+        scanned_count_full_ms,
+        load_average_start: String::new(),
+        load_average_end: String::new(),
+        wall_time_s: 0.0,
+    })
+}
+
+/// The full database: reused when it holds the history asked for, else
+/// seeded in chunks and vacuumed. Its URL and the seconds seeding took.
+async fn seeded(cfg: &HistoryConfig, server_url: &str) -> Result<(String, f64), BenchError> {
+    let url = match server_url.rfind('/') {
+        Some(i) => format!("{}/{FULL_DB}", &server_url[..i]),
+        None => return Err(BenchError::Task(format!("no database in {server_url}"))),
+    };
+    if let Ok(s) = PgStore::connect(&store_config(&url, 1)).await {
+        if s.counts().await.map(|c| c.get("actions.done")).unwrap_or(0) >= cfg.actions {
+            return Ok((url, 0.0));
+        }
+    }
+    let url = courier_store::database_recreate(server_url, FULL_DB).await?;
+    let store = PgStore::connect(&store_config(&url, 1)).await?;
+    let t = Instant::now();
+    let b = bar(cfg.progress, cfg.actions as u64, "seeding [{bar:30}] {pos}/{len} finished actions ({elapsed})");
+    let mut first = 0;
+    while first < cfg.actions {
+        let n = SEED_CHUNK.min(cfg.actions - first);
+        // Finished an hour or more ago, well inside the default retention.
+        store.history_seed(first, n, cfg.stores, 3_600.0).await?;
+        first += n;
+        b.set_position(first as u64);
+    }
+    store.tables_vacuum_analyze().await?;
+    b.finish();
+    Ok((url, t.elapsed().as_secs_f64()))
+}
+
+/// One round on one database: a backlog claimed and settled, then its
+/// webhooks merged.
+async fn measure(
+    cfg: &HistoryConfig,
+    limits: &Limits,
+    db: &'static str,
+    url: &str,
+    round: u32,
+) -> Result<RoundResult, BenchError> {
+    let store = PgStore::connect(&store_config(url, cfg.merge_tasks + 1)).await?;
+    let stores: Vec<String> = (0..cfg.stores).map(|i| format!("store-{i:03}")).collect();
+    store.actions_enqueue_bulk(&stores, cfg.backlog).await?;
+    let stub = StubProvider::new();
+    let shutdown = CancellationToken::new();
+    let mut workers = Vec::new();
+    let mut tasks = tokio::task::JoinSet::new();
+    let t = Instant::now();
+    for i in 0..cfg.workers {
+        let ws = PgStore::connect(&store_config(url, cfg.pool_size_max)).await?;
+        let w = Arc::new(Worker::new(
+            ws,
+            stub.clone(),
+            WorkerConfig {
+                limits: limits.clone(),
+                claim_mode: ClaimMode::Fair,
+                owner: format!("hist-{round}-w{i}"),
+                idle_poll_ms: 20,
+                reconcile: false,
+                seed: u64::from(i),
+            },
+        ));
+        workers.push(w.clone());
+        let token = shutdown.clone();
+        tasks.spawn(async move { w.run(token).await });
+    }
+    let settled = || -> u64 { workers.iter().map(|w| w.stats().settled.load(Ordering::Relaxed)).sum() };
+    let deadline = t + Duration::from_secs(cfg.timeout_s);
+    while settled() < u64::from(cfg.backlog) && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let c2s = t.elapsed();
+    shutdown.cancel();
+    while let Some(r) = tasks.join_next().await {
+        r?;
+    }
+    if settled() < u64::from(cfg.backlog) || stub.messages() != cfg.backlog as usize {
+        return Err(BenchError::Timeout {
+            what: format!("claim to settle on {db}"),
+            limit: Duration::from_secs(cfg.timeout_s),
+            detail: format!("{} settled, {} messages of {}", settled(), stub.messages(), cfg.backlog),
+        });
+    }
+    let merges = merge_all(cfg, &store, round).await?;
+    Ok(RoundResult {
+        database: db,
+        claim_to_settle_per_s: f64::from(cfg.backlog) / c2s.as_secs_f64(),
+        webhook_merges_per_s: merges,
+    })
+}
+
+/// Merges a `delivered` webhook for every open intent, in batches from
+/// several tasks (as the API's group commit does); answers merges per second.
+async fn merge_all(cfg: &HistoryConfig, store: &PgStore, round: u32) -> Result<f64, BenchError> {
+    let keys = store.intents_open_keys(cfg.backlog).await?;
+    if keys.len() != cfg.backlog as usize {
+        return Err(BenchError::Task(format!("{} open intents, expected {}", keys.len(), cfg.backlog)));
+    }
+    let events: Vec<WebhookIn> = keys
+        .into_iter()
+        .enumerate()
+        .map(|(i, key)| WebhookIn {
+            event_id: format!("evt-r{round}-{i}"),
+            key,
+            status: Status::Delivered,
+            message_id: format!("msg_r{round}_{i}"),
+        })
+        .collect();
+    let chunks: Vec<Vec<WebhookIn>> = events.chunks(cfg.merge_batch).map(<[_]>::to_vec).collect();
+    let queue = Arc::new(std::sync::Mutex::new(chunks));
+    let t = Instant::now();
+    let mut tasks = tokio::task::JoinSet::new();
+    for _ in 0..cfg.merge_tasks {
+        let (q, s) = (queue.clone(), store.clone());
+        tasks.spawn(async move {
+            loop {
+                let next = q.lock().unwrap_or_else(|p| p.into_inner()).pop();
+                let Some(batch) = next else { return Ok::<_, BenchError>(()) };
+                for answer in s.webhooks_merge(&batch).await? {
+                    answer?;
+                }
+            }
+        });
+    }
+    while let Some(r) = tasks.join_next().await {
+        r??;
+    }
+    Ok(f64::from(cfg.backlog) / t.elapsed().as_secs_f64())
+}
+
+/// Median times of `courier status`'s reads and of the dashboard's sample.
+async fn read_times(cfg: &HistoryConfig, store: &PgStore, limits: &Limits) -> Result<ReadTimes, BenchError> {
+    let sampler = SamplerConfig::for_limits(limits, 2_000);
+    let mut status = Vec::new();
+    let mut sample = Vec::new();
+    for _ in 0..cfg.reads {
+        let t = Instant::now();
+        store.summary(limits.intent_age_alert_s()).await?;
+        status.push(t.elapsed().as_secs_f64() * 1e3);
+        let t = Instant::now();
+        store.ops_snapshot(&sampler.query).await?;
+        let cursor = store.accepted_cursor_now().await?;
+        store.accepted_latencies(cursor, sampler.accepted_per_sample_max).await?;
+        sample.push(t.elapsed().as_secs_f64() * 1e3);
+    }
+    Ok(ReadTimes {
+        status_ms: crate::stats::median(status),
+        sample_ms: crate::stats::median(sample),
+    })
+}

@@ -1,0 +1,262 @@
+//! `courier bench live-migration`: the next migration applied while workers
+//! run against a large database. The database is brought back to the
+//! version before the newest no-transaction migration (its indexes dropped,
+//! its row removed), seeded with finished actions and a pending backlog;
+//! workers claim and settle the backlog while an enqueuer adds more and the
+//! runner applies the migration (`CREATE INDEX CONCURRENTLY`). Nothing may
+//! be lost (every action settled once, one message each at the stub) and no
+//! claim may take longer than `claim_ms_max`.
+//!
+//! `blocking` is the negative control: the same indexes built the old way,
+//! `CREATE INDEX` in one transaction, which holds writers (claims are
+//! writes) until the build ends.
+//!
+//! # Invariants
+//! - The claims measured are the workers' own statements (`claim_us_max`),
+//!   over the whole time the migration ran and the backlog drained.
+
+use crate::stub::StubProvider;
+use crate::BenchError;
+use courier_core::Limits;
+use courier_dispatch::worker::{Worker, WorkerConfig};
+use courier_store::migrate::{self, MIGRATIONS};
+use courier_store::{ClaimMode, PgStore, StoreConfig};
+use serde::Serialize;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use tokio_util::sync::CancellationToken;
+
+#[derive(Debug, Clone)]
+pub struct LiveMigrationConfig {
+    /// Finished actions seeded before the run.
+    pub actions: i64,
+    /// Pending actions the workers drain while the migration runs.
+    pub backlog: u32,
+    /// Actions enqueued one by one (through the API's statement) meanwhile.
+    pub enqueued_during: u32,
+    pub workers: u32,
+    /// Build the indexes without CONCURRENTLY, in one transaction.
+    pub blocking: bool,
+    pub claim_ms_max: u64,
+    pub timeout_s: u64,
+}
+
+impl LiveMigrationConfig {
+    pub fn new(actions: i64) -> Self {
+        LiveMigrationConfig {
+            actions,
+            backlog: 20_000,
+            enqueued_during: 2_000,
+            workers: 2,
+            blocking: false,
+            claim_ms_max: 1_000,
+            timeout_s: 900,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct LiveMigrationReport {
+    pub actions_seeded: i64,
+    pub migration: String,
+    pub blocking: bool,
+    pub migration_s: f64,
+    pub settled: u64,
+    pub expected: u64,
+    pub messages: usize,
+    pub claim_ms_max: f64,
+    pub claim_ms_limit: u64,
+    pub enqueue_ms_max: f64,
+    pub passed: bool,
+}
+
+impl LiveMigrationReport {
+    pub fn table(&self) -> String {
+        format!(
+            "| measure | value |\n|---|---:|\n| finished actions in the database | {} |\n| migration | {} ({}) |\n| migration took (s) | {:.1} |\n| actions settled / expected | {} / {} |\n| messages at the provider stub | {} |\n| slowest claim statement (ms; limit {}) | {:.0} |\n| slowest enqueue meanwhile (ms) | {:.0} |\n\nwithin target: {}\n",
+            self.actions_seeded,
+            self.migration,
+            if self.blocking { "CREATE INDEX in a transaction: the negative control" } else { "CREATE INDEX CONCURRENTLY" },
+            self.migration_s,
+            self.settled,
+            self.expected,
+            self.messages,
+            self.claim_ms_limit,
+            self.claim_ms_max,
+            self.enqueue_ms_max,
+            self.passed
+        )
+    }
+}
+
+/// The newest no-transaction migration: the one this run applies live.
+fn live_migration() -> Result<&'static (i32, &'static str, &'static str), BenchError> {
+    MIGRATIONS
+        .iter()
+        .rev()
+        .find(|m| migrate::is_no_transaction(m.2))
+        .ok_or_else(|| BenchError::Task("no no-transaction migration to apply".into()))
+}
+
+/// Brings a migrated database back to before the live migration: drops the
+/// indexes it creates and forgets it.
+async fn roll_back(store: &PgStore) -> Result<(), BenchError> {
+    let (version, _, sql) = live_migration()?;
+    let c = store.client().await?;
+    for statement in migrate::statements(sql) {
+        let created = statement
+            .lines()
+            .find_map(|l| l.trim().strip_prefix("CREATE INDEX CONCURRENTLY "))
+            .and_then(|rest| rest.split_whitespace().next());
+        if let Some(name) = created {
+            c.batch_execute(&format!("DROP INDEX IF EXISTS {name}"))
+                .await
+                .map_err(courier_store::StoreError::from)?;
+        }
+    }
+    c.execute("DELETE FROM schema_migrations WHERE version = $1", &[version])
+        .await
+        .map_err(courier_store::StoreError::from)?;
+    Ok(())
+}
+
+/// Applies the live migration: through the runner, or (the negative
+/// control) its statements without CONCURRENTLY in one transaction.
+async fn apply(store: &PgStore, blocking: bool) -> Result<(), BenchError> {
+    if !blocking {
+        store.migrate().await?;
+        return Ok(());
+    }
+    let (version, name, sql) = live_migration()?;
+    let body: String = migrate::statements(sql)
+        .iter()
+        .map(|s| s.replace(" CONCURRENTLY", ""))
+        .collect();
+    let mut c = store.client().await?;
+    let tx = c.transaction().await.map_err(courier_store::StoreError::from)?;
+    tx.batch_execute(&body).await.map_err(courier_store::StoreError::from)?;
+    tx.execute("INSERT INTO schema_migrations (version, name) VALUES ($1, $2)", &[version, name])
+        .await
+        .map_err(courier_store::StoreError::from)?;
+    tx.commit().await.map_err(courier_store::StoreError::from)?;
+    Ok(())
+}
+
+/// The run on a migrated database at `url` (seeded here).
+pub async fn run(cfg: &LiveMigrationConfig, url: &str) -> Result<LiveMigrationReport, BenchError> {
+    let mut sc = StoreConfig::new(url);
+    sc.pool_size_max = 4;
+    let store = PgStore::connect(&sc).await?;
+    let mut first = 0;
+    while first < cfg.actions {
+        let n = 500_000.min(cfg.actions - first);
+        store.history_seed(first, n, 100, 3_600.0).await?;
+        first += n;
+    }
+    roll_back(&store).await?;
+    store.tables_vacuum_analyze().await?;
+    let stores: Vec<String> = (0..100).map(|i| format!("store-{i:03}")).collect();
+    store.actions_enqueue_bulk(&stores, cfg.backlog).await?;
+
+    let stub = StubProvider::new();
+    let shutdown = CancellationToken::new();
+    let mut workers = Vec::new();
+    let mut tasks = tokio::task::JoinSet::new();
+    for i in 0..cfg.workers {
+        let mut wc = StoreConfig::new(url);
+        wc.pool_size_max = 4;
+        wc.migrate = false;
+        let w = Arc::new(Worker::new(
+            PgStore::connect(&wc).await?,
+            stub.clone(),
+            WorkerConfig {
+                limits: Limits { claim_batch_max: 32, worker_concurrency_max: 64, store_in_flight_max: 16, ..Limits::default() },
+                claim_mode: ClaimMode::Fair,
+                owner: format!("live-w{i}"),
+                idle_poll_ms: 20,
+                reconcile: false,
+                seed: u64::from(i),
+            },
+        ));
+        workers.push(w.clone());
+        let token = shutdown.clone();
+        tasks.spawn(async move { w.run(token).await });
+    }
+    let enqueuer = tokio::spawn(enqueue_slowly(store.clone(), cfg.enqueued_during));
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let t = Instant::now();
+    let applied = apply(&store, cfg.blocking).await;
+    let migration_s = t.elapsed().as_secs_f64();
+    let enqueue_ms_max = enqueuer.await??;
+    let expected = u64::from(cfg.backlog) + u64::from(cfg.enqueued_during);
+    let settled = || -> u64 { workers.iter().map(|w| w.stats().settled.load(Ordering::Relaxed)).sum() };
+    let deadline = Instant::now() + Duration::from_secs(cfg.timeout_s);
+    while settled() < expected && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    shutdown.cancel();
+    while let Some(r) = tasks.join_next().await {
+        r?;
+    }
+    applied?;
+    let claim_ms_max = workers.iter().map(|w| w.stats().claim_us_max.load(Ordering::Relaxed)).max().unwrap_or(0) as f64 / 1e3;
+    let c = store.client().await?;
+    let schema_current = migrate::status(&c).await?.is_current();
+    let (settled, messages) = (settled(), stub.messages());
+    let (version, name, _) = live_migration()?;
+    Ok(LiveMigrationReport {
+        actions_seeded: cfg.actions,
+        migration: format!("{version} ({name})"),
+        blocking: cfg.blocking,
+        migration_s,
+        settled,
+        expected,
+        messages,
+        claim_ms_max,
+        claim_ms_limit: cfg.claim_ms_max,
+        enqueue_ms_max,
+        passed: schema_current && settled == expected && messages as u64 == expected && claim_ms_max <= cfg.claim_ms_max as f64,
+    })
+}
+
+/// Enqueues `n` actions one by one through the enqueue statement; answers
+/// the slowest, in milliseconds.
+async fn enqueue_slowly(store: PgStore, n: u32) -> Result<f64, BenchError> {
+    let mut slowest = 0.0f64;
+    for i in 0..n {
+        let t = Instant::now();
+        store
+            .action_enqueue(&courier_store::NewAction {
+                store: format!("store-{:03}", i % 100),
+                to: "+15551234567".into(),
+                body: format!("during the migration {i}"),
+                key: Some(format!("live-{i}")),
+            })
+            .await
+            .map_err(|e| BenchError::Task(e.to_string()))?;
+        slowest = slowest.max(t.elapsed().as_secs_f64() * 1e3);
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
+    Ok(slowest)
+}
+
+/// The run on a PostgreSQL cluster of its own (a temporary directory),
+/// stopped afterwards.
+pub async fn run_own_cluster(cfg: &LiveMigrationConfig) -> Result<LiveMigrationReport, BenchError> {
+    use courier_store::cluster::{Cluster, StopMode};
+    let dir = crate::run_dir("courier-bench-live-migration-")?;
+    let cluster = Cluster::new(dir.path().join("pg")).setting("synchronous_commit", "off");
+    let c = cluster.clone();
+    let server_url = tokio::task::spawn_blocking(move || c.start()).await??;
+    let result = async {
+        let url = courier_store::database_recreate(&server_url, "courier_live").await?;
+        run(cfg, &url).await
+    }
+    .await;
+    let c = cluster.clone();
+    let stopped = tokio::task::spawn_blocking(move || c.stop(StopMode::Fast)).await?;
+    let report = result?;
+    stopped?;
+    Ok(report)
+}

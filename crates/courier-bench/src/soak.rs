@@ -1,0 +1,539 @@
+//! `courier bench soak`: a long run at a steady share of capacity with
+//! pruning on and a short retention, to show that nothing grows with time:
+//! the courier's table and index bytes, the claim statement's p99 and the
+//! workers' resident memory, the last third of the run against the first.
+//!
+//! Real processes: one `courier serve` (the provider's webhooks) and
+//! `courier worker`s (pruning by themselves, each serving its metrics), all
+//! children of this process; the fake provider runs in-process with its
+//! key retention below the courier's action retention; the load is enqueued
+//! open-loop at `utilisation` x the capacity a probe measured first.
+//!
+//! # Invariants
+//! - The measured span starts after a warm-up of one action retention and a
+//!   minute, so both thirds compare a steady state (the tables fill up for
+//!   one retention before anything is old enough to prune).
+//! - The claim p99 of a span comes from the sum of the workers' histogram
+//!   bucket counts over that span (Prometheus buckets, interpolated inside
+//!   the bucket), not from an average of percentiles.
+
+use crate::{bar, run_dir, BenchError};
+use courier_provider::fake::{FakeConfig, FaultRates, Latency};
+use courier_store::cluster::{Cluster, StopMode};
+use courier_store::{PgStore, StoreConfig};
+use serde::Serialize;
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+use tokio::io::{AsyncBufReadExt, BufReader};
+use tokio::process::{Child, Command};
+
+const API_KEY: &str = "soak-key";
+const SECRET: &str = "soak-secret";
+
+#[derive(Debug, Clone)]
+pub struct SoakConfig {
+    /// The `courier` binary, started as `serve` and `worker` children.
+    pub exe: PathBuf,
+    /// The measured span (after the warm-up).
+    pub duration_s: u64,
+    pub sample_interval_s: u64,
+    /// The share of the probed capacity offered.
+    pub utilisation: f64,
+    /// Offer this rate instead of probing the capacity.
+    pub rate_per_s: Option<f64>,
+    pub probe_actions: u32,
+    pub workers: u32,
+    pub concurrency: u32,
+    pub stores: u32,
+    pub action_retention_s: u64,
+    /// The fake provider's key retention (below the action retention).
+    pub key_retention_s: u64,
+    pub webhook_retry_horizon_s: u64,
+    pub webhook_event_retention_s: u64,
+    pub event_retention_s: u64,
+    pub prune_interval_ms: u64,
+    pub latency: Latency,
+    pub seed: u64,
+    pub chart: PathBuf,
+    pub progress: bool,
+}
+
+impl SoakConfig {
+    pub fn new(exe: PathBuf) -> Self {
+        SoakConfig {
+            exe,
+            duration_s: 1_800,
+            sample_interval_s: 10,
+            utilisation: 0.65,
+            rate_per_s: None,
+            probe_actions: 4_000,
+            workers: 2,
+            concurrency: 32,
+            stores: 100,
+            action_retention_s: 300,
+            key_retention_s: 120,
+            webhook_retry_horizon_s: 60,
+            webhook_event_retention_s: 120,
+            event_retention_s: 300,
+            prune_interval_ms: 1_000,
+            latency: Latency::LogNormal {
+                median_ms: 25.0,
+                sigma: 0.5,
+            },
+            seed: 1,
+            chart: PathBuf::from(".courier/bench/soak.svg"),
+            progress: true,
+        }
+    }
+
+    /// Seconds, a tiny load: checks that everything runs, judges nothing.
+    pub fn smoke(exe: PathBuf) -> Self {
+        SoakConfig {
+            duration_s: 6,
+            sample_interval_s: 1,
+            probe_actions: 200,
+            action_retention_s: 3,
+            key_retention_s: 2,
+            webhook_retry_horizon_s: 1,
+            webhook_event_retention_s: 2,
+            event_retention_s: 3,
+            prune_interval_ms: 200,
+            progress: false,
+            ..Self::new(exe)
+        }
+    }
+
+    pub fn validate(&self) -> Result<(), String> {
+        if self.duration_s < 3 || self.sample_interval_s == 0 || self.sample_interval_s * 3 > self.duration_s {
+            return Err("duration_s must hold at least three samples".into());
+        }
+        if !(0.05..=1.0).contains(&self.utilisation) {
+            return Err("utilisation must be within 0.05..=1".into());
+        }
+        if self.key_retention_s >= self.action_retention_s {
+            return Err("the provider's key retention must be below the action retention".into());
+        }
+        if self.workers == 0 || self.concurrency == 0 || self.stores == 0 || self.probe_actions == 0 {
+            return Err("workers, concurrency, stores and probe actions must be positive".into());
+        }
+        if self.rate_per_s.is_some_and(|r| !(r > 0.0 && r <= 100_000.0)) {
+            return Err("rate must be within (0, 100000] per second".into());
+        }
+        Ok(())
+    }
+
+    fn warmup_s(&self) -> u64 {
+        self.action_retention_s + self.sample_interval_s.max(60).min(self.action_retention_s)
+    }
+}
+
+/// One sample of the run.
+#[derive(Debug, Clone, Serialize)]
+pub struct SoakSample {
+    /// Seconds since the measured span began (negative: warm-up).
+    pub t_s: f64,
+    pub tables_mb: f64,
+    /// The claim statement's p99 over this interval, in milliseconds.
+    pub claim_p99_ms: Option<f64>,
+    /// Resident memory of the workers, mean per worker, in MiB.
+    pub worker_rss_mb: f64,
+    /// Actions in the table (all states), and pending among them.
+    pub actions: i64,
+    pub pending: i64,
+    pub load_average: String,
+    /// Cumulative claim histogram (`le` seconds, count), summed over workers.
+    #[serde(skip)]
+    pub claim_buckets: Vec<(f64, u64)>,
+}
+
+/// A third of the measured span.
+#[derive(Debug, Clone, Serialize)]
+pub struct Third {
+    pub tables_mb: f64,
+    pub claim_p99_ms: Option<f64>,
+    pub worker_rss_mb: f64,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct SoakReport {
+    pub rate_per_s: f64,
+    pub capacity_per_s: Option<f64>,
+    pub enqueued: u64,
+    pub samples: Vec<SoakSample>,
+    pub first: Third,
+    pub last: Third,
+    pub tables_ratio: f64,
+    pub claim_p99_ratio: Option<f64>,
+    pub rss_ratio: f64,
+    pub passed: bool,
+    pub wall_time_s: f64,
+}
+
+impl SoakReport {
+    pub fn table(&self) -> String {
+        let mut out = String::from("| t (s) | tables MB | claim p99 ms | worker RSS MB | actions | pending | load average |\n|---:|---:|---:|---:|---:|---:|---|\n");
+        for s in &self.samples {
+            out.push_str(&format!(
+                "| {:.0} | {:.1} | {} | {:.1} | {} | {} | {} |\n",
+                s.t_s,
+                s.tables_mb,
+                s.claim_p99_ms.map_or("-".into(), |v| format!("{v:.2}")),
+                s.worker_rss_mb,
+                s.actions,
+                s.pending,
+                s.load_average
+            ));
+        }
+        let p99 = |t: &Third| t.claim_p99_ms.map_or("-".into(), |v| format!("{v:.2}"));
+        out.push_str(&format!(
+            "\noffered {:.0} actions/s{} ({} enqueued)\n\n| measure | first third | last third | ratio | target |\n|---|---:|---:|---:|---:|\n| tables + indexes (MB, mean) | {:.1} | {:.1} | {:.2}x | <= 1.10x |\n| claim p99 (ms) | {} | {} | {} | <= 1.20x |\n| worker RSS (MB, mean) | {:.1} | {:.1} | {:.2}x | <= 1.10x |\n\nwithin target: {}\n",
+            self.rate_per_s,
+            self.capacity_per_s.map_or(String::new(), |c| format!(" of a probed capacity of {c:.0}/s")),
+            self.enqueued,
+            self.first.tables_mb, self.last.tables_mb, self.tables_ratio,
+            p99(&self.first), p99(&self.last),
+            self.claim_p99_ratio.map_or("-".into(), |r| format!("{r:.2}x")),
+            self.first.worker_rss_mb, self.last.worker_rss_mb, self.rss_ratio,
+            self.passed
+        ));
+        out
+    }
+}
+
+/// A child process, killed when dropped.
+struct Proc {
+    child: Child,
+    pid: u32,
+    metrics: Option<String>,
+}
+
+pub async fn run(cfg: &SoakConfig) -> Result<SoakReport, BenchError> {
+    cfg.validate().map_err(BenchError::Settings)?;
+    let started = Instant::now();
+    let dir = run_dir("courier-bench-soak-")?;
+    let cluster = Cluster::new(dir.path().join("pg")).setting("synchronous_commit", "off");
+    let c = cluster.clone();
+    let server_url = tokio::task::spawn_blocking(move || c.start()).await??;
+    let result = run_on(cfg, &server_url, dir.path()).await;
+    let c = cluster.clone();
+    let stopped = tokio::task::spawn_blocking(move || c.stop(StopMode::Fast)).await?;
+    let mut report = result?;
+    stopped?;
+    report.wall_time_s = started.elapsed().as_secs_f64();
+    crate::soak_chart::draw(&report, &cfg.chart)?;
+    Ok(report)
+}
+
+async fn run_on(cfg: &SoakConfig, server_url: &str, dir: &Path) -> Result<SoakReport, BenchError> {
+    let url = courier_store::database_recreate(server_url, "courier_soak").await?;
+    let mut sc = StoreConfig::new(&url);
+    sc.pool_size_max = 4;
+    let store = PgStore::connect(&sc).await?;
+    let (server, api) = spawn_serve(cfg, &url, dir).await?;
+    let mut fake = FakeConfig::new(dir.join("provider.jsonl"), API_KEY, SECRET);
+    fake.faults = FaultRates::NONE;
+    fake.latency = cfg.latency;
+    fake.seed = cfg.seed;
+    fake.key_retention_ms = cfg.key_retention_s * 1000;
+    fake.default_callback = Some(format!("{api}/v1/webhooks/provider"));
+    let provider = courier_provider::fake::start(fake).await?;
+    let mut workers = Vec::new();
+    for i in 0..cfg.workers {
+        workers.push(spawn_worker(cfg, &url, &provider.url(), &api, dir, i).await?);
+    }
+    let stores: Vec<String> = (0..cfg.stores).map(|i| format!("store-{i:03}")).collect();
+    let (rate, capacity) = match cfg.rate_per_s {
+        Some(r) => (r, None),
+        None => {
+            let c = probe(cfg, &store, &stores).await?;
+            (c * cfg.utilisation, Some(c))
+        }
+    };
+    let run = sustained(cfg, &store, &stores, &workers, rate).await;
+    for mut w in workers {
+        let _ = w.child.kill().await;
+    }
+    let mut server = server;
+    let _ = server.child.kill().await;
+    provider.shutdown().await?;
+    let (samples, enqueued) = run?;
+    Ok(judge(cfg, samples, rate, capacity, enqueued))
+}
+
+async fn spawn_serve(cfg: &SoakConfig, url: &str, dir: &Path) -> Result<(Proc, String), BenchError> {
+    let log = std::fs::File::create(dir.join("serve.log"))?;
+    let mut child = Command::new(&cfg.exe)
+        .args(["serve", "--database-url", url, "--listen", "127.0.0.1:0", "--webhook-secret", SECRET])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::from(log))
+        .kill_on_drop(true)
+        .spawn()?;
+    let pid = child.id().unwrap_or(0);
+    let stdout = child.stdout.take().ok_or_else(|| BenchError::Task("serve has no stdout".into()))?;
+    let mut lines = BufReader::new(stdout).lines();
+    let api = tokio::time::timeout(Duration::from_secs(60), async {
+        while let Some(line) = lines.next_line().await? {
+            if let Some(i) = line.find("listening on ") {
+                return Ok(line[i + "listening on ".len()..].trim().to_string());
+            }
+        }
+        Err(BenchError::Task("courier serve exited before listening; see serve.log".into()))
+    })
+    .await
+    .map_err(|_| BenchError::Task("courier serve did not listen within 60 s".into()))??;
+    tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
+    Ok((Proc { child, pid, metrics: None }, api))
+}
+
+async fn spawn_worker(
+    cfg: &SoakConfig,
+    url: &str,
+    provider: &str,
+    api: &str,
+    dir: &Path,
+    i: u32,
+) -> Result<Proc, BenchError> {
+    let log_path = dir.join(format!("worker-{i}.log"));
+    let log = std::fs::File::create(&log_path)?;
+    let args: Vec<String> = [
+        "worker", "--database-url", url, "--provider-url", provider, "--provider-api-key", API_KEY,
+        "--callback-url", &format!("{api}/v1/webhooks/provider"), "--metrics-listen", "127.0.0.1:0",
+        "--concurrency", &cfg.concurrency.to_string(),
+        "--key-retention-s", &cfg.key_retention_s.to_string(),
+        "--action-retention-s", &cfg.action_retention_s.to_string(),
+        "--webhook-retry-horizon-s", &cfg.webhook_retry_horizon_s.to_string(),
+        "--webhook-event-retention-s", &cfg.webhook_event_retention_s.to_string(),
+        "--event-retention-s", &cfg.event_retention_s.to_string(),
+        "--prune-interval-ms", &cfg.prune_interval_ms.to_string(),
+        "--seed", &(cfg.seed + u64::from(i)).to_string(),
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
+    let child = Command::new(&cfg.exe)
+        .args(&args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::from(log))
+        .kill_on_drop(true)
+        .spawn()?;
+    let pid = child.id().unwrap_or(0);
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let text = std::fs::read_to_string(&log_path).unwrap_or_default();
+        if let Some(i) = text.find("metrics on http://") {
+            let rest = &text[i + "metrics on ".len()..];
+            let end = rest.find(char::is_whitespace).unwrap_or(rest.len());
+            let metrics = Some(rest[..end].to_string());
+            return Ok(Proc { child, pid, metrics });
+        }
+        if Instant::now() > deadline {
+            return Err(BenchError::Task(format!("worker {i} did not serve its metrics; see {}", log_path.display())));
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// Enqueues `probe_actions` at once and times their settling: actions per
+/// second the fleet sustains.
+async fn probe(cfg: &SoakConfig, store: &PgStore, stores: &[String]) -> Result<f64, BenchError> {
+    let t = Instant::now();
+    store.actions_enqueue_bulk(stores, cfg.probe_actions).await?;
+    let deadline = t + Duration::from_secs(600);
+    loop {
+        let c = store.counts().await?;
+        if c.get("actions.pending") + c.get("actions.claimed") == 0 {
+            break;
+        }
+        if Instant::now() > deadline {
+            return Err(BenchError::Task("the capacity probe did not finish in 600 s".into()));
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    Ok(f64::from(cfg.probe_actions) / t.elapsed().as_secs_f64())
+}
+
+/// The warm-up and the measured span: open-loop enqueues at `rate`,
+/// a sample every interval. Answers the samples and the actions enqueued.
+async fn sustained(
+    cfg: &SoakConfig,
+    store: &PgStore,
+    stores: &[String],
+    workers: &[Proc],
+    rate: f64,
+) -> Result<(Vec<SoakSample>, u64), BenchError> {
+    let warmup = Duration::from_secs(cfg.warmup_s());
+    let total = warmup + Duration::from_secs(cfg.duration_s);
+    let b = bar(cfg.progress, total.as_secs(), "soak [{bar:30}] {pos}/{len} s {msg}");
+    let http = reqwest::Client::new();
+    let t0 = Instant::now();
+    let tick = Duration::from_millis(100);
+    let interval = Duration::from_secs(cfg.sample_interval_s);
+    let (mut owed, mut enqueued) = (0.0f64, 0u64);
+    let mut next_sample = t0;
+    let mut samples = Vec::new();
+    while t0.elapsed() < total {
+        owed += rate * tick.as_secs_f64();
+        let n = owed.floor() as u32;
+        if n > 0 {
+            enqueued += store.actions_enqueue_bulk(stores, n).await?;
+            owed -= f64::from(n);
+        }
+        if Instant::now() >= next_sample {
+            let t_s = t0.elapsed().as_secs_f64() - warmup.as_secs_f64();
+            let s = sample(store, workers, &http, t_s).await?;
+            b.set_message(format!("{:.0} MB, {} actions, {} pending", s.tables_mb, s.actions, s.pending));
+            samples.push(s);
+            next_sample += interval;
+        }
+        b.set_position(t0.elapsed().as_secs());
+        let next_tick = t0 + tick * ((t0.elapsed().as_millis() / tick.as_millis()) as u32 + 1);
+        tokio::time::sleep_until(next_tick.into()).await;
+    }
+    b.finish();
+    Ok((samples, enqueued))
+}
+
+async fn sample(store: &PgStore, workers: &[Proc], http: &reqwest::Client, t_s: f64) -> Result<SoakSample, BenchError> {
+    let tables = store.tables_bytes().await?;
+    let counts = store.counts().await?;
+    let actions: i64 = counts.under("actions.").iter().map(|(_, n)| n).sum();
+    let mut buckets: Vec<(f64, u64)> = Vec::new();
+    let mut rss_kib = 0u64;
+    for w in workers {
+        rss_kib += rss_kib_of(w.pid).unwrap_or(0);
+        if let Some(url) = &w.metrics {
+            let text = match http.get(url).timeout(Duration::from_secs(5)).send().await {
+                Ok(r) => r.text().await.unwrap_or_default(),
+                Err(_) => String::new(),
+            };
+            add_buckets(&mut buckets, &claim_buckets(&text));
+        }
+    }
+    Ok(SoakSample {
+        t_s,
+        tables_mb: tables as f64 / 1_048_576.0,
+        claim_p99_ms: None,
+        worker_rss_mb: rss_kib as f64 / 1024.0 / workers.len().max(1) as f64,
+        actions,
+        pending: counts.get("actions.pending"),
+        load_average: crate::history::load_average(),
+        claim_buckets: buckets,
+    })
+}
+
+fn rss_kib_of(pid: u32) -> Option<u64> {
+    let text = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    let line = text.lines().find(|l| l.starts_with("VmRSS:"))?;
+    line.split_whitespace().nth(1)?.parse().ok()
+}
+
+/// The cumulative buckets of `courier_claim_duration_seconds` in a
+/// Prometheus text: `(le, count)`, `+Inf` as infinity.
+pub fn claim_buckets(text: &str) -> Vec<(f64, u64)> {
+    let prefix = "courier_claim_duration_seconds_bucket{";
+    text.lines()
+        .filter(|l| l.starts_with(prefix))
+        .filter_map(|l| {
+            let le = l.split("le=\"").nth(1)?.split('"').next()?;
+            let le = if le == "+Inf" { f64::INFINITY } else { le.parse().ok()? };
+            let count = l.rsplit(' ').next()?.parse::<f64>().ok()? as u64;
+            Some((le, count))
+        })
+        .collect()
+}
+
+fn add_buckets(into: &mut Vec<(f64, u64)>, more: &[(f64, u64)]) {
+    for (le, n) in more {
+        match into.iter_mut().find(|(l, _)| l == le) {
+            Some((_, c)) => *c += n,
+            None => into.push((*le, *n)),
+        }
+    }
+    into.sort_by(|a, b| a.0.total_cmp(&b.0));
+}
+
+/// The 99th percentile, in milliseconds, of the observations between two
+/// cumulative histograms, interpolated linearly inside its bucket; `None`
+/// without observations.
+pub fn p99_between(before: &[(f64, u64)], after: &[(f64, u64)]) -> Option<f64> {
+    let count = |h: &[(f64, u64)], le: f64| h.iter().find(|(l, _)| *l == le).map_or(0, |(_, n)| *n);
+    let delta: Vec<(f64, u64)> = after
+        .iter()
+        .map(|(le, n)| (*le, n.saturating_sub(count(before, *le))))
+        .collect();
+    let total = delta.last()?.1;
+    if total == 0 {
+        return None;
+    }
+    let rank = total as f64 * 0.99;
+    let mut lower = (0.0, 0u64);
+    for (le, n) in &delta {
+        if *n as f64 >= rank {
+            if le.is_infinite() {
+                return Some(lower.0 * 1e3);
+            }
+            let inside = (*n - lower.1).max(1) as f64;
+            let frac = (rank - lower.1 as f64) / inside;
+            return Some((lower.0 + (le - lower.0) * frac) * 1e3);
+        }
+        lower = (*le, *n);
+    }
+    None
+}
+
+fn judge(cfg: &SoakConfig, mut samples: Vec<SoakSample>, rate: f64, capacity: Option<f64>, enqueued: u64) -> SoakReport {
+    for i in 1..samples.len() {
+        samples[i].claim_p99_ms = p99_between(&samples[i - 1].claim_buckets, &samples[i].claim_buckets);
+    }
+    let span = cfg.duration_s as f64;
+    let third = |lo: f64, hi: f64| -> Third {
+        let idx: Vec<usize> = (0..samples.len()).filter(|&i| samples[i].t_s >= lo && samples[i].t_s < hi).collect();
+        let mean_of = |f: fn(&SoakSample) -> f64| idx.iter().map(|&i| f(&samples[i])).sum::<f64>() / idx.len().max(1) as f64;
+        let p99 = match (idx.first(), idx.last()) {
+            (Some(&a), Some(&b)) if a > 0 => p99_between(&samples[a - 1].claim_buckets, &samples[b].claim_buckets),
+            _ => None,
+        };
+        Third { tables_mb: mean_of(|s| s.tables_mb), claim_p99_ms: p99, worker_rss_mb: mean_of(|s| s.worker_rss_mb) }
+    };
+    let first = third(0.0, span / 3.0);
+    let last = third(span * 2.0 / 3.0, span + 1.0);
+    let tables_ratio = crate::stats::ratio(last.tables_mb, first.tables_mb);
+    let rss_ratio = crate::stats::ratio(last.worker_rss_mb, first.worker_rss_mb);
+    let claim_p99_ratio = match (first.claim_p99_ms, last.claim_p99_ms) {
+        (Some(a), Some(b)) => Some(crate::stats::ratio(b, a)),
+        _ => None,
+    };
+    let passed = tables_ratio <= 1.10 && rss_ratio <= 1.10 && claim_p99_ratio.is_some_and(|r| r <= 1.20);
+    SoakReport { rate_per_s: rate, capacity_per_s: capacity, enqueued, samples, first, last, tables_ratio, claim_p99_ratio, rss_ratio, passed, wall_time_s: 0.0 }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn p99_interpolates_inside_its_bucket_over_the_span() {
+        let before = vec![(0.001, 10), (0.01, 20), (f64::INFINITY, 20)];
+        // 140 more: 50 under 1 ms, 90 in 1-10 ms: rank 138.6 is 88.6 of
+        // the 90 into the 1-10 ms bucket.
+        let after = vec![(0.001, 60), (0.01, 160), (f64::INFINITY, 160)];
+        let p = p99_between(&before, &after).unwrap();
+        assert!((p - (1.0 + 9.0 * 88.6 / 90.0)).abs() < 1e-6, "{p}");
+        // Past the last finite bucket: its edge, the most that is known.
+        let slow = vec![(0.001, 10), (0.01, 20), (f64::INFINITY, 120)];
+        assert_eq!(p99_between(&before, &slow), Some(10.0));
+        assert_eq!(p99_between(&after, &after), None);
+    }
+
+    #[test]
+    fn buckets_are_read_from_the_prometheus_text() {
+        let text = "# TYPE courier_claim_duration_seconds histogram\n\
+courier_claim_duration_seconds_bucket{le=\"0.001\"} 5\n\
+courier_claim_duration_seconds_bucket{le=\"+Inf\"} 7\n\
+courier_claim_duration_seconds_sum 0.01\n";
+        assert_eq!(claim_buckets(text), vec![(0.001, 5), (f64::INFINITY, 7)]);
+    }
+}

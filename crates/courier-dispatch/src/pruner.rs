@@ -1,0 +1,85 @@
+//! The pruner: retention and the fold of the maintained counts, run by
+//! itself in every `courier worker` (`--no-prune` leaves only the fold).
+//!
+//! Why the worker and not the server: workers are what finish actions, so a
+//! deployment that makes history runs them; there are usually several, so
+//! the pruning goes on while any one of them lives (a SIGKILLed worker's
+//! batch is rolled back with its connection); and the server's latency
+//! stays free of it. Several workers do not fight: every batch tries the
+//! pruner's advisory lock (`courier_store::PRUNE_LOCK_ID`) and a worker that
+//! does not get it skips its turn. `courier db prune` runs the same batches
+//! by hand.
+//!
+//! # Invariants
+//! - What is never removed is the store's to guarantee
+//!   (`courier_store::prune`); this loop only paces the batches: a full
+//!   batch is followed at once by the next, anything less waits
+//!   `interval_ms`.
+
+use courier_store::{PgStore, PruneWindows, Pruned};
+use std::time::Duration;
+use tokio_util::sync::CancellationToken;
+
+/// What the pruner does.
+#[derive(Debug, Clone)]
+pub struct PrunerConfig {
+    /// The windows, or `None` to fold the counts only (`--no-prune`).
+    pub windows: Option<PruneWindows>,
+    /// The pause after a round that left nothing more to do.
+    pub interval_ms: u64,
+}
+
+/// Rounds until `shutdown`: prune while batches come back full, fold, wait.
+pub async fn run(store: PgStore, cfg: PrunerConfig, shutdown: CancellationToken) {
+    loop {
+        if let Some(w) = &cfg.windows {
+            let pruned = prune_until_done(&store, w, &shutdown).await;
+            if pruned != Pruned::default() {
+                tracing::debug!(?pruned, "pruner: removed");
+            }
+        }
+        match store.counts_fold().await {
+            Ok(Some(n)) => metrics::counter!("courier_count_deltas_folded_total").increment(n),
+            Ok(None) => {}
+            Err(e) => tracing::warn!(error = %e, "pruner: cannot fold the counts"),
+        }
+        tokio::select! {
+            () = tokio::time::sleep(Duration::from_millis(cfg.interval_ms)) => {}
+            () = shutdown.cancelled() => return,
+        }
+    }
+}
+
+/// Batches until one comes back short, another process holds the lock, the
+/// database fails, or `shutdown`; answers what they removed.
+pub async fn prune_until_done(
+    store: &PgStore,
+    w: &PruneWindows,
+    shutdown: &CancellationToken,
+) -> Pruned {
+    let mut total = Pruned::default();
+    while !shutdown.is_cancelled() {
+        match store.prune_batch(w).await {
+            Ok(Some(p)) => {
+                for (table, n) in [
+                    ("actions", p.actions),
+                    ("outbox", p.outbox),
+                    ("webhook_events", p.webhook_events),
+                    ("events", p.events),
+                ] {
+                    metrics::counter!("courier_pruned_rows_total", "table" => table).increment(n);
+                }
+                total.add(p);
+                if !p.full(w) {
+                    break;
+                }
+            }
+            Ok(None) => break,
+            Err(e) => {
+                tracing::warn!(error = %e, "pruner: a batch failed");
+                break;
+            }
+        }
+    }
+    total
+}

@@ -1,2 +1,0 @@
--- Intents by status.
-SELECT status, count(*) FROM outbox GROUP BY status ORDER BY status

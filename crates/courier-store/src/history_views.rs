@@ -1,0 +1,160 @@
+//! The long-life benchmarks' SQL (`courier bench history | soak |
+//! live-migration`): seeding finished history without the API, the size of
+//! the courier's tables, and the full-scan counts that the maintained counts
+//! replaced (for comparison only).
+//!
+//! Nothing here is used by the courier at run time.
+//!
+//! # Invariants
+//! - Seeded history is what the protocol leaves behind for a delivered
+//!   action: a `done` action, its outbox row (`delivered`, one attempt, the
+//!   core's key `courier-<uid>`), one webhook event id; and one `backward`
+//!   event per ten actions. It goes through the counts' triggers like any
+//!   write, so the maintained counts stay exact.
+
+use crate::error::StoreError;
+use crate::pool::PgStore;
+
+/// The courier's tables, whose sizes the soak follows.
+pub const COURIER_TABLES: &[&str] = &[
+    "actions",
+    "outbox",
+    "webhook_events",
+    "events",
+    "stores",
+    "store_releases",
+    "counts",
+    "count_deltas",
+];
+
+/// The largest chunk seeded in one statement.
+pub const SEED_CHUNK_MAX: i64 = 1_000_000;
+
+impl PgStore {
+    /// Seeds finished actions `first..first + n` (numbers, not ids) over
+    /// `stores` stores named `store-000`..., finished between `age_s` and
+    /// `age_s + 3600` seconds ago, in one transaction. Returns the actions
+    /// written.
+    pub async fn history_seed(
+        &self,
+        first: i64,
+        n: i64,
+        stores: i64,
+        age_s: f64,
+    ) -> Result<u64, StoreError> {
+        if !(1..=SEED_CHUNK_MAX).contains(&n) || !(1..=100_000).contains(&stores) {
+            return Err(StoreError::Query(format!(
+                "seed chunk of {n} actions over {stores} stores is out of range"
+            )));
+        }
+        let mut client = self.client().await?;
+        let tx = client.transaction().await?;
+        tx.execute(
+            "INSERT INTO stores (store)
+             SELECT 'store-' || lpad(g::text, 3, '0') FROM generate_series(0, $1::bigint - 1) g
+             ON CONFLICT (store) DO NOTHING",
+            &[&stores],
+        )
+        .await?;
+        let written: i64 = tx
+            .query_one(
+                "WITH a AS (
+                     INSERT INTO actions (uid, store, recipient, body, state, epoch,
+                                          enqueued_at, claimed_at, dispatched_at, done_at)
+                     SELECT gen_random_uuid(), 'store-' || lpad((g % $3::bigint)::text, 3, '0'),
+                            '+1555' || lpad((g % 10000000)::text, 7, '0'), 'history ' || g,
+                            'done', 1, t - interval '3 second', t - interval '2 second',
+                            t - interval '1 second', t
+                     FROM generate_series($1::bigint, $1::bigint + $2::bigint - 1) g,
+                          LATERAL (SELECT now() - ($4::float8 + (g % 3600)) * interval '1 second' AS t) tt
+                     RETURNING id, uid, done_at),
+                 o AS (
+                     INSERT INTO outbox (action_id, idem_key, epoch_written, status, attempts,
+                                         message_id, created_at, accepted_at, final_at)
+                     SELECT id, 'courier-' || replace(uid::text, '-', ''), 1, 'delivered', 1,
+                            'msg_h' || id, done_at - interval '2 second',
+                            done_at - interval '1 second', done_at
+                     FROM a
+                     RETURNING action_id, idem_key, final_at),
+                 w AS (
+                     INSERT INTO webhook_events (event_id, idem_key, status, outcome, received_at)
+                     SELECT 'evt_h' || action_id, idem_key, 'delivered', 'advanced', final_at FROM o),
+                 e AS (
+                     INSERT INTO events (at, kind, action_id, detail)
+                     SELECT final_at, 'backward', action_id, 'seeded' FROM o WHERE action_id % 10 = 0)
+                 SELECT count(*) FROM o",
+                &[&first, &n, &stores, &age_s],
+            )
+            .await?
+            .get(0);
+        tx.commit().await?;
+        Ok(written as u64)
+    }
+
+    /// Keys of at most `limit` open intents (no final status), oldest first.
+    pub async fn intents_open_keys(&self, limit: u32) -> Result<Vec<String>, StoreError> {
+        let client = self.client().await?;
+        Ok(client
+            .query(
+                "SELECT idem_key FROM outbox WHERE NOT courier_status_is_final(status)
+                 ORDER BY created_at LIMIT $1",
+                &[&i64::from(limit)],
+            )
+            .await?
+            .iter()
+            .map(|r| r.get(0))
+            .collect())
+    }
+
+    /// Table and index bytes of the courier's tables ([`COURIER_TABLES`]).
+    pub async fn tables_bytes(&self) -> Result<i64, StoreError> {
+        let names: Vec<String> = COURIER_TABLES.iter().map(|t| t.to_string()).collect();
+        let client = self.client().await?;
+        Ok(client
+            .query_one(
+                "SELECT coalesce(sum(pg_total_relation_size(c.oid)), 0)::bigint
+                 FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+                 WHERE n.nspname = current_schema() AND c.relkind = 'r'
+                   AND c.relname = ANY($1::text[])",
+                &[&names],
+            )
+            .await?
+            .get(0))
+    }
+
+    /// Actions as the planner estimates them (`pg_class.reltuples`): what a
+    /// benchmark prints about a table too large to count.
+    pub async fn actions_estimate(&self) -> Result<i64, StoreError> {
+        let client = self.client().await?;
+        let n: f64 = client
+            .query_one(
+                "SELECT greatest(reltuples, 0)::float8 FROM pg_class WHERE oid = 'actions'::regclass",
+                &[],
+            )
+            .await?
+            .get(0);
+        Ok(n as i64)
+    }
+
+    /// Actions by state counted the way `courier status` did before the
+    /// maintained counts (a full scan), for comparison only.
+    pub async fn actions_by_state_scanned(&self) -> Result<Vec<(String, i64)>, StoreError> {
+        let client = self.client().await?;
+        Ok(client
+            .query("SELECT state, count(*) FROM actions GROUP BY state", &[])
+            .await?
+            .iter()
+            .map(|r| (r.get(0), r.get(1)))
+            .collect())
+    }
+
+    /// `VACUUM ANALYZE` of the courier's tables (what autovacuum does after
+    /// a bulk load, done at once so a run does not wait for it).
+    pub async fn tables_vacuum_analyze(&self) -> Result<(), StoreError> {
+        let client = self.client().await?;
+        client
+            .batch_execute(&format!("VACUUM ANALYZE {}", COURIER_TABLES.join(", ")))
+            .await?;
+        Ok(())
+    }
+}
