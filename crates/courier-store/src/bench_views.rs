@@ -42,6 +42,16 @@ pub struct ActionProgress {
     pub done: i64,
 }
 
+/// One action as the queue benchmark's adapter is judged on it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct ActionOutcome {
+    pub id: i64,
+    pub state: String,
+    /// The intent's idempotency key; None before the first claim.
+    pub key: Option<String>,
+    pub attempts: i32,
+}
+
 /// One row of `pg_stat_statements`.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct StatementStat {
@@ -241,6 +251,55 @@ impl PgStore {
             settled: row.get(2),
             done: row.get(3),
         })
+    }
+
+    /// Actions waiting for a claim now (the queue benchmark's depth). One
+    /// count over the pending actions' partial index, so its cost follows
+    /// the backlog, not the history.
+    pub async fn actions_pending_count(&self) -> Result<i64, StoreError> {
+        let client = self.client().await?;
+        let row = client
+            .query_one("SELECT count(*) FROM actions WHERE state = 'pending'", &[])
+            .await?;
+        Ok(row.get(0))
+    }
+
+    /// Every action's state and idempotency key (none before its first
+    /// claim), by id: what the queue benchmark's adapter is judged on.
+    pub async fn actions_outcomes(&self) -> Result<Vec<ActionOutcome>, StoreError> {
+        let client = self.client().await?;
+        let rows = client
+            .query(
+                "SELECT a.id, a.state, o.idem_key, coalesce(o.attempts, 0)
+                 FROM actions a LEFT JOIN outbox o ON o.action_id = a.id
+                 ORDER BY a.id",
+                &[],
+            )
+            .await?;
+        Ok(rows
+            .iter()
+            .map(|r| ActionOutcome {
+                id: r.get(0),
+                state: r.get(1),
+                key: r.get(2),
+                attempts: r.get(3),
+            })
+            .collect())
+    }
+
+    /// Each of `relations` (schema-qualified tables) with its total size in
+    /// bytes (table, indexes and TOAST) now; a missing one is left out.
+    pub async fn relation_sizes(&self, relations: &[&str]) -> Result<Vec<(String, i64)>, StoreError> {
+        let client = self.client().await?;
+        let names: Vec<String> = relations.iter().map(|s| s.to_string()).collect();
+        let rows = client
+            .query(
+                "SELECT n, pg_total_relation_size(to_regclass(n))
+                 FROM unnest($1::text[]) AS n WHERE to_regclass(n) IS NOT NULL",
+                &[&names],
+            )
+            .await?;
+        Ok(rows.iter().map(|r| (r.get(0), r.get(1))).collect())
     }
 
     /// Enqueues `n` actions at once in one transaction, spread round-robin
