@@ -25,6 +25,16 @@ struct Adapter {
     lines: mpsc::Receiver<(Duration, String)>,
 }
 
+/// A test that fails leaves no adapter running.
+impl Drop for Adapter {
+    fn drop(&mut self) {
+        if let Ok(None) = self.child.try_wait() {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
+}
+
 fn start(url: &str, record: &Path, env: &[(&str, &str)]) -> Adapter {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_courier-adapter"));
     cmd.env("DATABASE_URL", url)
@@ -38,7 +48,8 @@ fn start(url: &str, record: &Path, env: &[(&str, &str)]) -> Adapter {
         .env("SAMPLE_EVERY_S", "1")
         .env("COURIER_STUB_RECORD", record)
         .env("RUST_LOG", "warn")
-        .stdin(Stdio::null())
+        // A pipe, as the harness gives (its pacer writes ENQUEUE lines).
+        .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::inherit());
     for (k, v) in env {
@@ -183,6 +194,33 @@ async fn offered_rate(seconds: usize) -> f64 {
     let done = db.store.actions_progress().await.unwrap();
     eprintln!("enqueue_rate per tick: {rates:?}; {} actions, {} settled", done.total, done.settled);
     rates.iter().sum::<f64>() / rates.len() as f64
+}
+
+/// `PRODUCER_PACING=harness`: exactly the jobs of the `ENQUEUE <n>` lines
+/// (some above `PRODUCER_BATCH_MAX`), then, when stdin ends, the adapter's
+/// own rate (0 here: nothing more).
+#[tokio::test]
+async fn harness_tokens_on_stdin_pace_the_producer() {
+    use std::io::Write;
+    let db = courier_testkit::fresh_db().await;
+    let dir = tempfile::tempdir().unwrap();
+    let env = [("PRODUCER_PACING", "harness"), ("PRODUCER_RATE", "0"), ("PRODUCER_BATCH_MAX", "16")];
+    let mut a = start(&db.url, &dir.path().join("stub"), &env);
+    a.descriptor();
+    let mut stdin = a.child.stdin.take().expect("stdin");
+    for n in [10, 40, 1, 49] {
+        writeln!(stdin, "ENQUEUE {n}").unwrap();
+    }
+    writeln!(stdin, "not a token").unwrap();
+    stdin.flush().unwrap();
+    a.ticks(2);
+    assert_eq!(db.store.actions_progress().await.unwrap().total, 100);
+    drop(stdin);
+    let after: Vec<f64> = a.ticks(2).iter().map(|t| t.metrics["enqueue_rate"]).collect();
+    assert_eq!(after, [0.0, 0.0]);
+    let (status, _) = a.terminate();
+    assert_eq!(status.code(), Some(0));
+    assert_eq!(db.store.actions_progress().await.unwrap().total, 100);
 }
 
 #[tokio::test]
