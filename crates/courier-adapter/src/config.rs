@@ -81,12 +81,20 @@ impl Config {
         let mode = match var("PRODUCER_MODE").as_deref().unwrap_or("fixed") {
             "fixed" => ProducerMode::Fixed,
             "depth-target" => ProducerMode::DepthTarget,
-            other => return Err(ConfigError(format!("PRODUCER_MODE={other:?} (fixed | depth-target)"))),
+            other => {
+                return Err(ConfigError(format!(
+                    "PRODUCER_MODE={other:?} (fixed | depth-target)"
+                )))
+            }
         };
         let pacing = match var("PRODUCER_PACING").as_deref().unwrap_or("adapter") {
             "adapter" => Pacing::Adapter,
             "harness" => Pacing::Harness,
-            other => return Err(ConfigError(format!("PRODUCER_PACING={other:?} (adapter | harness)"))),
+            other => {
+                return Err(ConfigError(format!(
+                    "PRODUCER_PACING={other:?} (adapter | harness)"
+                )))
+            }
         };
         let db_name = db_name(&database_url);
         let stub_record = match var("COURIER_STUB_RECORD") {
@@ -118,13 +126,17 @@ impl Config {
     pub fn validate(&self) -> Result<(), ConfigError> {
         let fail = |m: String| Err(ConfigError(m));
         if self.producer_batch_max == 0 || self.producer_batch_max > PRODUCER_BATCH_MAX_LIMIT {
-            return fail(format!("PRODUCER_BATCH_MAX must be within 1..={PRODUCER_BATCH_MAX_LIMIT}"));
+            return fail(format!(
+                "PRODUCER_BATCH_MAX must be within 1..={PRODUCER_BATCH_MAX_LIMIT}"
+            ));
         }
         if self.producer_batch_ms == 0 || self.producer_batch_ms > 10_000 {
             return fail("PRODUCER_BATCH_MS must be within 1..=10000".into());
         }
         if self.worker_count == 0 || self.worker_count > WORKER_COUNT_MAX {
-            return fail(format!("WORKER_COUNT must be within 1..={WORKER_COUNT_MAX}"));
+            return fail(format!(
+                "WORKER_COUNT must be within 1..={WORKER_COUNT_MAX}"
+            ));
         }
         if self.job_payload_bytes == 0 || self.job_payload_bytes > JOB_PAYLOAD_BYTES_MAX {
             return fail(format!(
@@ -165,7 +177,10 @@ fn default_record(url: &str, db_name: &str) -> PathBuf {
     use std::hash::{Hash, Hasher};
     let mut h = std::collections::hash_map::DefaultHasher::new();
     url.hash(&mut h);
-    std::env::temp_dir().join(format!("courier-adapter-{db_name}-{:016x}.stub", h.finish()))
+    std::env::temp_dir().join(format!(
+        "courier-adapter-{db_name}-{:016x}.stub",
+        h.finish()
+    ))
 }
 
 #[cfg(test)]
@@ -183,11 +198,30 @@ mod tests {
 
     #[test]
     fn defaults_are_the_contracts() {
-        let c = from(&[("DATABASE_URL", "postgres://u@h:1/courier_bench?sslmode=disable")]).unwrap();
+        let c = from(&[(
+            "DATABASE_URL",
+            "postgres://u@h:1/courier_bench?sslmode=disable",
+        )])
+        .unwrap();
         assert_eq!(c.db_name, "courier_bench");
         assert_eq!((c.mode, c.pacing), (ProducerMode::Fixed, Pacing::Adapter));
-        assert_eq!((c.producer_rate_per_s, c.producer_batch_max, c.producer_batch_ms), (800, 128, 25));
-        assert_eq!((c.worker_count, c.job_payload_bytes, c.job_work_ms, c.sample_every_s), (32, 256, 1, 5));
+        assert_eq!(
+            (
+                c.producer_rate_per_s,
+                c.producer_batch_max,
+                c.producer_batch_ms
+            ),
+            (800, 128, 25)
+        );
+        assert_eq!(
+            (
+                c.worker_count,
+                c.job_payload_bytes,
+                c.job_work_ms,
+                c.sample_every_s
+            ),
+            (32, 256, 1, 5)
+        );
         assert_eq!(c.target_depth, 1_000);
     }
 
@@ -202,7 +236,10 @@ mod tests {
             (vec![url, ("PRODUCER_RATE", "fast")], "PRODUCER_RATE"),
             (vec![url, ("PRODUCER_BATCH_MAX", "0")], "PRODUCER_BATCH_MAX"),
             (vec![url, ("WORKER_COUNT", "0")], "WORKER_COUNT"),
-            (vec![url, ("JOB_PAYLOAD_BYTES", "1601")], "JOB_PAYLOAD_BYTES"),
+            (
+                vec![url, ("JOB_PAYLOAD_BYTES", "1601")],
+                "JOB_PAYLOAD_BYTES",
+            ),
             (vec![url, ("SAMPLE_EVERY_S", "0")], "SAMPLE_EVERY_S"),
         ] {
             let e = from(&pairs).unwrap_err();

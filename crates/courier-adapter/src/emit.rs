@@ -77,7 +77,9 @@ pub fn iso(since_epoch: Duration) -> String {
 }
 
 pub fn now_since_epoch() -> Duration {
-    SystemTime::now().duration_since(UNIX_EPOCH).unwrap_or_default()
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap_or_default()
 }
 
 /// The startup record.
@@ -117,13 +119,24 @@ mod tests {
 
     #[test]
     fn times_are_rfc3339_utc_with_milliseconds() {
-        assert_eq!(iso(Duration::from_millis(1_776_416_410_000)), "2026-04-17T09:00:10.000Z");
+        assert_eq!(
+            iso(Duration::from_millis(1_776_416_410_000)),
+            "2026-04-17T09:00:10.000Z"
+        );
     }
 
     #[test]
     fn records_carry_the_contracts_fields() {
         let d = descriptor("courier_bench", 0, 4);
-        for k in ["system", "event_tables", "extensions", "version", "schema_version", "db_name", "started_at"] {
+        for k in [
+            "system",
+            "event_tables",
+            "extensions",
+            "version",
+            "schema_version",
+            "db_name",
+            "started_at",
+        ] {
             assert!(d.get(k).is_some(), "descriptor lacks {k}");
         }
         let s = sample("2026-04-17T09:00:10.000Z", 0, "claim_p99_ms", 4.2, 30.0);

@@ -54,7 +54,12 @@ pub fn judge(actions: &[ActionOutcome], record: &[String]) -> Verdict {
         match a.state.as_str() {
             "dispatched" | "done" => {
                 v.settled += 1;
-                let n = a.key.as_deref().and_then(|k| created.get(k)).copied().unwrap_or(0);
+                let n = a
+                    .key
+                    .as_deref()
+                    .and_then(|k| created.get(k))
+                    .copied()
+                    .unwrap_or(0);
                 if n == 0 {
                     v.without_message.push(a.id);
                 }
@@ -95,7 +100,10 @@ mod tests {
 
     #[test]
     fn every_job_once_passes() {
-        let a = [action(1, "dispatched", Some("k1")), action(2, "done", Some("k2"))];
+        let a = [
+            action(1, "dispatched", Some("k1")),
+            action(2, "done", Some("k2")),
+        ];
         let v = judge(&a, &keys(&["k2", "k1"]));
         assert!(v.passed(), "{v:?}");
         assert_eq!((v.actions, v.settled), (2, 2));
@@ -106,12 +114,32 @@ mod tests {
     fn each_violation_is_caught() {
         let ok = action(1, "dispatched", Some("k1"));
         let cases: Vec<(Vec<ActionOutcome>, Vec<String>, fn(&Verdict) -> bool)> = vec![
-            (vec![ok.clone(), action(2, "pending", None)], keys(&["k1"]), |v| v.open == [2]),
-            (vec![ok.clone(), action(2, "claimed", Some("k2"))], keys(&["k1", "k2"]), |v| v.open == [2]),
-            (vec![ok.clone(), action(2, "failed", Some("k2"))], keys(&["k1"]), |v| v.failed == [2]),
-            (vec![ok.clone(), action(2, "dispatched", Some("k2"))], keys(&["k1"]), |v| v.without_message == [2]),
-            (vec![ok.clone()], keys(&["k1", "k1"]), |v| v.repeated_keys == ["k1"]),
-            (vec![ok.clone()], keys(&["k1", "k9"]), |v| v.unknown_keys == ["k9"]),
+            (
+                vec![ok.clone(), action(2, "pending", None)],
+                keys(&["k1"]),
+                |v| v.open == [2],
+            ),
+            (
+                vec![ok.clone(), action(2, "claimed", Some("k2"))],
+                keys(&["k1", "k2"]),
+                |v| v.open == [2],
+            ),
+            (
+                vec![ok.clone(), action(2, "failed", Some("k2"))],
+                keys(&["k1"]),
+                |v| v.failed == [2],
+            ),
+            (
+                vec![ok.clone(), action(2, "dispatched", Some("k2"))],
+                keys(&["k1"]),
+                |v| v.without_message == [2],
+            ),
+            (vec![ok.clone()], keys(&["k1", "k1"]), |v| {
+                v.repeated_keys == ["k1"]
+            }),
+            (vec![ok.clone()], keys(&["k1", "k9"]), |v| {
+                v.unknown_keys == ["k9"]
+            }),
         ];
         for (actions, record, caught) in cases {
             let v = judge(&actions, &record);

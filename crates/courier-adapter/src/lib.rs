@@ -47,8 +47,9 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use window::Window;
 
-/// How long the worker may take, after SIGTERM, to finish the jobs in hand
-/// (the contract allows 5 s in all; an unfinished job is reclaimed later).
+/// How long the adapter may take, after SIGTERM, to stop producing and to
+/// finish the jobs in hand (the contract allows 5 s in all; a job not
+/// finished by then is reclaimed when its lease runs out).
 pub const SHUTDOWN_LIMIT: Duration = Duration::from_secs(3);
 /// How long the adapter waits for PostgreSQL at start.
 const CONNECT_LIMIT: Duration = Duration::from_secs(60);
@@ -129,18 +130,38 @@ pub async fn run(cfg: Config, shutdown: CancellationToken) -> Result<(), Adapter
         claims: claims.clone(),
     };
     let pool = (cfg.worker_count as usize / 4).clamp(4, 16);
-    let worker = Arc::new(Worker::new(connect(&cfg.database_url, pool, false).await?, provider, worker_config(&cfg)));
+    let worker = Arc::new(Worker::new(
+        connect(&cfg.database_url, pool, false).await?,
+        provider,
+        worker_config(&cfg),
+    ));
     let enqueued = Arc::new(AtomicU64::new(0));
     let depth = Arc::new(Depth::default());
-    let producer = Producer::new(connect(&cfg.database_url, 2, false).await?, cfg.clone(), enqueued.clone(), depth.clone());
+    let producer = Producer::new(
+        connect(&cfg.database_url, 2, false).await?,
+        cfg.clone(),
+        enqueued.clone(),
+        depth.clone(),
+    );
     let stop = CancellationToken::new();
     let mut tasks = tokio::task::JoinSet::new();
     tasks.spawn({
         let stop = stop.clone();
         async move { producer.run(stop).await }
     });
-    tasks.spawn(poll_depth(schema, enqueued.clone(), depth.clone(), stop.clone()));
-    let sampler = Sampler { cfg: cfg.clone(), enqueued, depth, claims, worker: worker.clone() };
+    tasks.spawn(poll_depth(
+        schema,
+        enqueued.clone(),
+        depth.clone(),
+        stop.clone(),
+    ));
+    let sampler = Sampler {
+        cfg: cfg.clone(),
+        enqueued,
+        depth,
+        claims,
+        worker: worker.clone(),
+    };
     tasks.spawn(sampler.run(stop.clone()));
     let work = tokio::spawn({
         let (worker, stop) = (worker.clone(), stop.clone());
@@ -149,15 +170,25 @@ pub async fn run(cfg: Config, shutdown: CancellationToken) -> Result<(), Adapter
     shutdown.cancelled().await;
     tracing::info!("shutting down");
     stop.cancel();
-    while tasks.join_next().await.is_some() {}
-    if tokio::time::timeout(SHUTDOWN_LIMIT, work).await.is_err() {
-        tracing::warn!("jobs still in hand at exit; their leases will run out and they will be reclaimed");
+    let drained = tokio::time::timeout(SHUTDOWN_LIMIT, async {
+        while tasks.join_next().await.is_some() {}
+        let _ = work.await;
+    });
+    if drained.await.is_err() {
+        tracing::warn!(
+            "jobs still in hand at exit; their leases will run out and they will be reclaimed"
+        );
     }
     Ok(())
 }
 
 /// Counts the pending actions every [`DEPTH_POLL`].
-async fn poll_depth(store: PgStore, enqueued: Arc<AtomicU64>, depth: Arc<Depth>, stop: CancellationToken) {
+async fn poll_depth(
+    store: PgStore,
+    enqueued: Arc<AtomicU64>,
+    depth: Arc<Depth>,
+    stop: CancellationToken,
+) {
     let mut failures = 0u64;
     while !stop.is_cancelled() {
         let before = enqueued.load(Ordering::Relaxed);
@@ -194,14 +225,22 @@ impl Sampler {
 
     async fn run(self, stop: CancellationToken) {
         let period = Duration::from_secs(self.cfg.sample_every_s);
-        let mut last = (Instant::now(), self.enqueued.load(Ordering::Relaxed), self.completed());
+        let mut last = (
+            Instant::now(),
+            self.enqueued.load(Ordering::Relaxed),
+            self.completed(),
+        );
         loop {
             let (wait, at) = pacing::next_boundary(emit::now_since_epoch(), period);
             tokio::select! {
                 _ = tokio::time::sleep(wait) => {}
                 _ = stop.cancelled() => return,
             }
-            let now = (Instant::now(), self.enqueued.load(Ordering::Relaxed), self.completed());
+            let now = (
+                Instant::now(),
+                self.enqueued.load(Ordering::Relaxed),
+                self.completed(),
+            );
             let dt = (now.0 - last.0).as_secs_f64().max(1e-3);
             let rates = ((now.1 - last.1) as f64 / dt, (now.2 - last.2) as f64 / dt);
             last = now;
@@ -218,7 +257,10 @@ impl Sampler {
             w.percentiles(at.as_secs().saturating_sub(1))
         };
         let (p50, p95, p99) = p.map_or((0.0, 0.0, 0.0), |p| (p.p50_ms, p.p95_ms, p.p99_ms));
-        let (window, every) = (self.cfg.latency_window_s as f64, self.cfg.sample_every_s as f64);
+        let (window, every) = (
+            self.cfg.latency_window_s as f64,
+            self.cfg.sample_every_s as f64,
+        );
         for (metric, value, window_s) in [
             ("claim_p50_ms", p50, window),
             ("claim_p95_ms", p95, window),
@@ -227,7 +269,13 @@ impl Sampler {
             ("completion_rate", completion_rate, every),
             ("queue_depth", self.depth.last() as f64, 0.0),
         ] {
-            emit::emit(&emit::sample(&t, self.cfg.instance_id, metric, value, window_s));
+            emit::emit(&emit::sample(
+                &t,
+                self.cfg.instance_id,
+                metric,
+                value,
+                window_s,
+            ));
         }
     }
 }

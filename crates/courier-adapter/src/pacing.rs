@@ -120,7 +120,8 @@ mod tests {
     fn owed_jobs_and_the_credit_left_add_up() {
         let t0 = Instant::now();
         let mut c = Credit::new(333, t0);
-        let owed = c.owed(t0 + Duration::from_millis(1_000)) + c.owed(t0 + Duration::from_millis(2_000));
+        let owed =
+            c.owed(t0 + Duration::from_millis(1_000)) + c.owed(t0 + Duration::from_millis(2_000));
         assert_eq!(owed, 666);
         c.refund(5);
         assert_eq!(c.owed(t0 + Duration::from_millis(2_000)), 5);
@@ -143,8 +144,14 @@ mod tests {
     #[test]
     fn boundaries_are_multiples_of_the_period() {
         let (wait, at) = next_boundary(Duration::from_millis(12_345), Duration::from_secs(5));
-        assert_eq!((wait, at), (Duration::from_millis(2_655), Duration::from_secs(15)));
+        assert_eq!(
+            (wait, at),
+            (Duration::from_millis(2_655), Duration::from_secs(15))
+        );
         let (wait, at) = next_boundary(Duration::from_secs(15), Duration::from_secs(5));
-        assert_eq!((wait, at), (Duration::from_secs(5), Duration::from_secs(20)));
+        assert_eq!(
+            (wait, at),
+            (Duration::from_secs(5), Duration::from_secs(20))
+        );
     }
 }

@@ -53,7 +53,12 @@ pub struct Producer {
 }
 
 impl Producer {
-    pub fn new(store: PgStore, cfg: Arc<Config>, enqueued: Arc<AtomicU64>, depth: Arc<Depth>) -> Self {
+    pub fn new(
+        store: PgStore,
+        cfg: Arc<Config>,
+        enqueued: Arc<AtomicU64>,
+        depth: Arc<Depth>,
+    ) -> Self {
         Producer {
             store,
             cfg,
@@ -95,7 +100,11 @@ impl Producer {
     }
 
     /// One insert of up to `n` jobs per token; returns true when stdin ended.
-    async fn harness_paced(&self, mut tokens: mpsc::UnboundedReceiver<u64>, shutdown: &CancellationToken) -> bool {
+    async fn harness_paced(
+        &self,
+        mut tokens: mpsc::UnboundedReceiver<u64>,
+        shutdown: &CancellationToken,
+    ) -> bool {
         let mut owed = 0u64;
         loop {
             let n = tokio::select! {
@@ -113,7 +122,8 @@ impl Producer {
         let pause = Duration::from_millis(self.cfg.producer_batch_ms);
         while !shutdown.is_cancelled() {
             let estimate = self.depth.estimate(self.enqueued.load(Ordering::Relaxed));
-            let n = depth_target_batch(self.cfg.target_depth, estimate, self.cfg.producer_batch_max);
+            let n =
+                depth_target_batch(self.cfg.target_depth, estimate, self.cfg.producer_batch_max);
             if n == 0 || self.insert(n as u64).await < n as u64 {
                 tokio::select! {
                     _ = tokio::time::sleep(pause) => {}
@@ -147,7 +157,11 @@ impl Producer {
 
 /// One transaction of `n` jobs, each through `action_enqueue`; the
 /// statements are pipelined on the transaction's connection.
-async fn enqueue_batch(store: &PgStore, n: usize, payload_bytes: usize) -> Result<(), EnqueueError> {
+async fn enqueue_batch(
+    store: &PgStore,
+    n: usize,
+    payload_bytes: usize,
+) -> Result<(), EnqueueError> {
     let mut client = store.client().await?;
     let tx = client.transaction().await.map_err(StoreError::from)?;
     let new = NewAction {
@@ -170,7 +184,10 @@ fn stdin_tokens() -> mpsc::UnboundedReceiver<u64> {
         use std::io::BufRead;
         for line in std::io::stdin().lock().lines() {
             let Ok(line) = line else { return };
-            let n = line.trim().strip_prefix("ENQUEUE ").and_then(|n| n.trim().parse::<u64>().ok());
+            let n = line
+                .trim()
+                .strip_prefix("ENQUEUE ")
+                .and_then(|n| n.trim().parse::<u64>().ok());
             if let Some(n) = n.filter(|n| *n > 0) {
                 if tx.send(n).is_err() {
                     return;

@@ -100,7 +100,11 @@ impl Adapter {
             assert_eq!(r["kind"], "adapter", "{r}");
             let t = r["t"].as_str().expect("t").to_string();
             if ticks.last().is_none_or(|k| k.t != t) {
-                ticks.push(Tick { t, read_at: at, metrics: BTreeMap::new() });
+                ticks.push(Tick {
+                    t,
+                    read_at: at,
+                    metrics: BTreeMap::new(),
+                });
             }
             let metric = r["metric"].as_str().expect("metric").to_string();
             let value = r["value"].as_f64().expect("value");
@@ -120,7 +124,10 @@ impl Adapter {
             if let Some(status) = self.child.try_wait().expect("wait") {
                 return (status, sent.elapsed());
             }
-            assert!(sent.elapsed() < limit, "still running {limit:?} after SIGTERM");
+            assert!(
+                sent.elapsed() < limit,
+                "still running {limit:?} after SIGTERM"
+            );
             std::thread::sleep(Duration::from_millis(20));
         }
     }
@@ -141,11 +148,23 @@ fn parse_t(t: &str) -> Duration {
 async fn descriptor_every_metric_at_every_aligned_tick_and_exit_on_sigterm() {
     let db = courier_testkit::fresh_db().await;
     let dir = tempfile::tempdir().unwrap();
-    let a = start(&db.url, &dir.path().join("stub"), &[("SAMPLE_EVERY_S", "2")]);
+    let a = start(
+        &db.url,
+        &dir.path().join("stub"),
+        &[("SAMPLE_EVERY_S", "2")],
+    );
     let d = a.descriptor();
     let manifest: Value =
         serde_json::from_str(include_str!("../adapter.json")).expect("adapter.json");
-    for key in ["system", "db_name", "event_tables", "extensions", "version", "schema_version", "started_at"] {
+    for key in [
+        "system",
+        "db_name",
+        "event_tables",
+        "extensions",
+        "version",
+        "schema_version",
+        "started_at",
+    ] {
         assert!(d.get(key).is_some(), "descriptor lacks {key}: {d}");
     }
     assert_eq!(d["system"], manifest["system"]);
@@ -156,27 +175,52 @@ async fn descriptor_every_metric_at_every_aligned_tick_and_exit_on_sigterm() {
     let ticks = a.ticks(4);
     for (i, tick) in ticks.iter().enumerate() {
         for m in REQUIRED_METRICS {
-            assert!(tick.metrics.contains_key(*m), "tick {} lacks {m}: {tick:?}", tick.t);
+            assert!(
+                tick.metrics.contains_key(*m),
+                "tick {} lacks {m}: {tick:?}",
+                tick.t
+            );
         }
         let t = parse_t(&tick.t);
-        assert_eq!(t.as_millis() % 2_000, 0, "tick {} not on a 2 s boundary", tick.t);
+        assert_eq!(
+            t.as_millis() % 2_000,
+            0,
+            "tick {} not on a 2 s boundary",
+            tick.t
+        );
         // Emitted on time: read within a second after its boundary.
         let late = tick.read_at.saturating_sub(t);
-        assert!(tick.read_at + Duration::from_millis(50) >= t && late < Duration::from_secs(1), "{tick:?}");
+        assert!(
+            tick.read_at + Duration::from_millis(50) >= t && late < Duration::from_secs(1),
+            "{tick:?}"
+        );
         if i > 0 {
-            assert_eq!(t - parse_t(&ticks[i - 1].t), Duration::from_secs(2), "{ticks:?}");
+            assert_eq!(
+                t - parse_t(&ticks[i - 1].t),
+                Duration::from_secs(2),
+                "{ticks:?}"
+            );
         }
     }
     let last = &ticks[3].metrics;
-    assert!(last["claim_p50_ms"] > 0.0 && last["claim_p99_ms"] >= last["claim_p50_ms"], "{last:?}");
-    assert!(last["completion_rate"] > 100.0 && last["enqueue_rate"] > 100.0, "{last:?}");
+    assert!(
+        last["claim_p50_ms"] > 0.0 && last["claim_p99_ms"] >= last["claim_p50_ms"],
+        "{last:?}"
+    );
+    assert!(
+        last["completion_rate"] > 100.0 && last["enqueue_rate"] > 100.0,
+        "{last:?}"
+    );
     let (status, took) = a.terminate();
     assert_eq!(status.code(), Some(0), "{status:?}");
     assert!(took < Duration::from_secs(5), "exit took {took:?}");
     // Every relation the harness is told to watch exists.
     let client = db.store.client().await.unwrap();
     for rel in EVENT_TABLES.iter().chain(EVENT_INDEXES) {
-        let row = client.query_one("SELECT to_regclass($1) IS NOT NULL", &[rel]).await.unwrap();
+        let row = client
+            .query_one("SELECT to_regclass($1) IS NOT NULL", &[rel])
+            .await
+            .unwrap();
         assert!(row.get::<_, bool>(0), "{rel} does not exist");
     }
 }
@@ -185,14 +229,24 @@ async fn descriptor_every_metric_at_every_aligned_tick_and_exit_on_sigterm() {
 async fn offered_rate(seconds: usize) -> f64 {
     let db = courier_testkit::fresh_db().await;
     let dir = tempfile::tempdir().unwrap();
-    let a = start(&db.url, &dir.path().join("stub"), &[("PRODUCER_RATE", "800")]);
+    let a = start(
+        &db.url,
+        &dir.path().join("stub"),
+        &[("PRODUCER_RATE", "800")],
+    );
     a.descriptor();
     let ticks = a.ticks(seconds + 1);
     let (status, _) = a.terminate();
     assert_eq!(status.code(), Some(0));
-    let rates: Vec<f64> = ticks[1..].iter().map(|t| t.metrics["enqueue_rate"]).collect();
+    let rates: Vec<f64> = ticks[1..]
+        .iter()
+        .map(|t| t.metrics["enqueue_rate"])
+        .collect();
     let done = db.store.actions_progress().await.unwrap();
-    eprintln!("enqueue_rate per tick: {rates:?}; {} actions, {} settled", done.total, done.settled);
+    eprintln!(
+        "enqueue_rate per tick: {rates:?}; {} actions, {} settled",
+        done.total, done.settled
+    );
     rates.iter().sum::<f64>() / rates.len() as f64
 }
 
@@ -204,7 +258,11 @@ async fn harness_tokens_on_stdin_pace_the_producer() {
     use std::io::Write;
     let db = courier_testkit::fresh_db().await;
     let dir = tempfile::tempdir().unwrap();
-    let env = [("PRODUCER_PACING", "harness"), ("PRODUCER_RATE", "0"), ("PRODUCER_BATCH_MAX", "16")];
+    let env = [
+        ("PRODUCER_PACING", "harness"),
+        ("PRODUCER_RATE", "0"),
+        ("PRODUCER_BATCH_MAX", "16"),
+    ];
     let mut a = start(&db.url, &dir.path().join("stub"), &env);
     a.descriptor();
     let mut stdin = a.child.stdin.take().expect("stdin");
@@ -216,7 +274,11 @@ async fn harness_tokens_on_stdin_pace_the_producer() {
     a.ticks(2);
     assert_eq!(db.store.actions_progress().await.unwrap().total, 100);
     drop(stdin);
-    let after: Vec<f64> = a.ticks(2).iter().map(|t| t.metrics["enqueue_rate"]).collect();
+    let after: Vec<f64> = a
+        .ticks(2)
+        .iter()
+        .map(|t| t.metrics["enqueue_rate"])
+        .collect();
     assert_eq!(after, [0.0, 0.0]);
     let (status, _) = a.terminate();
     assert_eq!(status.code(), Some(0));
@@ -240,7 +302,11 @@ async fn offered_rate_at_800_per_s_over_60_s() {
 /// (producing nothing more) with the record at `second_record`, waits until
 /// no job is open, and returns the judge's inputs: the actions, every key
 /// either stub created, and how many actions were reclaimed.
-async fn kill_and_restart(db: &courier_testkit::TestDb, first: &Path, second: &Path) -> (courier_adapter::judge::Verdict, i64) {
+async fn kill_and_restart(
+    db: &courier_testkit::TestDb,
+    first: &Path,
+    second: &Path,
+) -> (courier_adapter::judge::Verdict, i64) {
     // A 100 ms answer: at 200 jobs/s about 20 messages exist whose worker
     // has not heard the answer at any moment, so the kill leaves some.
     let work = [("JOB_WORK_MS", "100")];
@@ -249,7 +315,11 @@ async fn kill_and_restart(db: &courier_testkit::TestDb, first: &Path, second: &P
     let ticks = a.ticks(3);
     assert!(ticks[2].metrics["completion_rate"] > 0.0, "{ticks:?}");
     let status = a.kill();
-    assert_eq!(status.signal(), Some(9), "the adapter died by SIGKILL: {status:?}");
+    assert_eq!(
+        status.signal(),
+        Some(9),
+        "the adapter died by SIGKILL: {status:?}"
+    );
     let b = start(&db.url, second, &[work[0], ("PRODUCER_RATE", "0")]);
     b.descriptor();
     let deadline = Instant::now() + Duration::from_secs(60);
@@ -258,7 +328,10 @@ async fn kill_and_restart(db: &courier_testkit::TestDb, first: &Path, second: &P
         if p.open == 0 {
             break;
         }
-        assert!(Instant::now() < deadline, "jobs still open after 60 s: {p:?}");
+        assert!(
+            Instant::now() < deadline,
+            "jobs still open after 60 s: {p:?}"
+        );
         tokio::time::sleep(Duration::from_millis(250)).await;
     }
     let (status, _) = b.terminate();
@@ -286,7 +359,10 @@ async fn after_a_sigkill_and_a_restart_every_job_completes_once() {
     eprintln!("{v:?}; reclaimed {reclaimed}");
     assert!(v.passed(), "{v:?}");
     assert!(v.actions > 200 && v.settled == v.actions, "{v:?}");
-    assert!(reclaimed > 0, "the kill left no job in hand, so the test proved nothing");
+    assert!(
+        reclaimed > 0,
+        "the kill left no job in hand, so the test proved nothing"
+    );
 }
 
 /// The negative control: the restarted adapter's stub has forgotten what
@@ -296,7 +372,8 @@ async fn after_a_sigkill_and_a_restart_every_job_completes_once() {
 async fn a_stub_that_forgets_across_the_restart_is_caught() {
     let db = courier_testkit::fresh_db().await;
     let dir = tempfile::tempdir().unwrap();
-    let (v, reclaimed) = kill_and_restart(&db, &dir.path().join("first"), &dir.path().join("second")).await;
+    let (v, reclaimed) =
+        kill_and_restart(&db, &dir.path().join("first"), &dir.path().join("second")).await;
     eprintln!("{v:?}; reclaimed {reclaimed}");
     assert!(!v.passed() && !v.repeated_keys.is_empty(), "{v:?}");
 }

@@ -154,7 +154,9 @@ impl StubProvider {
             (Ok(false), Some(id)) => SendOutcome::Replayed(Self::view(key, id)),
             // The record failed: nothing is known of this request, like a
             // provider that answers 500.
-            (Ok(false), None) | (Err(_), _) => SendOutcome::Unknown("stub record unavailable".into()),
+            (Ok(false), None) | (Err(_), _) => {
+                SendOutcome::Unknown("stub record unavailable".into())
+            }
         }
     }
 
@@ -354,17 +356,35 @@ mod tests {
         let zero = Duration::ZERO;
         let a = StubProvider::with_record(StubRecord::open(&path, true).unwrap(), zero);
         let k = "courier-0123456789abcdef0123456789abcdef";
-        assert!(matches!(a.send(k, "+1", "x").await, SendOutcome::Accepted(_)));
+        assert!(matches!(
+            a.send(k, "+1", "x").await,
+            SendOutcome::Accepted(_)
+        ));
         let b = StubProvider::with_record(StubRecord::open(&path, false).unwrap(), zero);
         assert!(matches!(b.lookup(k).await, LookupOutcome::Found(_)));
-        assert!(matches!(b.send(k, "+1", "x").await, SendOutcome::Replayed(_)));
-        assert!(matches!(b.send("other", "+1", "x").await, SendOutcome::Accepted(_)));
-        assert!(matches!(a.send("other", "+1", "x").await, SendOutcome::Replayed(_)));
-        assert_eq!(StubRecord::keys(&path).unwrap(), vec![k.to_string(), "other".into()]);
+        assert!(matches!(
+            b.send(k, "+1", "x").await,
+            SendOutcome::Replayed(_)
+        ));
+        assert!(matches!(
+            b.send("other", "+1", "x").await,
+            SendOutcome::Accepted(_)
+        ));
+        assert!(matches!(
+            a.send("other", "+1", "x").await,
+            SendOutcome::Replayed(_)
+        ));
+        assert_eq!(
+            StubRecord::keys(&path).unwrap(),
+            vec![k.to_string(), "other".into()]
+        );
         // Negative control: a stub whose record was emptied has forgotten
         // the key, and a send creates it a second time.
         let c = StubProvider::with_record(StubRecord::open(&path, true).unwrap(), zero);
         assert_eq!(c.lookup(k).await, LookupOutcome::NotFound);
-        assert!(matches!(c.send(k, "+1", "x").await, SendOutcome::Accepted(_)));
+        assert!(matches!(
+            c.send(k, "+1", "x").await,
+            SendOutcome::Accepted(_)
+        ));
     }
 }

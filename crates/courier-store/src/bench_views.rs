@@ -287,21 +287,6 @@ impl PgStore {
             .collect())
     }
 
-    /// Each of `relations` (schema-qualified tables) with its total size in
-    /// bytes (table, indexes and TOAST) now; a missing one is left out.
-    pub async fn relation_sizes(&self, relations: &[&str]) -> Result<Vec<(String, i64)>, StoreError> {
-        let client = self.client().await?;
-        let names: Vec<String> = relations.iter().map(|s| s.to_string()).collect();
-        let rows = client
-            .query(
-                "SELECT n, pg_total_relation_size(to_regclass(n))
-                 FROM unnest($1::text[]) AS n WHERE to_regclass(n) IS NOT NULL",
-                &[&names],
-            )
-            .await?;
-        Ok(rows.iter().map(|r| (r.get(0), r.get(1))).collect())
-    }
-
     /// Enqueues `n` actions at once in one transaction, spread round-robin
     /// over `stores`, each with a fresh uid, no client key, a valid phone
     /// number and a short body. Returns how many it enqueued.
