@@ -23,7 +23,8 @@
 //! The pure parts (arrival schedules, percentiles, calibration) are in
 //! [`schedule`] and [`stats`]; everything else drives real servers:
 //! [`pgbench`] runs PostgreSQL's own benchmark tool, [`stub`] is the
-//! in-process provider of the claim-to-settle path, [`memory`] reads the
+//! in-process provider of the claim-to-settle path (and of `courier-adapter`,
+//! the public queue benchmark's adapter), [`memory`] reads the
 //! process's resident memory and [`chart`] draws the fairness chart.
 //!
 //! # Invariants

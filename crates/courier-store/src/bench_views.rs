@@ -52,6 +52,16 @@ pub struct TableScans {
     pub dead: i64,
 }
 
+/// One action as the queue benchmark's adapter is judged on it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct ActionOutcome {
+    pub id: i64,
+    pub state: String,
+    /// The intent's idempotency key; None before the first claim.
+    pub key: Option<String>,
+    pub attempts: i32,
+}
+
 /// One row of `pg_stat_statements`.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct StatementStat {
@@ -251,6 +261,40 @@ impl PgStore {
             settled: row.get(2),
             done: row.get(3),
         })
+    }
+
+    /// Actions waiting for a claim now (the queue benchmark's depth). One
+    /// count over the pending actions' partial index, so its cost follows
+    /// the backlog, not the history.
+    pub async fn actions_pending_count(&self) -> Result<i64, StoreError> {
+        let client = self.client().await?;
+        let row = client
+            .query_one("SELECT count(*) FROM actions WHERE state = 'pending'", &[])
+            .await?;
+        Ok(row.get(0))
+    }
+
+    /// Every action's state and idempotency key (none before its first
+    /// claim), by id: what the queue benchmark's adapter is judged on.
+    pub async fn actions_outcomes(&self) -> Result<Vec<ActionOutcome>, StoreError> {
+        let client = self.client().await?;
+        let rows = client
+            .query(
+                "SELECT a.id, a.state, o.idem_key, coalesce(o.attempts, 0)
+                 FROM actions a LEFT JOIN outbox o ON o.action_id = a.id
+                 ORDER BY a.id",
+                &[],
+            )
+            .await?;
+        Ok(rows
+            .iter()
+            .map(|r| ActionOutcome {
+                id: r.get(0),
+                state: r.get(1),
+                key: r.get(2),
+                attempts: r.get(3),
+            })
+            .collect())
     }
 
     /// Enqueues `n` actions at once in one transaction, spread round-robin
