@@ -113,7 +113,8 @@ mod tests {
     #[test]
     fn each_violation_is_caught() {
         let ok = action(1, "dispatched", Some("k1"));
-        let cases: Vec<(Vec<ActionOutcome>, Vec<String>, fn(&Verdict) -> bool)> = vec![
+        type Case = (Vec<ActionOutcome>, Vec<String>, fn(&Verdict) -> bool);
+        let cases: Vec<Case> = vec![
             (
                 vec![ok.clone(), action(2, "pending", None)],
                 keys(&["k1"]),

@@ -195,7 +195,7 @@ async fn poll_depth(
         match store.actions_pending_count().await {
             Ok(n) => depth.set(u64::try_from(n).unwrap_or(0), before),
             Err(e) => {
-                if failures % 50 == 0 {
+                if failures.is_multiple_of(50) {
                     tracing::warn!(error = %e, "depth count failed; keeping the last");
                 }
                 failures += 1;

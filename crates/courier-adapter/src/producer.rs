@@ -144,7 +144,7 @@ impl Producer {
                 }
                 Err(e) => {
                     let failures = self.failures.fetch_add(1, Ordering::Relaxed);
-                    if failures % 100 == 0 {
+                    if failures.is_multiple_of(100) {
                         tracing::warn!(error = %e, failures = failures + 1, "enqueue failed; the jobs are offered again");
                     }
                     break;
