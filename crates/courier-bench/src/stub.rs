@@ -9,7 +9,7 @@
 //! - One message per key, ever: a repeated key never creates a second message.
 
 use courier_core::Status;
-use courier_dispatch::worker::Provider;
+use courier_provider::Provider;
 use courier_provider::wire::MessageView;
 use courier_provider::{LookupOutcome, SendOutcome};
 use std::collections::HashMap;

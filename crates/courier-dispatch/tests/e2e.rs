@@ -5,7 +5,7 @@ mod common;
 
 use common::{client, limits, new_action, start_api, verify, wait_all_final, worker, KEY, SECRET};
 use courier_core::{action_key, Limits, Status};
-use courier_provider::fake::{self, FakeConfig, Latency};
+use courier_fake::{self as fake, FakeConfig, Latency};
 use courier_provider::{ClientConfig, ProviderClient, SendOutcome};
 use courier_store::{ClaimMode, Claimed, PgStore};
 use courier_testkit::fresh_db;
@@ -91,7 +91,7 @@ async fn a_reclaimed_action_is_looked_up_and_sent_once() {
     let dir = tempfile::tempdir().unwrap();
     let log = dir.path().join("provider.jsonl");
     let mut cfg = FakeConfig::new(&log, KEY, SECRET);
-    cfg.faults = courier_provider::fake::FaultRates::NONE;
+    cfg.faults = courier_fake::FaultRates::NONE;
     let provider = fake::start(cfg).await.unwrap();
     let api = start_api(db.store.clone()).await;
     db.store.action_enqueue(&new_action(0, 1)).await.unwrap();
@@ -140,7 +140,7 @@ async fn a_slow_provider_does_not_cost_a_healthy_worker_its_lease() {
     let dir = tempfile::tempdir().unwrap();
     let log = dir.path().join("provider.jsonl");
     let mut cfg = FakeConfig::new(&log, KEY, SECRET);
-    cfg.faults = courier_provider::fake::FaultRates::NONE;
+    cfg.faults = courier_fake::FaultRates::NONE;
     // Every request takes longer than a lease: only heartbeats keep it.
     cfg.latency = "uniform:900..1000".parse::<Latency>().unwrap();
     let provider = fake::start(cfg).await.unwrap();

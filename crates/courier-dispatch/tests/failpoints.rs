@@ -34,8 +34,8 @@ use common::{
 };
 use courier_core::{action_key, Limits};
 use courier_dispatch::failpoint::{Hit, Hook, Point, Verdict};
-use courier_provider::fake::{self, FakeConfig};
-use courier_provider::verify::Report;
+use courier_fake::{self as fake, FakeConfig};
+use courier_verify::Report;
 use courier_provider::wire::{LogEntry, LogOp, LookupResult, SendResult};
 use courier_store::PgStore;
 use courier_testkit::fresh_db;

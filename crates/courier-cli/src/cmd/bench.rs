@@ -1,4 +1,4 @@
-//! `courier bench fairness | throughput`: flags in, figures out. The work is
+//! `courier bench fairness | throughput | provider`: flags in, figures out. The work is
 //! in the `courier-bench` crate; this module only parses flags and prints.
 //!
 //! Every flag left out takes the benchmark's default, or with `--smoke` the
@@ -7,7 +7,7 @@
 
 use courier_bench::fairness::{self, FairnessConfig};
 use courier_bench::throughput::{self, ThroughputConfig};
-use courier_provider::fake::Latency;
+use courier_fake::Latency;
 use courier_store::ClaimMode;
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -26,6 +26,9 @@ enum Which {
     /// How fast is it? End to end, claim to settle alone, and this
     /// PostgreSQL's own ceiling (pgbench), with synchronous commit on and off.
     Throughput(ThroughputArgs),
+    /// Is the fake provider ever the bottleneck? Sends/s and latency over
+    /// real loopback HTTP (faults off, latency 0, unique keys, keep-alive).
+    Provider(ProviderArgs),
 }
 
 #[derive(clap::Args)]
@@ -148,6 +151,7 @@ pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
     match args.which {
         Which::Fairness(a) => run_fairness(a).await,
         Which::Throughput(a) => run_throughput(a).await,
+        Which::Provider(a) => run_provider(a).await,
     }
 }
 
@@ -300,4 +304,57 @@ async fn run_throughput(a: ThroughputArgs) -> anyhow::Result<ExitCode> {
     }
     say(a.json, &format!("wall time {:.0} s", report.wall_time_s));
     Ok(ExitCode::SUCCESS)
+}
+
+#[derive(clap::Args)]
+struct ProviderArgs {
+    /// Sends to make.
+    #[arg(long, default_value_t = 200_000)]
+    sends: u64,
+    /// Requests in flight at once.
+    #[arg(long, default_value_t = 64)]
+    concurrency: usize,
+    /// Stop after this many seconds even if not all sends were made.
+    #[arg(long)]
+    seconds: Option<u64>,
+    /// Keep the provider's log here (default: a temporary file, removed).
+    #[arg(long, value_name = "PATH")]
+    log: Option<PathBuf>,
+}
+
+async fn run_provider(b: ProviderArgs) -> anyhow::Result<ExitCode> {
+    let cfg = courier_bench::provider::BenchConfig {
+        sends: b.sends,
+        concurrency: b.concurrency,
+        seconds: b.seconds,
+        log_path: b.log,
+    };
+    eprintln!(
+        "courier bench provider: {} sends, concurrency {}, faults off, latency 0",
+        cfg.sends, cfg.concurrency
+    );
+    let r = courier_bench::provider::run(cfg).await?;
+    println!(
+        "sends {} in {:.2} s: {:.0} sends/s; errors {}",
+        r.sends,
+        r.elapsed.as_secs_f64(),
+        r.sends_per_s,
+        r.errors
+    );
+    println!(
+        "latency p50 {:.2} ms, p99 {:.2} ms, max {:.2} ms",
+        r.p50_us as f64 / 1000.0,
+        r.p99_us as f64 / 1000.0,
+        r.max_us as f64 / 1000.0
+    );
+    println!(
+        "log lines written {} ({:.1} MiB)",
+        r.log_lines,
+        r.log_bytes as f64 / (1024.0 * 1024.0)
+    );
+    Ok(if r.errors == 0 {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    })
 }

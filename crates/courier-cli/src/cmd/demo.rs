@@ -7,7 +7,7 @@
 use super::common::DbArgs;
 use crate::{args, harness};
 use anyhow::Context;
-use courier_provider::verify::{verify_reader, Expectation, ReadLimits};
+use courier_verify::{verify_reader, Expectation, ReadLimits};
 use courier_store::{PgStore, StoreConfig};
 use indicatif::{MultiProgress, ProgressBar, ProgressStyle};
 use std::path::PathBuf;
@@ -351,7 +351,7 @@ pub async fn expectations(store: &PgStore) -> anyhow::Result<Vec<Expectation>> {
 pub async fn verify_against(
     store: &PgStore,
     log: &std::path::Path,
-) -> anyhow::Result<courier_provider::verify::Report> {
+) -> anyhow::Result<courier_verify::Report> {
     let expected = expectations(store).await?;
     let file = std::fs::File::open(log).with_context(|| format!("opening {}", log.display()))?;
     Ok(verify_reader(

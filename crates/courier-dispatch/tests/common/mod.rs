@@ -8,7 +8,7 @@
 use courier_core::{action_key, Limits};
 use courier_dispatch::server::{router, ServerConfig};
 use courier_dispatch::worker::{Provider, Worker, WorkerConfig};
-use courier_provider::verify::{verify_reader, Expectation, ReadLimits, Report};
+use courier_verify::{verify_reader, Expectation, ReadLimits, Report};
 use courier_provider::{ClientConfig, ProviderClient};
 use courier_store::{ClaimMode, NewAction, PgStore};
 use std::path::Path;

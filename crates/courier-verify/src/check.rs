@@ -15,9 +15,9 @@
 //! - Keys are reported in the order they first appear (log order, or the
 //!   expectations' order), so the same input gives the same report.
 
-use super::read::Expectation;
-use super::report::{Check, Report, Stats};
-use crate::wire::{LogEntry, LogOp, LookupResult, SendResult};
+use crate::read::Expectation;
+use crate::report::{Check, Report, Stats};
+use courier_provider::wire::{LogEntry, LogOp, LookupResult, SendResult};
 use courier_core::Status;
 use std::collections::HashMap;
 

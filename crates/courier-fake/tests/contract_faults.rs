@@ -7,7 +7,7 @@ mod common;
 
 use common::*;
 use courier_core::Status;
-use courier_provider::fake::{FaultRates, MsRange};
+use courier_fake::{FaultRates, MsRange};
 use courier_provider::signature;
 use courier_provider::wire::{LogOp, SendResult, WebhookAnswer};
 use std::collections::{HashMap, HashSet};

@@ -10,7 +10,6 @@
 //!   logged in the same critical section.
 //! - `http`: the axum handlers (auth, send, lookup).
 //! - `webhook`: signed, retried, bounded webhook delivery.
-//! - [`bench`]: drives a server over real HTTP and measures it.
 //!
 //! Background work: one scheduler task fires status changes from a timer
 //! heap (one log write per batch); one task per message with events to
@@ -35,10 +34,9 @@
 //! input leaves no effect), `tests/contract_faults.rs` (fault rates within a
 //! binomial tolerance, webhook signatures and retries),
 //! `tests/contract_restart.rs` (replays, lookups and webhooks survive a
-//! restart; torn lines; seq continues), `tests/bench.rs` (a small bench run;
-//! the full one with `--run-ignored only` in a release build).
+//! restart; torn lines; seq continues). Its benchmark is `courier bench
+//! provider` (`courier-bench`, `provider.rs`).
 
-pub mod bench;
 pub mod config;
 mod fate;
 mod http;

@@ -5,7 +5,7 @@ mod common;
 
 use common::*;
 use courier_core::Status;
-use courier_provider::fake::{Latency, MsRange};
+use courier_fake::{Latency, MsRange};
 use courier_provider::wire::{LogOp, LookupResult, MessageView, SendResult};
 use std::time::{Duration, Instant};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};

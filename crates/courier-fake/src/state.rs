@@ -15,10 +15,10 @@
 //! - A message's status only moves forward: `accepted -> sent -> final`, one
 //!   final status, each step one `status` line at the moment it happens.
 
-use super::config::FakeConfig;
-use super::fate::{MessagePlan, TimeoutFault};
-use super::logfile::{Extra, LineIn, LogFile, LogWriteError};
-use crate::wire::{
+use crate::config::FakeConfig;
+use crate::fate::{MessagePlan, TimeoutFault};
+use crate::logfile::{Extra, LineIn, LogFile, LogWriteError};
+use courier_provider::wire::{
     ErrorBody, LogOp, LookupResult, MessageView, SendRequest, SendResult, WebhookAnswer,
     WebhookEvent,
 };
@@ -674,7 +674,7 @@ impl State {
         cfg: &FakeConfig,
         now: Instant,
         now_wall: DateTime<Utc>,
-    ) -> Result<(State, RecoverySummary, Vec<u64>), super::FakeError> {
+    ) -> Result<(State, RecoverySummary, Vec<u64>), crate::FakeError> {
         let mut rec = Recovery::default();
         let (log, opened) = LogFile::open(&cfg.log_path, cfg.fsync, |line| rec.apply(line))?;
         let (state, mut summary, starts) = rec.finish(log, cfg, now, now_wall);

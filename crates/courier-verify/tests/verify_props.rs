@@ -2,7 +2,7 @@
 //! one injected fault is always caught exactly once.
 
 use courier_core::Status;
-use courier_provider::verify::{verify, Expectation};
+use courier_verify::{verify, Expectation};
 use courier_provider::wire::{LogEntry, LogOp, LookupResult, SendResult, WebhookAnswer};
 use proptest::prelude::*;
 
@@ -154,7 +154,7 @@ fn through_text(entries: &[LogEntry]) -> Vec<LogEntry> {
         .iter()
         .map(|e| serde_json::to_string(e).unwrap() + "\n")
         .collect();
-    courier_provider::verify::read_log(text.as_bytes())
+    courier_verify::read_log(text.as_bytes())
         .unwrap()
         .entries
 }

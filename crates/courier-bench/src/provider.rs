@@ -1,4 +1,4 @@
-//! The provider's own benchmark: a fake on loopback (faults off, latency 0,
+//! `courier bench provider`: the fake provider's own benchmark, a fake on loopback (faults off, latency 0,
 //! default status timings), driven through the real HTTP path by a keep-alive
 //! hyper client with many requests in flight, each with a unique key.
 //!
@@ -6,7 +6,8 @@
 //! never the bottleneck. The figure includes the client's own cost, since
 //! both run in this process on the same cores.
 
-use super::{start, FakeConfig, FakeError, FaultRates, Latency};
+use crate::BenchError;
+use courier_fake::{start, FakeConfig, FaultRates, Latency};
 use bytes::Bytes;
 use hdrhistogram::Histogram;
 use http_body_util::{BodyExt, Full};
@@ -69,21 +70,9 @@ pub struct BenchReport {
     pub log_bytes: u64,
 }
 
-#[derive(Debug, thiserror::Error)]
-pub enum BenchError {
-    #[error("invalid bench settings: {0}")]
-    Config(String),
-    #[error(transparent)]
-    Provider(#[from] FakeError),
-    #[error("bench I/O: {0}")]
-    Io(#[from] std::io::Error),
-    #[error("the provider wrote {counted} lines but its log holds {in_file}")]
-    LogMismatch { counted: u64, in_file: u64 },
-}
-
 /// Runs the benchmark and returns its measurements.
 pub async fn run(cfg: BenchConfig) -> Result<BenchReport, BenchError> {
-    cfg.validate().map_err(BenchError::Config)?;
+    cfg.validate().map_err(BenchError::Settings)?;
     let stamp = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.as_nanos())
@@ -170,7 +159,7 @@ async fn drive(
     let mut hist = Histogram::<u64>::new_with_bounds(1, 60_000_000, 3).expect("valid bounds");
     let (mut sends, mut errors) = (0, 0);
     while let Some(done) = workers.join_next().await {
-        let (h, ok, err) = done.map_err(|e| FakeError::Task(e.to_string()))?;
+        let (h, ok, err) = done?;
         hist.add(h).expect("same bounds");
         sends += ok;
         errors += err;
@@ -185,7 +174,7 @@ async fn drive(
         let last = text
             .strip_suffix(b"\n")
             .and_then(|t| t.rsplit(|b| *b == b'\n').next())
-            .and_then(|l| serde_json::from_slice::<crate::wire::LogEntry>(l).ok())
+            .and_then(|l| serde_json::from_slice::<courier_provider::wire::LogEntry>(l).ok())
             .map_or(0, |e| e.seq);
         if last != in_file {
             return Err(BenchError::LogMismatch {

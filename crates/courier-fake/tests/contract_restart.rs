@@ -6,7 +6,7 @@ mod common;
 
 use common::*;
 use courier_core::Status;
-use courier_provider::fake::{self, FakeError, FaultRates, MsRange};
+use courier_fake::{self as fake, FakeError, FaultRates, MsRange};
 use courier_provider::wire::{LogOp, MessageView, SendResult};
 use std::collections::{HashMap, HashSet};
 use std::io::Write;

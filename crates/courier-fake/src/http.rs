@@ -13,11 +13,11 @@
 //! there is latency to wait, so a client that hangs up cannot leave the key
 //! claimed forever: like a real provider, the fake finishes what it started.
 
-use super::config::{check_callback, BODY_CHARS_MAX};
-use super::fate::{self, TimeoutFault};
-use super::state::{error_body, fingerprint, Begin};
-use super::Shared;
-use crate::wire::SendRequest;
+use crate::config::{check_callback, BODY_CHARS_MAX};
+use crate::fate::{self, TimeoutFault};
+use crate::state::{error_body, fingerprint, Begin};
+use crate::Shared;
+use courier_provider::wire::SendRequest;
 use axum::body::Body;
 use axum::extract::rejection::PathRejection;
 use axum::extract::{Path, State};
