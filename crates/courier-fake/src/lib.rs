@@ -1,4 +1,4 @@
-//! The flaky fake SMS provider: a real HTTP server that follows
+//! courier-fake: the flaky fake SMS provider: a real HTTP server that follows
 //! `docs/provider-api.md` to the letter, injects seeded faults, and keeps the
 //! append-only log that every verification reads.
 //!
@@ -7,7 +7,8 @@
 //! - `fate`: seeded decisions, a pure function of (seed, key or event).
 //! - `logfile`: the single log writer and the reader used on restart.
 //! - `state`: keys, messages, timers and webhook queues; every change is
-//!   logged in the same critical section.
+//!   logged in the same critical section. `state/recovery` rebuilds them
+//!   from the log after a restart.
 //! - `http`: the axum handlers (auth, send, lookup).
 //! - `webhook`: signed, retried, bounded webhook delivery.
 //!

@@ -263,8 +263,8 @@ impl LogFile {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use courier_provider::wire::{LogEntry, SendResult};
     use courier_core::Status;
+    use courier_provider::wire::{LogEntry, SendResult};
 
     fn created(key: &str) -> LogOp {
         LogOp::Send {

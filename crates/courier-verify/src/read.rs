@@ -16,8 +16,8 @@
 //!   ([`validate_expectations`]).
 
 use crate::VerifyError;
-use courier_provider::wire::LogEntry;
 use courier_core::{validate_key, Status};
+use courier_provider::wire::LogEntry;
 use serde::{Deserialize, Deserializer, Serialize};
 use std::collections::HashSet;
 use std::io::{BufRead, Read};
