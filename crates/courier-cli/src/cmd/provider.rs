@@ -21,18 +21,10 @@ pub struct Args {
     #[arg(long, value_name = "PATH")]
     pub log: PathBuf,
     /// Bearer token every request must carry.
-    #[arg(
-        long,
-        env = "COURIER_PROVIDER_API_KEY",
-        hide_env_values = true
-    )]
+    #[arg(long, env = "COURIER_PROVIDER_API_KEY", hide_env_values = true)]
     pub api_key: String,
     /// HMAC-SHA256 key of webhook signatures.
-    #[arg(
-        long,
-        env = "COURIER_WEBHOOK_SECRET",
-        hide_env_values = true
-    )]
+    #[arg(long, env = "COURIER_WEBHOOK_SECRET", hide_env_values = true)]
     pub webhook_secret: String,
     /// Seed of every fault and timing decision (printed on start).
     #[arg(long, default_value_t = 1)]
@@ -222,5 +214,38 @@ async fn stop_signal() {
     tokio::select! {
         _ = tokio::signal::ctrl_c() => {}
         () = terminated => {}
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+    use courier_rig::spec::FakeSpec;
+
+    /// The rig's provider flags, parsed by `courier provider` itself.
+    #[test]
+    fn the_rigs_fake_spec_round_trips_through_the_provider_flags() {
+        let spec = FakeSpec {
+            listen: "127.0.0.1:0".into(),
+            log: PathBuf::from("/tmp/run/provider.jsonl"),
+            api_key: "key".into(),
+            webhook_secret: "secret".into(),
+            seed: 42,
+        };
+        let argv = std::iter::once("courier".to_string()).chain(spec.args());
+        let crate::Cli {
+            command: crate::Command::Provider(a),
+        } = crate::Cli::try_parse_from(argv).expect("the rig's flags parse")
+        else {
+            panic!("not the provider command");
+        };
+        assert_eq!(a.listen.to_string(), spec.listen);
+        assert_eq!(
+            (a.log, a.api_key, a.webhook_secret, a.seed),
+            (spec.log, spec.api_key, spec.webhook_secret, spec.seed)
+        );
+        // Faults stay on: the rig's runs are judged under them.
+        assert!(!a.no_faults && a.faults == "on");
     }
 }

@@ -77,7 +77,7 @@ async fn expectations(database_url: &str) -> anyhow::Result<Vec<Expectation>> {
     let store = courier_store::PgStore::connect(&cfg)
         .await
         .with_context(|| format!("connecting to {}", super::common::redact(database_url)))?;
-    super::demo::expectations(&store).await
+    Ok(courier_rig::judge::expectations(&store).await?)
 }
 
 async fn expectations_file(path: PathBuf) -> anyhow::Result<Vec<Expectation>> {
