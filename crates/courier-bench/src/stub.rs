@@ -9,8 +9,8 @@
 //! - One message per key, ever: a repeated key never creates a second message.
 
 use courier_core::Status;
-use courier_provider::Provider;
 use courier_provider::wire::MessageView;
+use courier_provider::Provider;
 use courier_provider::{LookupOutcome, SendOutcome};
 use std::collections::HashMap;
 use std::future::Future;

@@ -35,10 +35,10 @@ use common::{
 use courier_core::{action_key, Limits};
 use courier_dispatch::failpoint::{Hit, Hook, Point, Verdict};
 use courier_fake::{self as fake, FakeConfig};
-use courier_verify::Report;
 use courier_provider::wire::{LogEntry, LogOp, LookupResult, SendResult};
 use courier_store::PgStore;
 use courier_testkit::fresh_db;
+use courier_verify::Report;
 use rand::{rngs::StdRng, Rng, SeedableRng};
 use std::collections::{BTreeSet, HashMap};
 use std::path::Path;
