@@ -27,7 +27,7 @@ use crate::stats::{
 use crate::{bar, run_dir, BenchError};
 use courier_core::Limits;
 use courier_dispatch::worker::{Worker, WorkerConfig};
-use courier_provider::fake::{FakeConfig, FaultRates, Latency};
+use courier_fake::{FakeConfig, FaultRates, Latency};
 use courier_provider::{ClientConfig, ProviderClient};
 use courier_store::cluster::{Cluster, StopMode};
 use courier_store::{ClaimMode, NewAction, PgStore, StoreConfig};
@@ -511,7 +511,7 @@ pub async fn run(cfg: &FairnessConfig) -> Result<FairnessReport, BenchError> {
         fake.faults = FaultRates::NONE;
         fake.latency = cfg.latency;
         fake.seed = cfg.seed;
-        let provider = courier_provider::fake::start(fake).await?;
+        let provider = courier_fake::start(fake).await?;
         let ctx = Ctx {
             cfg,
             server_url: url.clone(),

@@ -1,6 +1,7 @@
 //! courier-bench: the two questions users ask before adopting a queue, as
 //! benchmarks anyone can rerun (`courier bench fairness`, `courier bench
-//! throughput`; the method is in `docs/benchmarks.md`).
+//! throughput`; the method is in `docs/benchmarks.md`), and the fake
+//! provider's own (`courier bench provider`).
 //!
 //! - [`fairness`]: will one noisy store hurt the others? Every scenario is run
 //!   with fair and with FIFO claiming, in one run, against a PostgreSQL
@@ -13,6 +14,8 @@
 //! - [`throughput`]: how fast is it? The whole protocol end to end, the
 //!   claim-to-settle path alone (an in-process provider stub), and the
 //!   ceiling of this PostgreSQL on this machine (pgbench), side by side.
+//! - [`provider`]: sends/s and latency of the fake provider over real
+//!   loopback HTTP (faults off), so the provider is never the bottleneck.
 //!
 //! - [`history`]: does cost grow with history? The hot paths on an empty
 //!   database and on one with millions of finished actions, and the time of
@@ -42,6 +45,7 @@ pub mod live_migration;
 pub mod matrix;
 pub mod memory;
 pub mod pgbench;
+pub mod provider;
 pub mod scale;
 pub mod schedule;
 pub mod soak;
@@ -65,7 +69,7 @@ pub enum BenchError {
     #[error("database: {0}")]
     Store(#[from] courier_store::StoreError),
     #[error("fake provider: {0}")]
-    Provider(#[from] courier_provider::fake::FakeError),
+    Provider(#[from] courier_fake::FakeError),
     #[error("{what} did not finish within {limit:?} ({detail})")]
     Timeout {
         what: String,
@@ -76,6 +80,8 @@ pub enum BenchError {
     Pgbench(String),
     #[error("writing {path}: {detail}")]
     Output { path: PathBuf, detail: String },
+    #[error("the provider wrote {counted} lines but its log holds {in_file}")]
+    LogMismatch { counted: u64, in_file: u64 },
     #[error("I/O: {0}")]
     Io(#[from] std::io::Error),
     #[error("a benchmark task failed: {0}")]

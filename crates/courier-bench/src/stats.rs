@@ -9,7 +9,7 @@
 //!   plus a per-action database allowance and measured from claim-to-settle
 //!   holds.
 
-use courier_provider::fake::Latency;
+use courier_fake::Latency;
 use hdrhistogram::Histogram;
 use serde::Serialize;
 

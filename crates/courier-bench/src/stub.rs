@@ -19,8 +19,8 @@
 //!   the line is appended before the lock is released and the answer given.
 
 use courier_core::Status;
-use courier_dispatch::worker::Provider;
 use courier_provider::wire::MessageView;
+use courier_provider::Provider;
 use courier_provider::{LookupOutcome, SendOutcome};
 use std::collections::HashMap;
 use std::future::Future;

@@ -31,7 +31,7 @@ use crate::{bar, run_dir, BenchError};
 use courier_core::Limits;
 use courier_dispatch::server::{router, ServerConfig};
 use courier_dispatch::worker::{Provider, Worker, WorkerConfig};
-use courier_provider::fake::{FakeConfig, FaultRates, Latency, MsRange};
+use courier_fake::{FakeConfig, FaultRates, Latency, MsRange};
 use courier_provider::{ClientConfig, ProviderClient};
 use courier_store::bench_views::{
     database_backends, database_synchronous_commit_set, database_xact_counts, statements_enable,
@@ -800,7 +800,7 @@ async fn end_to_end(ctx: &Ctx<'_>, sync: bool) -> Result<PathResult, BenchError>
     fake.sent_after_ms = MsRange::new(1, 5);
     fake.delivered_after_ms = MsRange::new(1, 5);
     fake.webhook_concurrency_max = 256;
-    let provider = courier_provider::fake::start(fake).await?;
+    let provider = courier_fake::start(fake).await?;
     let client = ProviderClient::new(ClientConfig {
         base_url: provider.url(),
         api_key: API_KEY.into(),

@@ -5,7 +5,6 @@ use clap::{Parser, Subcommand};
 use std::process::ExitCode;
 
 mod cmd;
-mod harness;
 
 #[derive(Parser)]
 #[command(

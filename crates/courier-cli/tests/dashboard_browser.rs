@@ -65,6 +65,31 @@ async fn the_dashboard_follows_a_live_run() {
     let (url, store) = fresh_db("dash").await;
     let run_dir = tempfile::tempdir().unwrap();
     let log = run_dir.path().join("provider.jsonl");
+    let (provider, mut server) = start_provider_and_server(&url, &log);
+    let api = server.url.clone();
+    let http = reqwest::Client::new();
+    enqueue_backlog(&http, &api).await;
+
+    let b = Browser::launch(1280, 900);
+    let points_before = token_then_backlog(&b, &api);
+    // A worker drains it.
+    let worker = start_worker(&url, &provider.url, &api);
+    let dir = std::path::PathBuf::from(env!("CARGO_TARGET_TMPDIR"));
+    let seen_in_flight = the_table_moves(&b, &dir);
+    every_action_final_on_the_chart(&b, points_before);
+    sorting_by_name(&b, &dir);
+    the_metrics_of_both_processes(&http, &api, &worker).await;
+    the_verifiers_report_in_report(&b, &api, &url, &log, run_dir.path(), &dir);
+    server.assert_running();
+    drop(store);
+    eprintln!(
+        "screenshots: {}/dashboard-{{mid-run,done,report}}.png (in flight seen in the table: {seen_in_flight})",
+        dir.display()
+    );
+}
+
+/// The provider (faults on, with latency) and the server (with the token).
+fn start_provider_and_server(url: &str, log: &std::path::Path) -> (Service, Service) {
     let provider = Service::start(
         "provider",
         &[
@@ -86,12 +111,12 @@ async fn the_dashboard_follows_a_live_run() {
         ],
         true,
     );
-    let mut server = Service::start(
+    let server = Service::start(
         "serve",
         &[
             "serve",
             "--database-url",
-            &url,
+            url,
             "--listen",
             "127.0.0.1:0",
             "--webhook-secret",
@@ -103,10 +128,11 @@ async fn the_dashboard_follows_a_live_run() {
         ],
         true,
     );
-    let api = server.url.clone();
+    (provider, server)
+}
 
-    // The backlog: one noisy store and twelve quiet ones.
-    let http = reqwest::Client::new();
+/// The backlog: one noisy store and twelve quiet ones.
+async fn enqueue_backlog(http: &reqwest::Client, api: &str) {
     let mut n = 0;
     for (s, count) in std::iter::once(("noisy".to_string(), NOISY))
         .chain((0..QUIET_STORES).map(|i| (format!("quiet-{i:02}"), QUIET_EACH)))
@@ -123,8 +149,11 @@ async fn the_dashboard_follows_a_live_run() {
             assert_eq!(r.status().as_u16(), 201);
         }
     }
+}
 
-    let b = Browser::launch(1280, 900);
+/// Without the token the page asks for it; given it, it shows the whole
+/// backlog, the noisy store on top. Returns the chart's points so far.
+fn token_then_backlog(b: &Browser, api: &str) -> i64 {
     b.goto(&format!("{api}/dashboard"));
     // Without the token the page asks for it.
     b.wait_for("the page to ask for the token", 15_000, |b| {
@@ -140,25 +169,26 @@ async fn the_dashboard_follows_a_live_run() {
         let p = latest_point(b)?;
         (p["pending"].as_i64()? == TOTAL as i64).then_some(())
     });
-    let rows = store_rows(&b);
+    let rows = store_rows(b);
     assert_eq!(rows.len(), QUIET_STORES + 1, "{rows:?}");
     assert_eq!(rows[0], ("noisy".to_string(), NOISY as i64, 0), "{rows:?}");
-    let points_before = page(
-        &b,
+    page(
+        b,
         "return Number(document.getElementById('chart').dataset.points);",
     )
     .as_i64()
-    .unwrap();
+    .unwrap()
+}
 
-    // A worker drains it.
-    let worker = Service::start(
+fn start_worker(url: &str, provider_url: &str, api: &str) -> Service {
+    Service::start(
         "worker",
         &[
             "worker",
             "--database-url",
-            &url,
+            url,
             "--provider-url",
-            &provider.url,
+            provider_url,
             "--provider-api-key",
             API_KEY,
             "--callback-url",
@@ -171,8 +201,13 @@ async fn the_dashboard_follows_a_live_run() {
             "127.0.0.1:0",
         ],
         false,
-    );
-    // The table moves: the noisy store's backlog shrinks while it has work in flight.
+    )
+}
+
+/// The table moves: the noisy store's backlog shrinks while it has work in
+/// flight, and the workers table names the worker. Returns whether work in
+/// flight was seen in the store table.
+fn the_table_moves(b: &Browser, dir: &std::path::Path) -> bool {
     let (seen_in_flight, mid) = b.wait_for("the noisy store's backlog to shrink", 30_000, |b| {
         let rows = store_rows(b);
         let noisy = rows.iter().find(|r| r.0 == "noisy")?;
@@ -200,10 +235,12 @@ async fn the_dashboard_follows_a_live_run() {
         vec![],
     );
     let shot = b.screenshot_full_page();
-    let dir = std::path::PathBuf::from(env!("CARGO_TARGET_TMPDIR"));
     std::fs::write(dir.join("dashboard-mid-run.png"), &shot).unwrap();
+    seen_in_flight
+}
 
-    // Every action final, on the chart.
+/// Every action final, on the chart, with every line drawn.
+fn every_action_final_on_the_chart(b: &Browser, points_before: i64) {
     let started = Instant::now();
     let last = b.wait_for(
         "every action to be final on the chart",
@@ -218,7 +255,7 @@ async fn the_dashboard_follows_a_live_run() {
         started.elapsed()
     );
     let points_after = page(
-        &b,
+        b,
         "return Number(document.getElementById('chart').dataset.points);",
     )
     .as_i64()
@@ -229,7 +266,7 @@ async fn the_dashboard_follows_a_live_run() {
     );
     // Every line of the chart is drawn, with one vertex per point.
     let vertices = page(
-        &b,
+        b,
         "return [...document.querySelectorAll('#state-chart polyline')]\
            .map(p => p.getAttribute('points').trim().split(' ').length);",
     );
@@ -238,23 +275,27 @@ async fn the_dashboard_follows_a_live_run() {
         json!(vec![points_after; 5]),
         "five lines, one vertex per sample"
     );
-    let rows = store_rows(&b);
+    let rows = store_rows(b);
     assert!(
         rows.iter().all(|r| r.1 == 0 && r.2 == 0),
         "nothing left: {rows:?}"
     );
+}
 
-    // Sorting by name puts noisy first; sorting again reverses.
+/// Sorting by name puts noisy first; sorting again reverses.
+fn sorting_by_name(b: &Browser, dir: &std::path::Path) {
     b.click(&b.find("#stores th[data-key=\"store\"] button"));
-    assert_eq!(store_rows(&b)[0].0, "noisy");
+    assert_eq!(store_rows(b)[0].0, "noisy");
     b.click(&b.find("#stores th[data-key=\"store\"] button"));
-    assert_eq!(store_rows(&b)[0].0, "quiet-11");
-    let sort = page(&b, "return document.querySelector('#stores th[data-key=\"store\"]').getAttribute('aria-sort');");
+    assert_eq!(store_rows(b)[0].0, "quiet-11");
+    let sort = page(b, "return document.querySelector('#stores th[data-key=\"store\"]').getAttribute('aria-sort');");
     assert_eq!(sort, "descending");
     std::fs::write(dir.join("dashboard-done.png"), b.screenshot_full_page()).unwrap();
+}
 
-    // The metrics of both processes.
-    let worker_metrics = worker_metrics_url(&worker);
+/// The metrics of both processes: the worker's open, the server's behind the token.
+async fn the_metrics_of_both_processes(http: &reqwest::Client, api: &str, worker: &Service) {
+    let worker_metrics = worker_metrics_url(worker);
     let text = http
         .get(&worker_metrics)
         .send()
@@ -277,9 +318,34 @@ async fn the_dashboard_follows_a_live_run() {
         401,
         "the server's /metrics needs the token"
     );
-    // Accepted actions reach the histogram a settle lag after they happen.
+    let text = server_metrics_after_every_settle(http, api).await;
+    for name in [
+        "courier_actions{state=\"pending\"} 0",
+        "courier_store_pending{store=\"noisy\"}",
+        "courier_enqueued_total{created=\"true\"}",
+        "courier_webhooks_total",
+        "courier_enqueue_to_accepted_seconds_bucket",
+    ] {
+        assert!(text.contains(name), "server /metrics lacks {name}:\n{text}");
+    }
+    eprintln!("--- server /metrics (excerpt) ---");
+    for line in text.lines().filter(|l| !l.starts_with('#')).filter(|l| {
+        l.starts_with("courier_actions")
+            || l.starts_with("courier_webhooks_total")
+            || l.starts_with("courier_enqueue_to_accepted_seconds_count")
+            || l.starts_with("courier_enqueue_to_accepted_seconds_sum")
+            || l.starts_with("courier_events")
+            || l.starts_with("courier_store_pending{store=\"noisy\"}")
+    }) {
+        eprintln!("{line}");
+    }
+}
+
+/// The server's metrics once every accepted action reached the histogram
+/// (a settle lag after it happened).
+async fn server_metrics_after_every_settle(http: &reqwest::Client, api: &str) -> String {
     let deadline = Instant::now() + Duration::from_secs(20);
-    let text = loop {
+    loop {
         let text = http
             .get(format!("{api}/metrics"))
             .bearer_auth(TOKEN)
@@ -302,43 +368,32 @@ async fn the_dashboard_follows_a_live_run() {
             break text;
         }
         tokio::time::sleep(Duration::from_millis(250)).await;
-    };
-    for name in [
-        "courier_actions{state=\"pending\"} 0",
-        "courier_store_pending{store=\"noisy\"}",
-        "courier_enqueued_total{created=\"true\"}",
-        "courier_webhooks_total",
-        "courier_enqueue_to_accepted_seconds_bucket",
-    ] {
-        assert!(text.contains(name), "server /metrics lacks {name}:\n{text}");
     }
-    eprintln!("--- server /metrics (excerpt) ---");
-    for line in text.lines().filter(|l| !l.starts_with('#')).filter(|l| {
-        l.starts_with("courier_actions")
-            || l.starts_with("courier_webhooks_total")
-            || l.starts_with("courier_enqueue_to_accepted_seconds_count")
-            || l.starts_with("courier_enqueue_to_accepted_seconds_sum")
-            || l.starts_with("courier_events")
-            || l.starts_with("courier_store_pending{store=\"noisy\"}")
-    }) {
-        eprintln!("{line}");
-    }
+}
 
-    // The verifier's report of this run, opened in /report.
+/// The verifier's report of this run, opened in /report.
+fn the_verifiers_report_in_report(
+    b: &Browser,
+    api: &str,
+    url: &str,
+    log: &std::path::Path,
+    run_dir: &std::path::Path,
+    dir: &std::path::Path,
+) {
     let out = std::process::Command::new(env!("CARGO_BIN_EXE_courier"))
         .args([
             "verify",
             "--provider-log",
             log.to_str().unwrap(),
             "--database-url",
-            &url,
+            url,
             "--json",
         ])
         .output()
         .unwrap();
     let report: Value = serde_json::from_slice(&out.stdout).expect("verify --json prints JSON");
     assert_eq!(report["passed"], true, "{report}");
-    let report_path = run_dir.path().join("verify.json");
+    let report_path = run_dir.join("verify.json");
     std::fs::write(&report_path, &out.stdout).unwrap();
     b.goto(&format!("{api}/report"));
     let input = b.find("#report-file");
@@ -352,7 +407,7 @@ async fn the_dashboard_follows_a_live_run() {
     });
     assert_eq!(verdict, "PASSED");
     let shown = page(
-        &b,
+        b,
         "return [...document.querySelectorAll('#report .kv th')].map(t => t.textContent);",
     );
     assert!(
@@ -360,15 +415,8 @@ async fn the_dashboard_follows_a_live_run() {
         "the report shows its figures: {shown}"
     );
     std::fs::write(dir.join("dashboard-report.png"), b.screenshot_full_page()).unwrap();
-    let errors = page(&b, "return window.__dashboardErrors || [];");
+    let errors = page(b, "return window.__dashboardErrors || [];");
     assert_eq!(errors, json!([]));
-
-    server.assert_running();
-    drop(store);
-    eprintln!(
-        "screenshots: {}/dashboard-{{mid-run,done,report}}.png (in flight seen in the table: {seen_in_flight})",
-        dir.display()
-    );
 }
 
 /// The worker prints `courier worker metrics on http://ADDR/metrics` on stderr.

@@ -78,10 +78,41 @@ async fn run() {
     let before = db_state(&store).await;
     let files_idle = open_files(pid);
 
-    // Open them all, and keep them open: in waves no larger than the listen
-    // backlog, each wave accepted by the server (its open files show it)
-    // before the next, so that no handshake is dropped by a full queue.
     let t0 = Instant::now();
+    let streams = open_all(addr, pid, files_idle).await;
+    let connected_in = t0.elapsed();
+    let held = open_files(pid).saturating_sub(files_idle);
+    assert!(
+        held >= CONNECTIONS,
+        "the server holds {held} connections, not {CONNECTIONS}"
+    );
+    let rss_held = rss_mib(pid);
+
+    let t1 = Instant::now();
+    let by_status = each_sends_a_forged_webhook(streams).await;
+    let answered_in = t1.elapsed();
+    eprintln!(
+        "{CONNECTIONS} connections: opened in {connected_in:?}, {held} held by the server at once \
+         (RSS {rss_held:.0} MiB), answered in {answered_in:?}: {by_status:?}"
+    );
+    assert_eq!(
+        by_status.get("401").copied(),
+        Some(CONNECTIONS),
+        "every connection gets its 401: {by_status:?}"
+    );
+
+    server.assert_running();
+    let r = reqwest::get(format!("{}/healthz", server.url))
+        .await
+        .unwrap();
+    assert_eq!(r.status().as_u16(), 200);
+    assert_eq!(db_state(&store).await, before);
+}
+
+/// Opens every connection and keeps them open: in waves no larger than the
+/// listen backlog, each wave accepted by the server (its open files show
+/// it) before the next, so that no handshake is dropped by a full queue.
+async fn open_all(addr: std::net::SocketAddr, pid: u32, files_idle: usize) -> Vec<TcpStream> {
     let mut streams: Vec<TcpStream> = Vec::with_capacity(CONNECTIONS);
     while streams.len() < CONNECTIONS {
         let wave = WAVE.min(CONNECTIONS - streams.len());
@@ -117,15 +148,14 @@ async fn run() {
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
     }
-    let connected_in = t0.elapsed();
-    let held = open_files(pid).saturating_sub(files_idle);
-    assert!(
-        held >= CONNECTIONS,
-        "the server holds {held} connections, not {CONNECTIONS}"
-    );
-    let rss_held = rss_mib(pid);
+    streams
+}
 
-    // Now each sends a forged webhook and reads its answer.
+/// Each connection sends a forged webhook and reads its answer; the
+/// answers counted by status (or by how the connection ended).
+async fn each_sends_a_forged_webhook(
+    streams: Vec<TcpStream>,
+) -> std::collections::BTreeMap<String, usize> {
     let body = br#"{"event_id":"e","message_id":"m","key":"k","status":"sent","occurred_at":"x"}"#;
     let req = request(
         "POST",
@@ -133,7 +163,6 @@ async fn run() {
         &[("X-Signature", b"sha256=00")],
         body,
     );
-    let t1 = Instant::now();
     let mut tasks = tokio::task::JoinSet::new();
     for mut s in streams {
         let req = req.clone();
@@ -153,23 +182,7 @@ async fn run() {
         };
         *by_status.entry(key).or_default() += 1;
     }
-    let answered_in = t1.elapsed();
-    eprintln!(
-        "{CONNECTIONS} connections: opened in {connected_in:?}, {held} held by the server at once \
-         (RSS {rss_held:.0} MiB), answered in {answered_in:?}: {by_status:?}"
-    );
-    assert_eq!(
-        by_status.get("401").copied(),
-        Some(CONNECTIONS),
-        "every connection gets its 401: {by_status:?}"
-    );
-
-    server.assert_running();
-    let r = reqwest::get(format!("{}/healthz", server.url))
-        .await
-        .unwrap();
-    assert_eq!(r.status().as_u16(), 200);
-    assert_eq!(db_state(&store).await, before);
+    by_status
 }
 
 /// A short pause before retrying a refused connection (the accept queue was

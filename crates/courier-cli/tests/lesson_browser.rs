@@ -236,32 +236,42 @@ fn page_recomputes_scenes_and_answers_the_quiz_by_keyboard() {
     for scene in SCENES {
         wait_recomputed(&b, scene, "");
     }
-    let api = |request: &Value, scene: &str| -> Value {
-        let (status, v) = lesson.post(&format!("/api/sim/{scene}"), &request.to_string());
-        assert_eq!(status, 200, "{v}");
-        v
-    };
+    scene_ack_by_keyboard(&b, &lesson);
+    scene_key_lifetime_to_its_end(&b, &lesson);
+    scene_repeats_by_click(&b, &lesson);
+    a_term_card_opens_and_closes(&b);
+    the_quiz_by_keyboard(&b);
+    screenshots_desktop_then_phone(&b);
+}
 
-    // Scene 1: five steps up on the crash-rate slider, by keyboard.
-    let before = scene_state(&b, "ack")[1].as_str().unwrap().to_string();
-    let (lost_before, _) = figure(&b, "fig-ack-lost");
+/// What the API computes for the request a scene of the page made.
+fn api(lesson: &Lesson, request: &Value, scene: &str) -> Value {
+    let (status, v) = lesson.post(&format!("/api/sim/{scene}"), &request.to_string());
+    assert_eq!(status, 200, "{v}");
+    v
+}
+
+/// Scene 1: five steps up on the crash-rate slider, by keyboard.
+fn scene_ack_by_keyboard(b: &Browser, lesson: &Lesson) {
+    let before = scene_state(b, "ack")[1].as_str().unwrap().to_string();
+    let (lost_before, _) = figure(b, "fig-ack-lost");
     let slider = b.find("#ctl-ack-crash_rate");
     b.send_keys(&slider, &keys::ARROW_RIGHT.repeat(5));
-    let request = wait_recomputed(&b, "ack", &before);
+    let request = wait_recomputed(b, "ack", &before);
     let crash_rate = pointer(&request, "/params/crash_rate");
     assert!(
         (crash_rate - 0.015).abs() < 1e-9,
         "five steps of 0.1% from 1% should give 1.5%, got {crash_rate}"
     );
-    let run = api(&request, "ack");
-    let (lost, text) = figure(&b, "fig-ack-lost");
+    let run = api(lesson, &request, "ack");
+    let (lost, text) = figure(b, "fig-ack-lost");
     assert_eq!(
         lost,
         pointer(&run, "/outcome/strategies/0/lost_per_million")
     );
     assert_ne!(lost, lost_before, "the figure did not change");
     assert!(!text.is_empty() && text != "…");
-    let (dup, _) = figure(&b, "fig-ack-dup");
+    let (dup, _) = figure(b, "fig-ack-dup");
     assert_eq!(
         dup,
         pointer(&run, "/outcome/strategies/1/duplicated_per_million")
@@ -271,41 +281,46 @@ fn page_recomputes_scenes_and_answers_the_quiz_by_keyboard() {
         vec![],
     );
     assert_eq!(reading, run["reading"]);
+}
 
-    // Scene 2: the key lifetime slider, pushed to its end (30 days).
-    let before = scene_state(&b, "key-lifetime")[1]
+/// Scene 2: the key lifetime slider, pushed to its end (30 days).
+fn scene_key_lifetime_to_its_end(b: &Browser, lesson: &Lesson) {
+    let before = scene_state(b, "key-lifetime")[1]
         .as_str()
         .unwrap()
         .to_string();
-    let (late_before, _) = figure(&b, "fig-key-late");
+    let (late_before, _) = figure(b, "fig-key-late");
     let slider = b.find("#ctl-key-lifetime-key_lifetime_s");
     b.send_keys(&slider, keys::END);
-    let request = wait_recomputed(&b, "key-lifetime", &before);
+    let request = wait_recomputed(b, "key-lifetime", &before);
     assert_eq!(pointer(&request, "/params/key_lifetime_s"), 2_592_000.0);
-    let run = api(&request, "key-lifetime");
-    let (late, _) = figure(&b, "fig-key-late");
+    let run = api(lesson, &request, "key-lifetime");
+    let (late, _) = figure(b, "fig-key-late");
     assert_eq!(late, pointer(&run, "/outcome/late_share"));
     assert!(
         late < late_before,
         "a longer lifetime must not raise the late share"
     );
+}
 
-    // Scene 3: switch the operation to `set` with a click.
-    let before = scene_state(&b, "repeats")[1].as_str().unwrap().to_string();
+/// Scene 3: switch the operation to `set` with a click.
+fn scene_repeats_by_click(b: &Browser, lesson: &Lesson) {
+    let before = scene_state(b, "repeats")[1].as_str().unwrap().to_string();
     b.click(&b.find("#ctl-repeats-operation button[data-value=\"set\"]"));
-    let request = wait_recomputed(&b, "repeats", &before);
+    let request = wait_recomputed(b, "repeats", &before);
     assert_eq!(request["params"]["operation"], "set");
-    let run = api(&request, "repeats");
+    let run = api(lesson, &request, "repeats");
     assert_eq!(
-        figure(&b, "fig-rep-dups").0,
+        figure(b, "fig-rep-dups").0,
         pointer(&run, "/outcome/chosen/duplicate_effects")
     );
     assert_eq!(
-        figure(&b, "fig-rep-off").0,
+        figure(b, "fig-rep-off").0,
         pointer(&run, "/outcome/chosen/final_off")
     );
+}
 
-    // A term card opens and closes.
+fn a_term_card_opens_and_closes(b: &Browser) {
     b.click(&b.find("#terms button[data-term=\"idempotency-key\"]"));
     let card = b.execute(
         "const d = document.getElementById('term-dialog'); return [d.open, d.querySelector('h3').textContent];",
@@ -320,8 +335,10 @@ fn page_recomputes_scenes_and_answers_the_quiz_by_keyboard() {
         ) == json!(false))
         .then_some(())
     });
+}
 
-    // The "which guarantee?" quiz, answered with the keyboard: "1" then Enter.
+/// The "which guarantee?" quiz, answered with the keyboard: "1" then Enter.
+fn the_quiz_by_keyboard(b: &Browser) {
     b.execute(
         "document.getElementById('quiz-guarantee').scrollIntoView({block: 'center'});",
         vec![],
@@ -360,9 +377,11 @@ fn page_recomputes_scenes_and_answers_the_quiz_by_keyboard() {
     });
     assert_eq!(next[1], "Question 2 of 5");
     assert_ne!(next[2], first_question);
+}
 
-    // Screenshots: desktop, then a phone-sized window, which must not scroll
-    // sideways.
+/// Screenshots: desktop, then a phone-sized window, which must not scroll
+/// sideways.
+fn screenshots_desktop_then_phone(b: &Browser) {
     let dir = std::path::PathBuf::from(env!("CARGO_TARGET_TMPDIR"));
     let desktop = b.screenshot_full_page();
     assert!(browser::png_size(&desktop).is_some_and(|(w, h)| w >= 1000 && h > 3000));
@@ -860,8 +879,12 @@ fn without_javascript_each_scene_shows_its_figures_at_the_defaults() {
         !page.contains("<!-- noscript"),
         "a marker was left unreplaced"
     );
+    in_a_browser_without_scripts_every_table_shows(&lesson);
+}
 
-    // In a browser without JavaScript every scene shows its table.
+/// In a browser without JavaScript every scene shows its table, and what
+/// only the scripts fill in is hidden rather than left empty.
+fn in_a_browser_without_scripts_every_table_shows(lesson: &Lesson) {
     let b = Browser::launch_with(1280, 900, &["--blink-settings=scriptEnabled=false"]);
     b.goto(&lesson.url());
     let shown = b.execute(

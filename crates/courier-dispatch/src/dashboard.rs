@@ -75,16 +75,19 @@ pub fn router(sampler: Sampler, token: Option<String>) -> Router {
         .route("/dashboard/", get(index))
         .route(
             "/dashboard/app.js",
-            get(|| asset(APP_JS, "text/javascript")),
+            get(|| async { asset(APP_JS, "text/javascript", None) }),
         )
         .route(
             "/dashboard/report.js",
-            get(|| asset(REPORT_JS, "text/javascript")),
+            get(|| async { asset(REPORT_JS, "text/javascript", None) }),
         )
-        .route("/dashboard/style.css", get(|| asset(STYLE_CSS, "text/css")))
+        .route(
+            "/dashboard/style.css",
+            get(|| async { asset(STYLE_CSS, "text/css", None) }),
+        )
         .route(
             "/dashboard/favicon.svg",
-            get(|| asset(FAVICON_SVG, "image/svg+xml")),
+            get(|| async { asset(FAVICON_SVG, "image/svg+xml", None) }),
         )
         .route("/report", get(|| page(REPORT_HTML)))
         .route("/v1/ops/snapshot", get(snapshot))
@@ -99,17 +102,19 @@ async fn index() -> Response {
 }
 
 async fn page(html: &'static str) -> Response {
-    let mut r = asset(html, "text/html").await;
-    r.headers_mut().insert(
-        header::CONTENT_SECURITY_POLICY,
-        HeaderValue::from_static(CSP),
-    );
-    r
+    asset(html, "text/html", Some(CSP))
 }
 
-async fn asset(body: &'static str, content_type: &'static str) -> Response {
+/// A compiled-in file: its type (UTF-8), `nosniff`, `no-cache`, and the
+/// `Content-Security-Policy` when one is given (pages). The dashboard and
+/// the lesson (`courier lesson`) serve their static files through here.
+pub fn asset(
+    body: &'static str,
+    content_type: &'static str,
+    csp: Option<&'static str>,
+) -> Response {
     let ct = format!("{content_type}; charset=utf-8");
-    (
+    let mut r = (
         [
             (header::CONTENT_TYPE, ct),
             (header::X_CONTENT_TYPE_OPTIONS, "nosniff".to_string()),
@@ -117,7 +122,14 @@ async fn asset(body: &'static str, content_type: &'static str) -> Response {
         ],
         body,
     )
-        .into_response()
+        .into_response();
+    if let Some(csp) = csp {
+        r.headers_mut().insert(
+            header::CONTENT_SECURITY_POLICY,
+            HeaderValue::from_static(csp),
+        );
+    }
+    r
 }
 
 /// `GET /v1/ops/snapshot`.

@@ -7,7 +7,7 @@ use common::{
     client, client_with_callback, limits, start_api, verify, wait_all_final, worker, KEY, SECRET,
 };
 use courier_core::{Limits, Status};
-use courier_provider::fake::{self, FakeConfig, Latency};
+use courier_fake::{self as fake, FakeConfig, Latency};
 use courier_provider::SendOutcome;
 use courier_store::PgStore;
 use courier_testkit::fixtures::{self, Held};
@@ -77,7 +77,7 @@ async fn a_reclaimed_action_is_looked_up_and_sent_once() {
     let dir = tempfile::tempdir().unwrap();
     let log = dir.path().join("provider.jsonl");
     let mut cfg = FakeConfig::new(&log, KEY, SECRET);
-    cfg.faults = courier_provider::fake::FaultRates::NONE;
+    cfg.faults = courier_fake::FaultRates::NONE;
     let provider = fake::start(cfg).await.unwrap();
     let api = start_api(store.clone()).await;
     fixtures::enqueued(&store, "s0", 1).await;
@@ -126,7 +126,7 @@ async fn a_slow_provider_does_not_cost_a_healthy_worker_its_lease() {
     let dir = tempfile::tempdir().unwrap();
     let log = dir.path().join("provider.jsonl");
     let mut cfg = FakeConfig::new(&log, KEY, SECRET);
-    cfg.faults = courier_provider::fake::FaultRates::NONE;
+    cfg.faults = courier_fake::FaultRates::NONE;
     // Every request takes longer than a lease: only heartbeats keep it.
     cfg.latency = "uniform:900..1000".parse::<Latency>().unwrap();
     let provider = fake::start(cfg).await.unwrap();

@@ -2,14 +2,12 @@
 //! PostgreSQL (a fresh `courier_demo` database in it), the flaky provider with
 //! its faults on, the server and several worker processes; enqueues actions
 //! across stores through the API; shows progress by state; waits until every
-//! action has its final status; then verifies the provider's log.
+//! action has its final status; then verifies the provider's log. Flags and
+//! output only; the run is `courier_rig::demo`.
 
 use super::common::DbArgs;
-use crate::{args, harness};
 use anyhow::Context;
-use courier_provider::verify::{verify_reader, Expectation, ReadLimits};
-use courier_store::{PgStore, StoreConfig};
-use indicatif::{MultiProgress, ProgressBar, ProgressStyle};
+use courier_rig::demo::{fresh_dir, Demo, DemoConfig};
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
@@ -43,130 +41,83 @@ pub struct Args {
     keep_db: bool,
 }
 
-const API_KEY: &str = "demo-api-key";
-const SECRET: &str = "demo-webhook-secret";
-
 pub async fn run(a: Args) -> anyhow::Result<ExitCode> {
     println!("courier demo: seed {}", a.seed);
     let started = Instant::now();
-    let dir = harness::run_dir(&a.run_dir)?;
+    let dir = fresh_dir(&a.run_dir)?;
     let db = a.db.open().await?;
     // A cluster this demo started is stopped on every way out, unless kept.
     let mut db_guard = StopIfStarted::new(&db, a.keep_db);
-    let server_url = db.url.clone();
-    let url = courier_store::database_recreate(&server_url, "courier_demo")
+    let url = courier_store::database_recreate(&db.url, "courier_demo")
         .await
         .context("creating the demo database")?;
-    let store = PgStore::connect(&StoreConfig::new(&url)).await?;
     println!("PostgreSQL: {}", super::common::redact(&url));
-
-    let (server, api) = harness::spawn_service(
-        "server",
-        &args![
-            "serve",
-            "--database-url",
-            url,
-            "--listen",
-            "127.0.0.1:0",
-            "--webhook-secret",
-            SECRET
-        ],
-        &dir.join("server.log"),
-    )
-    .await?;
-    let log = dir.join("provider.jsonl");
-    let (provider, provider_url) = harness::spawn_service(
-        "provider",
-        &args![
-            "provider",
-            "--listen",
-            "127.0.0.1:0",
-            "--log",
-            log.display(),
-            "--api-key",
-            API_KEY,
-            "--webhook-secret",
-            SECRET,
-            "--seed",
-            a.seed
-        ],
-        &dir.join("provider.log"),
-    )
-    .await?;
+    let exe = std::env::current_exe().context("locating the courier binary")?;
+    let cfg = DemoConfig {
+        actions: a.actions,
+        stores: a.stores,
+        workers: a.workers,
+        seed: a.seed,
+        run_dir: dir.clone(),
+        timeout_s: a.timeout_s,
+    };
+    let demo = Demo::start(&exe, cfg, &url).await?;
     println!(
-        "server {api} · provider {provider_url} (faults on) · {} workers",
+        "server {} · provider {} (faults on) · {} workers",
+        demo.api(),
+        demo.provider_url(),
         a.workers
     );
-    let callback = format!("{api}/v1/webhooks/provider");
-    let mut workers = Vec::new();
-    for i in 0..a.workers {
-        workers.push(harness::spawn_plain(
-            &format!("worker-{i}"),
-            &args![
-                "worker",
-                "--database-url",
-                url,
-                "--provider-url",
-                provider_url,
-                "--provider-api-key",
-                API_KEY,
-                "--callback-url",
-                callback,
-                "--seed",
-                a.seed.wrapping_mul(1000).wrapping_add(i as u64)
-            ],
-            &dir.join(format!("worker-{i}.log")),
-        )?);
+    let outcome = demo.run().await?;
+    if let Some(line) = &outcome.progress_line {
+        println!("{line}");
     }
-
-    enqueue_all(&api, a.actions, a.stores).await?;
-    let finished = watch(&store, a.actions, Duration::from_secs(a.timeout_s)).await?;
-    let elapsed = started.elapsed();
-
-    for w in workers {
-        w.stop(Duration::from_secs(10)).await?;
-    }
-    server.stop(Duration::from_secs(5)).await?;
-    provider.stop(Duration::from_secs(5)).await?;
-
-    let report = verify_against(&store, &log).await?;
-    let summary = store.summary(1800).await?;
+    let elapsed = outcome.finished_at - started;
     println!();
-    print!("{}", report.table());
+    print!("{}", outcome.report.table());
     println!();
-    println!(
-        "{} actions across {} stores in {:.1} s · attempts {} · lookups {} · events: {}",
-        a.actions,
-        a.stores,
-        elapsed.as_secs_f64(),
-        summary.attempts_total,
-        report.stats.lookup_lines,
-        summary
-            .events
-            .iter()
-            .map(|(k, v)| format!("{k} {v}"))
-            .collect::<Vec<_>>()
-            .join(", ")
-    );
+    println!("{}", summary_line(&a, elapsed, &outcome));
     println!("logs and the provider's log: {}", dir.display());
     // Stopped before the line that says so.
     let stopped = db_guard.stop_now();
     println!("{}", db_fate(&db, &a, stopped));
     if a.json {
-        println!("{}", serde_json::to_string_pretty(&report.to_json())?);
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&outcome.report.to_json())?
+        );
     }
-    if !finished {
+    if !outcome.finished {
         eprintln!(
             "not every action reached a final status within {} s",
             a.timeout_s
         );
         return Ok(ExitCode::from(1));
     }
-    Ok(if report.passed() {
+    Ok(if outcome.report.passed() {
         ExitCode::SUCCESS
     } else {
         ExitCode::from(1)
     })
+}
+
+/// The line under the table: the run's size, time, attempts, lookups, events.
+fn summary_line(a: &Args, elapsed: Duration, outcome: &courier_rig::demo::DemoOutcome) -> String {
+    let summary = &outcome.summary;
+    format!(
+        "{} actions across {} stores in {:.1} s · attempts {} · lookups {} · events: {}",
+        a.actions,
+        a.stores,
+        elapsed.as_secs_f64(),
+        summary.attempts_total,
+        outcome.report.stats.lookup_lines,
+        summary
+            .events
+            .iter()
+            .map(|(k, v)| format!("{k} {v}"))
+            .collect::<Vec<_>>()
+            .join(", ")
+    )
 }
 
 /// Stops the managed cluster on drop, when this process started it and it
@@ -218,145 +169,4 @@ fn db_fate(db: &super::common::Db, a: &Args, stopped: Result<(), String>) -> Str
             "PostgreSQL under {dir} still runs, as it did before the demo; stop it with `{stop}`"
         ),
     }
-}
-
-/// Enqueues through the API, several requests at a time.
-async fn enqueue_all(api: &str, actions: usize, stores: usize) -> anyhow::Result<()> {
-    use futures::StreamExt;
-    let http = reqwest::Client::new();
-    let results: Vec<anyhow::Result<()>> = futures::stream::iter(0..actions)
-        .map(|i| {
-            let http = http.clone();
-            let url = format!("{api}/v1/actions");
-            async move {
-                let body = serde_json::json!({
-                    "store": format!("store-{:03}", i % stores.max(1)),
-                    "to": format!("+1555{:07}", i),
-                    "body": format!("Order {i} has shipped."),
-                    "key": format!("order-{i}"),
-                });
-                let resp = http.post(&url).json(&body).send().await?;
-                anyhow::ensure!(
-                    resp.status().is_success(),
-                    "enqueue {i}: {} {}",
-                    resp.status(),
-                    resp.text().await.unwrap_or_default()
-                );
-                Ok(())
-            }
-        })
-        .buffer_unordered(16)
-        .collect()
-        .await;
-    results.into_iter().collect()
-}
-
-/// Progress bars, one per action state.
-pub struct Bars {
-    bars: Vec<(&'static str, ProgressBar)>,
-}
-
-impl Bars {
-    pub fn update(&self, s: &courier_store::Summary) {
-        for (state, bar) in &self.bars {
-            bar.set_position(s.state(state) as u64);
-        }
-    }
-    /// Leaves every bar at its last count. (indicatif's `finish` would
-    /// move each bar to its length: "failed 2000/2000" after no failure.)
-    pub fn finish(&self) {
-        for (_, b) in &self.bars {
-            b.abandon();
-        }
-    }
-
-    /// The counts as one plain line, for output that is not a terminal
-    /// (where indicatif draws nothing) and for the record.
-    pub fn line(s: &courier_store::Summary) -> String {
-        STATES
-            .iter()
-            .map(|st| format!("{st} {}", s.state(st)))
-            .collect::<Vec<_>>()
-            .join(" · ")
-    }
-}
-
-/// The action states the bars show, in the order an action passes them.
-const STATES: [&str; 5] = ["pending", "claimed", "dispatched", "done", "failed"];
-
-/// Adds one bar per state to `mp`.
-pub fn watch_line(mp: &MultiProgress, total: usize) -> Bars {
-    // The counts come first and the bar takes what width is left, so a
-    // narrow terminal still shows every count.
-    let style =
-        ProgressStyle::with_template("{prefix:>10} {pos:>6}/{len:<6} {wide_bar:.cyan/blue}")
-            .expect("static template");
-    let bars = STATES
-        .into_iter()
-        .map(|s| {
-            let b = mp.add(ProgressBar::new(total as u64));
-            b.set_style(style.clone());
-            b.set_prefix(s);
-            (s, b)
-        })
-        .collect();
-    Bars { bars }
-}
-
-/// Shows progress by state until every action is final (or the time is up).
-pub async fn watch(store: &PgStore, total: usize, timeout: Duration) -> anyhow::Result<bool> {
-    let mp = MultiProgress::new();
-    let bars = watch_line(&mp, total);
-    let deadline = Instant::now() + timeout;
-    let mut finished = false;
-    let mut last = None;
-    while Instant::now() < deadline {
-        match store.summary(1800).await {
-            Ok(s) => {
-                bars.update(&s);
-                let final_count = s.state("done") + s.state("failed");
-                finished = s.total() as usize >= total && final_count as usize >= total;
-                last = Some(s);
-                if finished {
-                    break;
-                }
-            }
-            Err(e) => tracing::warn!(error = %e, "progress: cannot read the store"),
-        }
-        tokio::time::sleep(Duration::from_millis(250)).await;
-    }
-    bars.finish();
-    if let Some(s) = &last {
-        println!("{}", Bars::line(s));
-    }
-    Ok(finished)
-}
-
-/// What the courier's database says, in the verifier's terms.
-pub async fn expectations(store: &PgStore) -> anyhow::Result<Vec<Expectation>> {
-    Ok(store
-        .action_outcomes()
-        .await?
-        .into_iter()
-        .map(|o| Expectation {
-            key: courier_core::action_key(&o.uid),
-            action_id: o.action_id.to_string(),
-            courier_final: o.final_status,
-            refused: o.state == "failed",
-        })
-        .collect())
-}
-
-/// Verifies a provider log against the courier's database.
-pub async fn verify_against(
-    store: &PgStore,
-    log: &std::path::Path,
-) -> anyhow::Result<courier_provider::verify::Report> {
-    let expected = expectations(store).await?;
-    let file = std::fs::File::open(log).with_context(|| format!("opening {}", log.display()))?;
-    Ok(verify_reader(
-        std::io::BufReader::new(file),
-        &ReadLimits::default(),
-        Some(&expected),
-    )?)
 }

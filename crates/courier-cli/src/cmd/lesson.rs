@@ -19,6 +19,9 @@
 //!   workers; a request that waits longer than [`SIM_QUEUE_WAIT_MS`] gets a 503.
 //! - Request bodies are capped at [`REQUEST_BYTES_MAX`]; the work of one run
 //!   is capped by the scenes' parameter ranges.
+//! - It is served like the dashboard (`courier_dispatch::server::serve`):
+//!   a request head must arrive within the header time-out, and the
+//!   connections served at once are capped.
 
 use std::io::Write;
 use std::net::SocketAddr;
@@ -30,10 +33,12 @@ use anyhow::Context;
 use axum::body::Bytes;
 use axum::extract::rejection::BytesRejection;
 use axum::extract::{DefaultBodyLimit, Path, State};
-use axum::http::{header, HeaderValue, StatusCode};
+use axum::http::{header, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::Router;
+use courier_dispatch::dashboard::asset;
+use courier_dispatch::server::{bind, serve, HttpLimits};
 use serde::Deserialize;
 use tokio::sync::Semaphore;
 
@@ -59,6 +64,9 @@ const DOCS: [(&str, &str); 4] = [
     ),
 ];
 
+/// The lesson's Content-Security-Policy, on every file it serves.
+const CSP: &str = "default-src 'self'; img-src 'self' data:; base-uri 'none'";
+
 /// The seed of the figures shown without JavaScript (the page's default seed).
 pub const NOSCRIPT_SEED: u64 = 1;
 
@@ -80,7 +88,7 @@ pub struct Args {
 }
 
 pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
-    let listener = tokio::net::TcpListener::bind(args.listen)
+    let listener = bind(&args.listen.to_string())
         .await
         .with_context(|| format!("cannot listen on {}", args.listen))?;
     let addr = listener.local_addr()?;
@@ -92,15 +100,16 @@ pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
     }
     // Render the page's <noscript> figures while the first reader arrives.
     tokio::spawn(page());
-    axum::serve(listener, router())
-        .with_graceful_shutdown(async {
-            // If the signal handler cannot be installed, serve until killed.
-            if tokio::signal::ctrl_c().await.is_err() {
-                std::future::pending::<()>().await;
-            }
-        })
-        .await
-        .context("lesson server failed")?;
+    // The dashboard's HTTP path: header read time-out, connection cap,
+    // graceful stop on SIGTERM or Ctrl-C.
+    serve(
+        listener,
+        router(),
+        &HttpLimits::default(),
+        super::common::shutdown_on_signal(),
+    )
+    .await
+    .context("lesson server failed")?;
     Ok(ExitCode::SUCCESS)
 }
 
@@ -116,32 +125,32 @@ pub fn router() -> Router {
     Router::new()
         .route(
             "/",
-            get(|| async { asset("text/html; charset=utf-8", page().await.as_str()) }),
+            get(|| async { asset(page().await.as_str(), "text/html", Some(CSP)) }),
         )
         .route("/docs/{file}", get(doc))
         .route(
             "/style.css",
-            get(|| async { asset("text/css; charset=utf-8", STYLE_CSS) }),
+            get(|| async { asset(STYLE_CSS, "text/css", Some(CSP)) }),
         )
         .route(
             "/noscript.css",
-            get(|| async { asset("text/css; charset=utf-8", NOSCRIPT_CSS) }),
+            get(|| async { asset(NOSCRIPT_CSS, "text/css", Some(CSP)) }),
         )
         .route(
             "/app.js",
-            get(|| async { asset("text/javascript; charset=utf-8", APP_JS) }),
+            get(|| async { asset(APP_JS, "text/javascript", Some(CSP)) }),
         )
         .route(
             "/charts.js",
-            get(|| async { asset("text/javascript; charset=utf-8", CHARTS_JS) }),
+            get(|| async { asset(CHARTS_JS, "text/javascript", Some(CSP)) }),
         )
         .route(
             "/content.js",
-            get(|| async { asset("text/javascript; charset=utf-8", CONTENT_JS) }),
+            get(|| async { asset(CONTENT_JS, "text/javascript", Some(CSP)) }),
         )
         .route(
             "/favicon.svg",
-            get(|| async { asset("image/svg+xml", FAVICON_SVG) }),
+            get(|| async { asset(FAVICON_SVG, "image/svg+xml", Some(CSP)) }),
         )
         .route("/api/scenes", get(scenes))
         .route("/api/sim/{scene}", post(simulate))
@@ -150,25 +159,9 @@ pub fn router() -> Router {
         .with_state(state)
 }
 
-fn asset(content_type: &'static str, body: &str) -> Response {
-    let mut r = body.to_string().into_response();
-    let h = r.headers_mut();
-    h.insert(header::CONTENT_TYPE, HeaderValue::from_static(content_type));
-    h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
-    h.insert(
-        header::X_CONTENT_TYPE_OPTIONS,
-        HeaderValue::from_static("nosniff"),
-    );
-    h.insert(
-        header::CONTENT_SECURITY_POLICY,
-        HeaderValue::from_static("default-src 'self'; img-src 'self' data:; base-uri 'none'"),
-    );
-    r
-}
-
 async fn doc(Path(file): Path<String>) -> Response {
     match DOCS.iter().find(|(name, _)| *name == file) {
-        Some((_, text)) => asset("text/plain; charset=utf-8", text),
+        Some(&(_, text)) => asset(text, "text/plain", Some(CSP)),
         None => error(StatusCode::NOT_FOUND, "no such document"),
     }
 }

@@ -1,61 +1,34 @@
-//! `courier provider`: run the flaky fake SMS provider, or `courier provider
-//! bench` to measure it. Flags only; the work is in `courier_provider::fake`.
+//! `courier provider`: run the flaky fake SMS provider. Flags only; the work
+//! is in `courier-fake` (its benchmark is `courier bench provider`).
 
 use anyhow::Context;
-use courier_provider::fake::bench::{self, BenchConfig};
-use courier_provider::fake::{FakeConfig, FakeProvider, FaultRates, Latency, MsRange};
+use courier_fake::{FakeConfig, FakeProvider, FaultRates, Latency, MsRange};
 use std::io::Write;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 #[derive(clap::Args)]
-#[command(args_conflicts_with_subcommands = true, subcommand_negates_reqs = true)]
 pub struct Args {
-    #[command(subcommand)]
-    command: Option<Command>,
-    #[command(flatten)]
-    serve: ServeArgs,
-}
-
-#[derive(clap::Subcommand)]
-enum Command {
-    /// Measure the provider: sends/s and latency over real loopback HTTP
-    /// (faults off, latency 0, unique keys, keep-alive connections).
-    Bench(BenchArgs),
-}
-
-#[derive(clap::Args)]
-struct ServeArgs {
     /// Address to listen on; port 0 picks a free port. The chosen address is
     /// printed on stdout as `courier provider listening on http://HOST:PORT`.
     #[arg(long, default_value = "127.0.0.1:7100")]
-    listen: SocketAddr,
+    pub listen: SocketAddr,
     /// Also write `http://HOST:PORT` to this file once listening.
     #[arg(long, value_name = "PATH")]
     addr_file: Option<PathBuf>,
     /// The append-only log (JSON lines); an existing log is recovered.
-    #[arg(long, value_name = "PATH", required = true)]
-    log: Option<PathBuf>,
+    #[arg(long, value_name = "PATH")]
+    pub log: PathBuf,
     /// Bearer token every request must carry.
-    #[arg(
-        long,
-        env = "COURIER_PROVIDER_API_KEY",
-        required = true,
-        hide_env_values = true
-    )]
-    api_key: Option<String>,
+    #[arg(long, env = "COURIER_PROVIDER_API_KEY", hide_env_values = true)]
+    pub api_key: String,
     /// HMAC-SHA256 key of webhook signatures.
-    #[arg(
-        long,
-        env = "COURIER_WEBHOOK_SECRET",
-        required = true,
-        hide_env_values = true
-    )]
-    webhook_secret: Option<String>,
+    #[arg(long, env = "COURIER_WEBHOOK_SECRET", hide_env_values = true)]
+    pub webhook_secret: String,
     /// Seed of every fault and timing decision (printed on start).
     #[arg(long, default_value_t = 1)]
-    seed: u64,
+    pub seed: u64,
     /// `off` sets the four fault rates to zero (latency and lookup lag keep
     /// their own flags, both 0 by default).
     #[arg(long, default_value = "on", value_parser = ["on", "off"])]
@@ -127,34 +100,12 @@ struct ServeArgs {
     fsync: bool,
 }
 
-#[derive(clap::Args)]
-struct BenchArgs {
-    /// Sends to make.
-    #[arg(long, default_value_t = 200_000)]
-    sends: u64,
-    /// Requests in flight at once.
-    #[arg(long, default_value_t = 64)]
-    concurrency: usize,
-    /// Stop after this many seconds even if not all sends were made.
-    #[arg(long)]
-    seconds: Option<u64>,
-    /// Keep the provider's log here (default: a temporary file, removed).
-    #[arg(long, value_name = "PATH")]
-    log: Option<PathBuf>,
-}
-
 pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
-    match args.command {
-        Some(Command::Bench(b)) => run_bench(b).await,
-        None => run_serve(args.serve).await,
-    }
+    run_serve(args).await
 }
 
-fn config(a: ServeArgs) -> anyhow::Result<FakeConfig> {
-    let log = a.log.context("--log is required")?;
-    let api_key = a.api_key.context("--api-key is required")?;
-    let secret = a.webhook_secret.context("--webhook-secret is required")?;
-    let mut cfg = FakeConfig::new(log, &api_key, &secret);
+fn config(a: Args) -> anyhow::Result<FakeConfig> {
+    let mut cfg = FakeConfig::new(a.log, &a.api_key, &a.webhook_secret);
     cfg.seed = a.seed;
     cfg.faults = if a.no_faults || a.faults == "off" {
         FaultRates::NONE
@@ -189,7 +140,7 @@ fn config(a: ServeArgs) -> anyhow::Result<FakeConfig> {
     Ok(cfg)
 }
 
-async fn run_serve(a: ServeArgs) -> anyhow::Result<ExitCode> {
+async fn run_serve(a: Args) -> anyhow::Result<ExitCode> {
     let listen = a.listen;
     let addr_file = a.addr_file.clone();
     let cfg = config(a)?;
@@ -266,39 +217,35 @@ async fn stop_signal() {
     }
 }
 
-async fn run_bench(b: BenchArgs) -> anyhow::Result<ExitCode> {
-    let cfg = BenchConfig {
-        sends: b.sends,
-        concurrency: b.concurrency,
-        seconds: b.seconds,
-        log_path: b.log,
-    };
-    eprintln!(
-        "courier provider bench: {} sends, concurrency {}, faults off, latency 0",
-        cfg.sends, cfg.concurrency
-    );
-    let r = bench::run(cfg).await?;
-    println!(
-        "sends {} in {:.2} s: {:.0} sends/s; errors {}",
-        r.sends,
-        r.elapsed.as_secs_f64(),
-        r.sends_per_s,
-        r.errors
-    );
-    println!(
-        "latency p50 {:.2} ms, p99 {:.2} ms, max {:.2} ms",
-        r.p50_us as f64 / 1000.0,
-        r.p99_us as f64 / 1000.0,
-        r.max_us as f64 / 1000.0
-    );
-    println!(
-        "log lines written {} ({:.1} MiB)",
-        r.log_lines,
-        r.log_bytes as f64 / (1024.0 * 1024.0)
-    );
-    Ok(if r.errors == 0 {
-        ExitCode::SUCCESS
-    } else {
-        ExitCode::FAILURE
-    })
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+    use courier_rig::spec::FakeSpec;
+
+    /// The rig's provider flags, parsed by `courier provider` itself.
+    #[test]
+    fn the_rigs_fake_spec_round_trips_through_the_provider_flags() {
+        let spec = FakeSpec {
+            listen: "127.0.0.1:0".into(),
+            log: PathBuf::from("/tmp/run/provider.jsonl"),
+            api_key: "key".into(),
+            webhook_secret: "secret".into(),
+            seed: 42,
+        };
+        let argv = std::iter::once("courier".to_string()).chain(spec.args());
+        let crate::Cli {
+            command: crate::Command::Provider(a),
+        } = crate::Cli::try_parse_from(argv).expect("the rig's flags parse")
+        else {
+            panic!("not the provider command");
+        };
+        assert_eq!(a.listen.to_string(), spec.listen);
+        assert_eq!(
+            (a.log, a.api_key, a.webhook_secret, a.seed),
+            (spec.log, spec.api_key, spec.webhook_secret, spec.seed)
+        );
+        // Faults stay on: the rig's runs are judged under them.
+        assert!(!a.no_faults && a.faults == "on");
+    }
 }

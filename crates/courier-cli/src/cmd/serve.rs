@@ -70,3 +70,34 @@ pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
     serve(listener, app, &http, shutdown).await?;
     Ok(ExitCode::SUCCESS)
 }
+
+#[cfg(test)]
+mod tests {
+    use clap::Parser;
+    use courier_rig::spec::ServerSpec;
+
+    /// The rig's server flags, parsed by `courier serve` itself.
+    #[test]
+    fn the_rigs_server_spec_round_trips_through_the_serve_flags() {
+        let spec = ServerSpec {
+            database_url: "postgres://postgres@127.0.0.1:5/db".into(),
+            listen: "127.0.0.1:0".into(),
+            webhook_secret: "secret".into(),
+        };
+        let argv = std::iter::once("courier".to_string()).chain(spec.args());
+        let crate::Cli {
+            command: crate::Command::Serve(a),
+        } = crate::Cli::try_parse_from(argv).expect("the rig's flags parse")
+        else {
+            panic!("not the serve command");
+        };
+        assert_eq!(
+            a.db.database_url.as_deref(),
+            Some(spec.database_url.as_str())
+        );
+        assert_eq!(
+            (a.listen, a.webhook_secret),
+            (spec.listen, spec.webhook_secret)
+        );
+    }
+}

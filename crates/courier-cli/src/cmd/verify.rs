@@ -1,13 +1,13 @@
 //! `courier verify`: judges a provider's log, prints the table (or JSON) and
 //! exits 0 when no check failed, 1 on any violation, 2 on unreadable input.
 //!
-//! The work is in `courier_provider::verify`; this file reads flags and files.
+//! The work is in `courier_verify`; this file reads flags and files.
 //! The courier's expectations (what its database says about each action) come
 //! from `--expectations FILE` or, once the store exists, from
 //! [`expectations`] with `--database-url`.
 
 use anyhow::Context;
-use courier_provider::verify::{read_expectations, verify_reader, Expectation, ReadLimits};
+use courier_verify::{read_expectations, verify_reader, Expectation, ReadLimits};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
@@ -77,7 +77,7 @@ async fn expectations(database_url: &str) -> anyhow::Result<Vec<Expectation>> {
     let store = courier_store::PgStore::connect(&cfg)
         .await
         .with_context(|| format!("connecting to {}", super::common::redact(database_url)))?;
-    super::demo::expectations(&store).await
+    Ok(courier_rig::judge::expectations(&store).await?)
 }
 
 async fn expectations_file(path: PathBuf) -> anyhow::Result<Vec<Expectation>> {
@@ -99,7 +99,7 @@ mod tests {
 
     fn fixture(name: &str) -> PathBuf {
         PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-            .join("../courier-provider/tests/fixtures/verify")
+            .join("../courier-verify/tests/fixtures/verify")
             .join(name)
     }
 

@@ -142,3 +142,73 @@ fn rand_seed() -> u64 {
     use std::hash::{BuildHasher, RandomState};
     RandomState::new().hash_one(std::process::id())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+    use courier_core::Limits;
+    use courier_rig::spec::{ProviderTarget, WorkerSpec};
+
+    fn parse(args: Vec<String>) -> Args {
+        let argv = std::iter::once("courier".to_string()).chain(args);
+        match crate::Cli::try_parse_from(argv).expect("the rig's flags parse") {
+            crate::Cli {
+                command: crate::Command::Worker(a),
+            } => a,
+            _ => panic!("not the worker command"),
+        }
+    }
+
+    /// The rig writes a worker's flags from its typed spec; this parses them
+    /// back with the worker's own parser, so a flag renamed on either side
+    /// fails here rather than in a run.
+    #[test]
+    fn the_rigs_worker_spec_round_trips_through_the_worker_flags() {
+        // Every limit flag away from its default, and valid together.
+        let limits = Limits {
+            lease_ttl_ms: 3_000,
+            heartbeat_interval_ms: 500,
+            send_margin_ms: 600,
+            request_timeout_ms: 900,
+            store_in_flight_max: 3,
+            claim_batch_max: 5,
+            worker_concurrency_max: 7,
+            final_overdue_ms: 4_000,
+            key_retention_s: 7_200,
+            intent_age_alert_percent: 40,
+            ..Limits::default()
+        };
+        let mut spec = WorkerSpec {
+            database_url: "postgres://postgres@127.0.0.1:5/db".into(),
+            provider: ProviderTarget {
+                url: "http://127.0.0.1:6".into(),
+                api_key: "key".into(),
+                callback_url: Some("http://127.0.0.1:7/v1/webhooks/provider".into()),
+            },
+            limits,
+            retention: courier_rig::spec::chaos_retention(),
+            unsafe_resend: Some(UnsafeResend::NoLookup),
+        };
+        let a = parse(spec.args(99));
+        assert_eq!(a.limits.limits().unwrap(), spec.limits);
+        assert_eq!(
+            a.retention.retention(&spec.limits).unwrap(),
+            spec.retention
+        );
+        assert_eq!(
+            a.db.database_url.as_deref(),
+            Some(spec.database_url.as_str())
+        );
+        assert_eq!(a.provider.provider_url, spec.provider.url);
+        assert_eq!(a.provider.provider_api_key, spec.provider.api_key);
+        assert_eq!(a.provider.callback_url, spec.provider.callback_url);
+        assert_eq!((a.seed, a.unsafe_resend), (Some(99), spec.unsafe_resend));
+        // The flags left out keep the worker's defaults.
+        spec.provider.callback_url = None;
+        spec.unsafe_resend = None;
+        let a = parse(spec.args(1));
+        assert_eq!((a.provider.callback_url, a.unsafe_resend), (None, None));
+        assert_eq!((a.idle_poll_ms, a.no_reconcile), (20, false));
+    }
+}

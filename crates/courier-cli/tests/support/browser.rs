@@ -466,6 +466,11 @@ pub fn http_request(
     stream
         .write_all(request.as_bytes())
         .map_err(|e| format!("write to {addr}: {e}"))?;
+    read_answer(&mut stream, addr)
+}
+
+/// Reads an HTTP/1.1 answer: the status and the body.
+fn read_answer(stream: &mut TcpStream, addr: SocketAddr) -> Result<(u16, String), String> {
     // Servers may keep the connection open despite `Connection: close`, so
     // the body ends where its framing says, not at end of stream.
     let mut raw = Vec::new();

@@ -34,31 +34,14 @@ mod reconcile;
 
 use context::Ctx;
 use courier_core::Limits;
-use courier_provider::{LookupOutcome, ProviderClient, SendOutcome};
+/// The provider trait lives with the contract (`courier-provider`); it is
+/// re-exported here, where the worker is.
+pub use courier_provider::Provider;
+use courier_provider::ProviderClient;
 use courier_store::{ClaimMode, PgStore};
-use std::future::Future;
 use std::sync::atomic::AtomicU64;
 use std::sync::Arc;
 use tokio_util::sync::CancellationToken;
-
-/// What the worker needs of a provider: the contract's send and lookup, with
-/// answers classified by what the caller does next. [`ProviderClient`] is the
-/// real one (HTTP); benchmarks plug in an in-process stub to measure the
-/// claim-to-settle path alone, and [`crate::broken`] wraps one in the broken
-/// modes of the chaos run's negative controls.
-pub trait Provider: Send + Sync + 'static {
-    fn send(&self, key: &str, to: &str, body: &str) -> impl Future<Output = SendOutcome> + Send;
-    fn lookup(&self, key: &str) -> impl Future<Output = LookupOutcome> + Send;
-}
-
-impl Provider for ProviderClient {
-    fn send(&self, key: &str, to: &str, body: &str) -> impl Future<Output = SendOutcome> + Send {
-        ProviderClient::send(self, key, to, body)
-    }
-    fn lookup(&self, key: &str) -> impl Future<Output = LookupOutcome> + Send {
-        ProviderClient::lookup(self, key)
-    }
-}
 
 /// What a worker needs besides the store and the provider client.
 #[derive(Debug, Clone)]

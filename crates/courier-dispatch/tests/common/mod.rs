@@ -5,12 +5,12 @@
 // Each test file uses its own part of this module.
 #![allow(dead_code)]
 
-use courier_core::{action_key, Limits};
+use courier_core::Limits;
 use courier_dispatch::server::{router, ServerConfig};
 use courier_dispatch::worker::{Provider, Worker, WorkerConfig};
-use courier_provider::verify::{verify_reader, Expectation, ReadLimits, Report};
 use courier_provider::{ClientConfig, ProviderClient};
 use courier_store::{ClaimMode, PgStore};
+use courier_verify::Report;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
@@ -106,25 +106,10 @@ pub async fn wait_all_final(store: &PgStore, n: i64, within: Duration) {
     }
 }
 
-/// The verifier on the provider's log, against what courier recorded.
+/// The verifier on the provider's log, against what courier recorded (the
+/// rig's judge, as demo and chaos use it).
 pub async fn verify(store: &PgStore, log: &Path) -> Report {
-    let expected: Vec<Expectation> = store
-        .action_outcomes()
+    courier_rig::judge::verify_against(store, log)
         .await
         .unwrap()
-        .into_iter()
-        .map(|o| Expectation {
-            key: action_key(&o.uid),
-            action_id: o.action_id.to_string(),
-            courier_final: o.final_status,
-            refused: o.state == "failed",
-        })
-        .collect();
-    let f = std::fs::File::open(log).unwrap();
-    verify_reader(
-        std::io::BufReader::new(f),
-        &ReadLimits::default(),
-        Some(&expected),
-    )
-    .unwrap()
 }

@@ -2,8 +2,8 @@
 //! one injected fault is always caught exactly once.
 
 use courier_core::Status;
-use courier_provider::verify::{verify, Expectation};
 use courier_provider::wire::{LogEntry, LogOp, LookupResult, SendResult, WebhookAnswer};
+use courier_verify::{verify, Expectation};
 use proptest::prelude::*;
 
 /// One key's well-behaved history, in order.
@@ -154,9 +154,7 @@ fn through_text(entries: &[LogEntry]) -> Vec<LogEntry> {
         .iter()
         .map(|e| serde_json::to_string(e).unwrap() + "\n")
         .collect();
-    courier_provider::verify::read_log(text.as_bytes())
-        .unwrap()
-        .entries
+    courier_verify::read_log(text.as_bytes()).unwrap().entries
 }
 
 proptest! {

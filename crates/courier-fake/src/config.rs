@@ -499,74 +499,41 @@ mod tests {
         assert_eq!(r.sample(0.9999), 3);
     }
 
+    /// The valid defaults with one setting changed.
+    fn with(edit: impl FnOnce(&mut FakeConfig)) -> FakeConfig {
+        let mut cfg = FakeConfig::new("p.jsonl", "key", "secret");
+        edit(&mut cfg);
+        cfg
+    }
+
     #[test]
     fn defaults_are_valid_and_bad_settings_name_their_flag() {
-        let ok = FakeConfig::new("p.jsonl", "key", "secret");
-        assert_eq!(ok.validate(), Ok(()));
+        assert_eq!(with(|_| {}).validate(), Ok(()));
         let cases: Vec<(FakeConfig, &str)> = vec![
             (FakeConfig::new("p.jsonl", "", "s"), "--api-key"),
             (FakeConfig::new("p.jsonl", "a key", "s"), "--api-key"),
             (FakeConfig::new("p.jsonl", "k", ""), "--webhook-secret"),
+            (with(|c| c.faults.timeout = 1.5), "--timeout-rate"),
             (
-                FakeConfig {
-                    faults: FaultRates {
-                        timeout: 1.5,
-                        ..FaultRates::DEFAULT
-                    },
-                    ..ok.clone()
-                },
-                "--timeout-rate",
-            ),
-            (
-                FakeConfig {
-                    faults: FaultRates {
-                        late_failed: f64::NAN,
-                        ..FaultRates::DEFAULT
-                    },
-                    ..ok.clone()
-                },
+                with(|c| c.faults.late_failed = f64::NAN),
                 "--late-failed-rate",
             ),
+            (with(|c| c.key_retention_ms = 0), "--key-retention-s"),
             (
-                FakeConfig {
-                    key_retention_ms: 0,
-                    ..ok.clone()
-                },
-                "--key-retention-s",
-            ),
-            (
-                FakeConfig {
-                    default_callback: Some("ftp://x/".into()),
-                    ..ok.clone()
-                },
+                with(|c| c.default_callback = Some("ftp://x/".into())),
                 "--default-callback",
             ),
             (
-                FakeConfig {
-                    webhook_attempts_max: 0,
-                    ..ok.clone()
-                },
+                with(|c| c.webhook_attempts_max = 0),
                 "--webhook-attempts-max",
             ),
             (
-                FakeConfig {
-                    webhook_backoff_base_ms: 5_000,
-                    ..ok.clone()
-                },
+                with(|c| c.webhook_backoff_base_ms = 5_000),
                 "--webhook-backoff-base-ms",
             ),
+            (with(|c| c.request_bytes_max = 10), "--request-bytes-max"),
             (
-                FakeConfig {
-                    request_bytes_max: 10,
-                    ..ok.clone()
-                },
-                "--request-bytes-max",
-            ),
-            (
-                FakeConfig {
-                    timeout_hold_ms: DELAY_MS_MAX + 1,
-                    ..ok.clone()
-                },
+                with(|c| c.timeout_hold_ms = DELAY_MS_MAX + 1),
                 "--timeout-hold-ms",
             ),
         ];

@@ -5,8 +5,8 @@ mod common;
 
 use common::*;
 use courier_core::Status;
-use courier_provider::fake::{Latency, MsRange};
-use courier_provider::wire::{LogOp, LookupResult, MessageView, SendResult};
+use courier_fake::{Latency, MsRange};
+use courier_provider::wire::{LogEntry, LogOp, LookupResult, MessageView, SendResult};
 use std::time::{Duration, Instant};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
@@ -150,17 +150,19 @@ async fn chunked_send(addr: std::net::SocketAddr, total_bytes: usize) -> (u16, D
     (code, t.elapsed())
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn bad_requests_get_the_right_4xx_and_leave_no_effect() {
-    let s = Scratch::new();
-    let p = start(s.config()).await;
-    let api = Api::new(&p);
+/// A refused send: (what, Authorization, Idempotency-Key, body, expected status).
+type Case = (&'static str, Option<String>, Option<Vec<u8>>, String, u16);
+
+/// A send with good credentials and this key, body and expected status.
+fn authorised(what: &'static str, key: &[u8], body: String, code: u16) -> Case {
+    (what, Some(auth()), Some(key.to_vec()), body, code)
+}
+
+/// Every way a send can be refused; none may leave an effect.
+fn bad_sends() -> Vec<Case> {
     let good = || body_json(PHONE, "hi", None);
-    let long_key = "a".repeat(256);
     let one_mib = format!(r#"{{"to":"{PHONE}","body":"{}"}}"#, "x".repeat(1 << 20));
-    // (what, Authorization, Idempotency-Key, body, expected status)
-    type Case<'a> = (&'a str, Option<String>, Option<Vec<u8>>, String, u16);
-    let cases: Vec<Case> = vec![
+    vec![
         ("no auth", None, Some(b"k-noauth".to_vec()), good(), 401),
         (
             "wrong key",
@@ -177,77 +179,45 @@ async fn bad_requests_get_the_right_4xx_and_leave_no_effect() {
             401,
         ),
         ("no idempotency key", Some(auth()), None, good(), 400),
-        (
-            "empty key",
-            Some(auth()),
-            Some(b"\"\"".to_vec()),
-            good(),
-            400,
-        ),
-        (
-            "256-char key",
-            Some(auth()),
-            Some(long_key.clone().into_bytes()),
-            good(),
-            400,
-        ),
-        (
-            "non-ASCII key",
-            Some(auth()),
-            Some("ключ".as_bytes().to_vec()),
-            good(),
-            400,
-        ),
-        (
-            "bad JSON",
-            Some(auth()),
-            Some(b"k-json".to_vec()),
-            "{\"to\":".into(),
-            400,
-        ),
-        (
+        authorised("empty key", b"\"\"", good(), 400),
+        authorised("256-char key", "a".repeat(256).as_bytes(), good(), 400),
+        authorised("non-ASCII key", "ключ".as_bytes(), good(), 400),
+        authorised("bad JSON", b"k-json", "{\"to\":".into(), 400),
+        authorised(
             "unknown field",
-            Some(auth()),
-            Some(b"k-field".to_vec()),
+            b"k-field",
             format!(r#"{{"to":"{PHONE}","body":"x","from":"me"}}"#),
             400,
         ),
-        (
+        authorised(
             "bad phone",
-            Some(auth()),
-            Some(b"k-phone".to_vec()),
+            b"k-phone",
             body_json("555-1234", "hi", None),
             400,
         ),
-        (
-            "empty text",
-            Some(auth()),
-            Some(b"k-empty".to_vec()),
-            body_json(PHONE, "", None),
-            400,
-        ),
-        (
+        authorised("empty text", b"k-empty", body_json(PHONE, "", None), 400),
+        authorised(
             "1601 chars",
-            Some(auth()),
-            Some(b"k-long".to_vec()),
+            b"k-long",
             body_json(PHONE, &"é".repeat(1601), None),
             400,
         ),
-        (
+        authorised(
             "bad callback",
-            Some(auth()),
-            Some(b"k-cb".to_vec()),
+            b"k-cb",
             body_json(PHONE, "hi", Some("ftp://x")),
             400,
         ),
-        (
-            "1 MiB body",
-            Some(auth()),
-            Some(b"k-big".to_vec()),
-            one_mib,
-            413,
-        ),
-    ];
+        authorised("1 MiB body", b"k-big", one_mib, 413),
+    ]
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_requests_get_the_right_4xx_and_leave_no_effect() {
+    let s = Scratch::new();
+    let p = start(s.config()).await;
+    let api = Api::new(&p);
+    let cases = bad_sends();
     let requests = cases.len();
     for (what, auth_header, key, body, code) in cases {
         let t = Instant::now();
@@ -289,9 +259,14 @@ async fn bad_requests_get_the_right_4xx_and_leave_no_effect() {
         assert_eq!(api.lookup(key).await.status, 404, "{key} must not exist");
     }
     p.shutdown().await.unwrap();
+    // Every refused send and the chunked one are logged as rejected.
+    only_the_good_send_created(&read_log(&s.log), requests + 1);
+}
 
-    let log = read_log(&s.log);
-    let rejected = count(&log, |op| {
+/// The log holds `rejected` refused sends, and the one good send's message
+/// is the only one created, with the only status lines.
+fn only_the_good_send_created(log: &[LogEntry], rejected: usize) {
+    let logged = count(log, |op| {
         matches!(
             op,
             LogOp::Send {
@@ -300,11 +275,7 @@ async fn bad_requests_get_the_right_4xx_and_leave_no_effect() {
             }
         )
     });
-    assert_eq!(
-        rejected,
-        requests + 1,
-        "every refused send is logged as rejected"
-    );
+    assert_eq!(logged, rejected, "every refused send is logged as rejected");
     let created: Vec<_> = log
         .iter()
         .filter_map(|e| match &e.op {
@@ -322,7 +293,7 @@ async fn bad_requests_get_the_right_4xx_and_leave_no_effect() {
         "no refused send created anything"
     );
     let statuses_for_others = count(
-        &log,
+        log,
         |op| matches!(op, LogOp::Status { key, .. } if key != "k-1600"),
     );
     assert_eq!(statuses_for_others, 0);

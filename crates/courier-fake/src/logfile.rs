@@ -18,8 +18,8 @@
 //!   middle of a write) is cut off; any other unreadable line is an error,
 //!   never skipped.
 
-use super::fate::MessagePlan;
-use crate::wire::LogOp;
+use crate::fate::MessagePlan;
+use courier_provider::wire::LogOp;
 use serde::{Deserialize, Serialize};
 use std::borrow::Cow;
 use std::fs::{File, OpenOptions};
@@ -263,8 +263,8 @@ impl LogFile {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::wire::{LogEntry, SendResult};
     use courier_core::Status;
+    use courier_provider::wire::{LogEntry, SendResult};
 
     fn created(key: &str) -> LogOp {
         LogOp::Send {

@@ -1,9 +1,9 @@
 //! The provider's benchmark as a test: a small run in the suite (it must
 //! finish without errors and its log must hold every send), and the full
 //! measurement behind `--ignored` for a release build:
-//! `cargo nextest run --release -p courier-provider --test bench --run-ignored only --no-capture`.
+//! `cargo nextest run --release -p courier-bench --test provider --run-ignored only --no-capture`.
 
-use courier_provider::fake::bench::{run, BenchConfig};
+use courier_bench::provider::{run, BenchConfig};
 
 fn sends_from_env(default: u64) -> u64 {
     std::env::var("COURIER_BENCH_SENDS")

@@ -1,4 +1,4 @@
-//! The provider's own benchmark: a fake on loopback (faults off, latency 0,
+//! `courier bench provider`: the fake provider's own benchmark, a fake on loopback (faults off, latency 0,
 //! default status timings), driven through the real HTTP path by a keep-alive
 //! hyper client with many requests in flight, each with a unique key.
 //!
@@ -6,8 +6,9 @@
 //! never the bottleneck. The figure includes the client's own cost, since
 //! both run in this process on the same cores.
 
-use super::{start, FakeConfig, FakeError, FaultRates, Latency};
+use crate::BenchError;
 use bytes::Bytes;
+use courier_fake::{start, FakeConfig, FaultRates, Latency};
 use hdrhistogram::Histogram;
 use http_body_util::{BodyExt, Full};
 use hyper::header;
@@ -69,21 +70,9 @@ pub struct BenchReport {
     pub log_bytes: u64,
 }
 
-#[derive(Debug, thiserror::Error)]
-pub enum BenchError {
-    #[error("invalid bench settings: {0}")]
-    Config(String),
-    #[error(transparent)]
-    Provider(#[from] FakeError),
-    #[error("bench I/O: {0}")]
-    Io(#[from] std::io::Error),
-    #[error("the provider wrote {counted} lines but its log holds {in_file}")]
-    LogMismatch { counted: u64, in_file: u64 },
-}
-
 /// Runs the benchmark and returns its measurements.
 pub async fn run(cfg: BenchConfig) -> Result<BenchReport, BenchError> {
-    cfg.validate().map_err(BenchError::Config)?;
+    cfg.validate().map_err(BenchError::Settings)?;
     let stamp = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.as_nanos())
@@ -108,6 +97,9 @@ pub async fn run(cfg: BenchConfig) -> Result<BenchReport, BenchError> {
     result
 }
 
+/// The client every sender shares: keep-alive, one idle connection per sender.
+type Http = Client<HttpConnector, Full<Bytes>>;
+
 async fn drive(
     cfg: &BenchConfig,
     fake: FakeConfig,
@@ -117,7 +109,7 @@ async fn drive(
     let handle = start(fake).await?;
     let mut connector = HttpConnector::new();
     connector.set_nodelay(true);
-    let client: Client<HttpConnector, Full<Bytes>> = Client::builder(TokioExecutor::new())
+    let client: Http = Client::builder(TokioExecutor::new())
         .pool_max_idle_per_host(cfg.concurrency)
         .build(connector);
     let uri: hyper::Uri = format!("{}/v1/messages", handle.url())
@@ -128,49 +120,20 @@ async fn drive(
     let deadline = cfg.seconds.map(|s| started + Duration::from_secs(s));
     let mut workers = tokio::task::JoinSet::new();
     for _ in 0..cfg.concurrency {
-        let (client, uri, next) = (client.clone(), uri.clone(), next.clone());
-        let sends = cfg.sends;
-        workers.spawn(async move {
-            let mut hist = Histogram::<u64>::new_with_bounds(1, 60_000_000, 3)
-                .expect("valid histogram bounds");
-            let (mut ok, mut errors) = (0u64, 0u64);
-            loop {
-                let i = next.fetch_add(1, Ordering::Relaxed);
-                if i >= sends || deadline.is_some_and(|d| Instant::now() >= d) {
-                    break;
-                }
-                let body = format!(
-                    r#"{{"to":"+1555{:07}","body":"bench message {i}"}}"#,
-                    i % 10_000_000
-                );
-                let req = Request::post(uri.clone())
-                    .header(header::AUTHORIZATION, "Bearer bench-key")
-                    .header("idempotency-key", format!("bench-{stamp}-{i}"))
-                    .header(header::CONTENT_TYPE, "application/json")
-                    .body(Full::new(Bytes::from(body)))
-                    .expect("a well-formed request");
-                let t = Instant::now();
-                let created = match client.request(req).await {
-                    Ok(resp) => {
-                        let status = resp.status();
-                        resp.into_body().collect().await.is_ok() && status.as_u16() == 201
-                    }
-                    Err(_) => false,
-                };
-                hist.saturating_record(t.elapsed().as_micros().max(1) as u64);
-                if created {
-                    ok += 1;
-                } else {
-                    errors += 1;
-                }
-            }
-            (hist, ok, errors)
-        });
+        let sender = Sender {
+            client: client.clone(),
+            uri: uri.clone(),
+            next: next.clone(),
+            sends: cfg.sends,
+            deadline,
+            stamp,
+        };
+        workers.spawn(sender.run());
     }
     let mut hist = Histogram::<u64>::new_with_bounds(1, 60_000_000, 3).expect("valid bounds");
     let (mut sends, mut errors) = (0, 0);
     while let Some(done) = workers.join_next().await {
-        let (h, ok, err) = done.map_err(|e| FakeError::Task(e.to_string()))?;
+        let (h, ok, err) = done?;
         hist.add(h).expect("same bounds");
         sends += ok;
         errors += err;
@@ -179,22 +142,7 @@ async fn drive(
     drop(client);
     handle.shutdown().await?;
     let text = std::fs::read(&log_path)?;
-    let in_file = text.iter().filter(|b| **b == b'\n').count() as u64;
-    let log_lines = {
-        // The counter is read from the file's last line (the last seq).
-        let last = text
-            .strip_suffix(b"\n")
-            .and_then(|t| t.rsplit(|b| *b == b'\n').next())
-            .and_then(|l| serde_json::from_slice::<crate::wire::LogEntry>(l).ok())
-            .map_or(0, |e| e.seq);
-        if last != in_file {
-            return Err(BenchError::LogMismatch {
-                counted: last,
-                in_file,
-            });
-        }
-        last
-    };
+    let log_lines = log_lines_checked(&text)?;
     Ok(BenchReport {
         sends,
         errors,
@@ -206,4 +154,83 @@ async fn drive(
         log_lines,
         log_bytes: text.len() as u64,
     })
+}
+
+/// One request in flight at a time, sends numbered from a shared counter.
+struct Sender {
+    client: Http,
+    uri: hyper::Uri,
+    next: Arc<AtomicU64>,
+    sends: u64,
+    deadline: Option<Instant>,
+    stamp: u128,
+}
+
+impl Sender {
+    /// Sends until the count or the time is reached; its latencies and how
+    /// many sends were created and how many not.
+    async fn run(self) -> (Histogram<u64>, u64, u64) {
+        let mut hist =
+            Histogram::<u64>::new_with_bounds(1, 60_000_000, 3).expect("valid histogram bounds");
+        let (mut ok, mut errors) = (0u64, 0u64);
+        loop {
+            let i = self.next.fetch_add(1, Ordering::Relaxed);
+            if i >= self.sends || self.deadline.is_some_and(|d| Instant::now() >= d) {
+                break;
+            }
+            let req = self.request(i);
+            let t = Instant::now();
+            let created = self.send(req).await;
+            hist.saturating_record(t.elapsed().as_micros().max(1) as u64);
+            if created {
+                ok += 1;
+            } else {
+                errors += 1;
+            }
+        }
+        (hist, ok, errors)
+    }
+
+    /// Send `i`, with its own key.
+    fn request(&self, i: u64) -> Request<Full<Bytes>> {
+        let body = format!(
+            r#"{{"to":"+1555{:07}","body":"bench message {i}"}}"#,
+            i % 10_000_000
+        );
+        Request::post(self.uri.clone())
+            .header(header::AUTHORIZATION, "Bearer bench-key")
+            .header("idempotency-key", format!("bench-{}-{i}", self.stamp))
+            .header(header::CONTENT_TYPE, "application/json")
+            .body(Full::new(Bytes::from(body)))
+            .expect("a well-formed request")
+    }
+
+    /// True when answered `201`.
+    async fn send(&self, req: Request<Full<Bytes>>) -> bool {
+        match self.client.request(req).await {
+            Ok(resp) => {
+                let status = resp.status();
+                resp.into_body().collect().await.is_ok() && status.as_u16() == 201
+            }
+            Err(_) => false,
+        }
+    }
+}
+
+/// The lines of the log, counted in the file and read from its last line
+/// (the last seq); they must agree.
+fn log_lines_checked(text: &[u8]) -> Result<u64, BenchError> {
+    let in_file = text.iter().filter(|b| **b == b'\n').count() as u64;
+    let last = text
+        .strip_suffix(b"\n")
+        .and_then(|t| t.rsplit(|b| *b == b'\n').next())
+        .and_then(|l| serde_json::from_slice::<courier_provider::wire::LogEntry>(l).ok())
+        .map_or(0, |e| e.seq);
+    if last != in_file {
+        return Err(BenchError::LogMismatch {
+            counted: last,
+            in_file,
+        });
+    }
+    Ok(last)
 }

@@ -13,11 +13,10 @@
 //! there is latency to wait, so a client that hangs up cannot leave the key
 //! claimed forever: like a real provider, the fake finishes what it started.
 
-use super::config::{check_callback, BODY_CHARS_MAX};
-use super::fate::{self, TimeoutFault};
-use super::state::{error_body, fingerprint, Begin};
-use super::Shared;
-use crate::wire::SendRequest;
+use crate::config::{check_callback, BODY_CHARS_MAX};
+use crate::fate::{self, TimeoutFault};
+use crate::state::{error_body, fingerprint, Begin};
+use crate::Shared;
 use axum::body::Body;
 use axum::extract::rejection::PathRejection;
 use axum::extract::{Path, State};
@@ -28,6 +27,7 @@ use axum::Router;
 use bytes::Bytes;
 use courier_core::key::{parse_key_header, validate_key};
 use courier_core::phone::validate_phone;
+use courier_provider::wire::SendRequest;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -118,87 +118,10 @@ fn latency_for(sh: &Shared, key: &str) -> u64 {
 }
 
 async fn send(State(sh): State<Arc<Shared>>, headers: HeaderMap, body: Body) -> Response {
-    let key = headers
-        .get("idempotency-key")
-        .map(|v| parse_key_header(v.as_bytes()));
-    let usable_key = key
-        .as_ref()
-        .and_then(|k| k.as_ref().ok())
-        .map(String::as_str);
-    if !authorized(&sh, &headers) {
-        return reject(
-            &sh,
-            usable_key,
-            StatusCode::UNAUTHORIZED,
-            "unauthorized",
-            "unauthorized: send Authorization: Bearer <api-key>",
-        );
-    }
-    let key = match key {
-        None => {
-            return reject(
-                &sh,
-                None,
-                StatusCode::BAD_REQUEST,
-                "no_key",
-                "missing Idempotency-Key header",
-            )
-        }
-        Some(Err(e)) => {
-            let text = format!("bad Idempotency-Key header: {e}");
-            return reject(&sh, None, StatusCode::BAD_REQUEST, "bad_key", &text);
-        }
-        Some(Ok(k)) => k,
-    };
-    let limit = sh.cfg.request_bytes_max;
-    let declared = headers
-        .get(header::CONTENT_LENGTH)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.parse::<u64>().ok());
-    let raw = match read_body(body, limit, declared).await {
-        Ok(b) => b,
-        Err(BodyError::TooLarge) => {
-            let text = format!("request body is larger than {limit} bytes");
-            return reject(
-                &sh,
-                Some(&key),
-                StatusCode::PAYLOAD_TOO_LARGE,
-                "too_large",
-                &text,
-            );
-        }
-        Err(BodyError::Unreadable(e)) => {
-            let text = format!("cannot read the request body: {e}");
-            return reject(
-                &sh,
-                Some(&key),
-                StatusCode::BAD_REQUEST,
-                "unreadable",
-                &text,
-            );
-        }
-    };
-    let req: SendRequest = match serde_json::from_slice(&raw) {
+    let (key, req) = match accept_request(&sh, &headers, body).await {
         Ok(r) => r,
-        Err(e) => {
-            let text = format!("body must be JSON {{\"to\", \"body\", \"status_callback\"?}}: {e}");
-            return reject(&sh, Some(&key), StatusCode::BAD_REQUEST, "bad_json", &text);
-        }
+        Err(refused) => return refused,
     };
-    if let Err(e) = validate_phone(&req.to) {
-        let text = format!("'to': {e}");
-        return reject(&sh, Some(&key), StatusCode::BAD_REQUEST, "bad_phone", &text);
-    }
-    let chars = req.body.chars().count();
-    if chars == 0 || chars > BODY_CHARS_MAX {
-        let text = format!("'body' must be 1..={BODY_CHARS_MAX} characters, got {chars}");
-        return reject(&sh, Some(&key), StatusCode::BAD_REQUEST, "bad_body", &text);
-    }
-    if let Some(cb) = &req.status_callback {
-        if let Err(e) = check_callback(cb) {
-            return reject(&sh, Some(&key), StatusCode::BAD_REQUEST, "bad_callback", &e);
-        }
-    }
     let fp = fingerprint(&req);
     let callback: Option<Arc<str>> = req
         .status_callback
@@ -236,6 +159,108 @@ async fn send(State(sh): State<Arc<Shared>>, headers: HeaderMap, body: Body) -> 
     } else {
         shutting_down()
     }
+}
+
+/// Checks a send's credentials, key and body. A refusal is logged (no
+/// effect) and is the answer.
+async fn accept_request(
+    sh: &Shared,
+    headers: &HeaderMap,
+    body: Body,
+) -> Result<(String, SendRequest), Response> {
+    let key = request_key(sh, headers)?;
+    let raw = request_body(sh, headers, &key, body).await?;
+    let req = parse_request(sh, &key, &raw)?;
+    Ok((key, req))
+}
+
+/// The credentials first (a `401` logs the key if it is usable), then the key.
+fn request_key(sh: &Shared, headers: &HeaderMap) -> Result<String, Response> {
+    let key = headers
+        .get("idempotency-key")
+        .map(|v| parse_key_header(v.as_bytes()));
+    let usable_key = key
+        .as_ref()
+        .and_then(|k| k.as_ref().ok())
+        .map(String::as_str);
+    if !authorized(sh, headers) {
+        return Err(reject(
+            sh,
+            usable_key,
+            StatusCode::UNAUTHORIZED,
+            "unauthorized",
+            "unauthorized: send Authorization: Bearer <api-key>",
+        ));
+    }
+    match key {
+        None => Err(reject(
+            sh,
+            None,
+            StatusCode::BAD_REQUEST,
+            "no_key",
+            "missing Idempotency-Key header",
+        )),
+        Some(Err(e)) => {
+            let text = format!("bad Idempotency-Key header: {e}");
+            Err(reject(sh, None, StatusCode::BAD_REQUEST, "bad_key", &text))
+        }
+        Some(Ok(k)) => Ok(k),
+    }
+}
+
+/// The body, at most `request_bytes_max` bytes.
+async fn request_body(
+    sh: &Shared,
+    headers: &HeaderMap,
+    key: &str,
+    body: Body,
+) -> Result<Bytes, Response> {
+    let limit = sh.cfg.request_bytes_max;
+    let declared = headers
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<u64>().ok());
+    match read_body(body, limit, declared).await {
+        Ok(b) => Ok(b),
+        Err(BodyError::TooLarge) => {
+            let text = format!("request body is larger than {limit} bytes");
+            let status = StatusCode::PAYLOAD_TOO_LARGE;
+            Err(reject(sh, Some(key), status, "too_large", &text))
+        }
+        Err(BodyError::Unreadable(e)) => {
+            let text = format!("cannot read the request body: {e}");
+            let status = StatusCode::BAD_REQUEST;
+            Err(reject(sh, Some(key), status, "unreadable", &text))
+        }
+    }
+}
+
+/// The body as a send: JSON, a phone number, a body of allowed length, a
+/// callback that is an HTTP URL.
+fn parse_request(sh: &Shared, key: &str, raw: &[u8]) -> Result<SendRequest, Response> {
+    let bad =
+        |why: &'static str, text: &str| reject(sh, Some(key), StatusCode::BAD_REQUEST, why, text);
+    let req: SendRequest = match serde_json::from_slice(raw) {
+        Ok(r) => r,
+        Err(e) => {
+            let text = format!("body must be JSON {{\"to\", \"body\", \"status_callback\"?}}: {e}");
+            return Err(bad("bad_json", &text));
+        }
+    };
+    if let Err(e) = validate_phone(&req.to) {
+        return Err(bad("bad_phone", &format!("'to': {e}")));
+    }
+    let chars = req.body.chars().count();
+    if chars == 0 || chars > BODY_CHARS_MAX {
+        let text = format!("'body' must be 1..={BODY_CHARS_MAX} characters, got {chars}");
+        return Err(bad("bad_body", &text));
+    }
+    if let Some(cb) = &req.status_callback {
+        if let Err(e) = check_callback(cb) {
+            return Err(bad("bad_callback", &e));
+        }
+    }
+    Ok(req)
 }
 
 /// The most of an oversized body that is read and thrown away before the

@@ -1,4 +1,4 @@
-//! The flaky fake SMS provider: a real HTTP server that follows
+//! courier-fake: the flaky fake SMS provider: a real HTTP server that follows
 //! `docs/provider-api.md` to the letter, injects seeded faults, and keeps the
 //! append-only log that every verification reads.
 //!
@@ -7,10 +7,10 @@
 //! - `fate`: seeded decisions, a pure function of (seed, key or event).
 //! - `logfile`: the single log writer and the reader used on restart.
 //! - `state`: keys, messages, timers and webhook queues; every change is
-//!   logged in the same critical section.
+//!   logged in the same critical section. `state/recovery` rebuilds them
+//!   from the log after a restart.
 //! - `http`: the axum handlers (auth, send, lookup).
 //! - `webhook`: signed, retried, bounded webhook delivery.
-//! - [`bench`]: drives a server over real HTTP and measures it.
 //!
 //! Background work: one scheduler task fires status changes from a timer
 //! heap (one log write per batch); one task per message with events to
@@ -35,10 +35,9 @@
 //! input leaves no effect), `tests/contract_faults.rs` (fault rates within a
 //! binomial tolerance, webhook signatures and retries),
 //! `tests/contract_restart.rs` (replays, lookups and webhooks survive a
-//! restart; torn lines; seq continues), `tests/bench.rs` (a small bench run;
-//! the full one with `--run-ignored only` in a release build).
+//! restart; torn lines; seq continues). Its benchmark is `courier bench
+//! provider` (`courier-bench`, `provider.rs`).
 
-pub mod bench;
 pub mod config;
 mod fate;
 mod http;

@@ -2,7 +2,7 @@
 //! violation is caught with its exact count.
 
 use courier_core::Status;
-use courier_provider::verify::{
+use courier_verify::{
     read_expectations, read_log, read_log_with, verify, verify_log, verify_reader, Expectation,
     ReadLimits, Report, VerifyError, NEEDS_DATABASE,
 };

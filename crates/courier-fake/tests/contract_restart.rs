@@ -6,8 +6,8 @@ mod common;
 
 use common::*;
 use courier_core::Status;
-use courier_provider::fake::{self, FakeError, FaultRates, MsRange};
-use courier_provider::wire::{LogOp, MessageView, SendResult};
+use courier_fake::{self as fake, FakeError, FaultRates, MsRange};
+use courier_provider::wire::{LogEntry, LogOp, MessageView, SendResult};
 use std::collections::{HashMap, HashSet};
 use std::io::Write;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -97,12 +97,8 @@ async fn a_restart_resumes_undelivered_webhooks_and_planned_status_changes() {
     let p = start(cfg.clone()).await;
     let api = Api::new(&p);
     for i in 0..n {
-        assert_eq!(
-            api.send(&format!("w-{i}"), "hi", Some(&rx.url))
-                .await
-                .status,
-            201
-        );
+        let sent = api.send(&format!("w-{i}"), "hi", Some(&rx.url)).await;
+        assert_eq!(sent.status, 201);
     }
     // Every message is sent, and its `sent` webhook was refused at least once.
     rx.wait_for("a refused sent event per message", |seen| {
@@ -123,15 +119,7 @@ async fn a_restart_resumes_undelivered_webhooks_and_planned_status_changes() {
         )),
         0
     );
-    let mut attempts_before: HashMap<String, u32> = HashMap::new();
-    for e in &before {
-        if let LogOp::Webhook {
-            event_id, attempt, ..
-        } = &e.op
-        {
-            attempts_before.insert(event_id.clone(), *attempt);
-        }
-    }
+    let attempts_before = last_attempts(&before);
 
     accept.store(true, Ordering::SeqCst);
     let p = start(cfg).await;
@@ -151,6 +139,28 @@ async fn a_restart_resumes_undelivered_webhooks_and_planned_status_changes() {
     p.shutdown().await.unwrap();
     // The final status came on the plan's schedule, not at the restart.
     assert!(stopped_at.elapsed() >= std::time::Duration::from_millis(1_000));
+    sent_and_delivered_accepted(&seen, n);
+    let after = read_log(&s.log);
+    assert_eq!(after[before.len()].seq, before.len() as u64 + 1);
+    only_the_plan_continues(&after[before.len()..], &attempts_before);
+}
+
+/// The last attempt logged for each event.
+fn last_attempts(log: &[LogEntry]) -> HashMap<String, u32> {
+    let mut attempts: HashMap<String, u32> = HashMap::new();
+    for e in log {
+        if let LogOp::Webhook {
+            event_id, attempt, ..
+        } = &e.op
+        {
+            attempts.insert(event_id.clone(), *attempt);
+        }
+    }
+    attempts
+}
+
+/// Both events of `w-0` .. `w-{n-1}` were answered 200.
+fn sent_and_delivered_accepted(seen: &[Received], n: usize) {
     let accepted: HashSet<(String, Status)> = seen
         .iter()
         .filter(|r| r.answered == 200)
@@ -164,9 +174,12 @@ async fn a_restart_resumes_undelivered_webhooks_and_planned_status_changes() {
             "{key}"
         );
     }
-    let after = read_log(&s.log);
-    assert_eq!(after[before.len()].seq, before.len() as u64 + 1);
-    for e in &after[before.len()..] {
+}
+
+/// After the restart: no new message, only the planned final statuses, and
+/// each webhook's attempts counting on from where they stopped.
+fn only_the_plan_continues(after: &[LogEntry], attempts_before: &HashMap<String, u32>) {
+    for e in after {
         match &e.op {
             LogOp::Send {
                 result: SendResult::Created,

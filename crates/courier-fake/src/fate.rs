@@ -11,7 +11,7 @@
 //! - [`unit`] depends only on its arguments and lies in `[0, 1)`.
 //! - A message's [`MessagePlan`] has exactly one final status.
 
-use super::config::FakeConfig;
+use crate::config::FakeConfig;
 use courier_core::Status;
 use serde::{Deserialize, Serialize};
 

@@ -4,7 +4,7 @@
 #![allow(dead_code)]
 
 use bytes::Bytes;
-use courier_provider::fake::{self, FakeConfig, FakeHandle, FaultRates, MsRange};
+use courier_fake::{self as fake, FakeConfig, FakeHandle, FaultRates, MsRange};
 use courier_provider::wire::{LogEntry, LogOp, SendResult, WebhookEvent};
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};

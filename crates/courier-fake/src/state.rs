@@ -1,5 +1,6 @@
-//! The provider's memory (keys, messages, timers, webhook queues) and the
-//! decisions that change it.
+//! The provider's live memory (keys, messages, timers, webhook queues) and
+//! the decisions that change it. Its rebuilding from the log after a
+//! restart is [`recovery`].
 //!
 //! Every method that changes something writes its log line in the same
 //! critical section, before the change becomes visible to anyone else. The
@@ -15,16 +16,18 @@
 //! - A message's status only moves forward: `accepted -> sent -> final`, one
 //!   final status, each step one `status` line at the moment it happens.
 
-use super::config::FakeConfig;
-use super::fate::{MessagePlan, TimeoutFault};
-use super::logfile::{Extra, LineIn, LogFile, LogWriteError};
-use crate::wire::{
+mod recovery;
+
+use crate::config::FakeConfig;
+use crate::fate::{MessagePlan, TimeoutFault};
+use crate::logfile::{Extra, LogFile, LogWriteError};
+use bytes::Bytes;
+use chrono::{SecondsFormat, Utc};
+use courier_core::Status;
+use courier_provider::wire::{
     ErrorBody, LogOp, LookupResult, MessageView, SendRequest, SendResult, WebhookAnswer,
     WebhookEvent,
 };
-use bytes::Bytes;
-use chrono::{DateTime, SecondsFormat, Utc};
-use courier_core::Status;
 use sha2::{Digest, Sha256};
 use std::borrow::Cow;
 use std::cmp::Reverse;
@@ -164,6 +167,26 @@ pub(crate) struct Timer {
     to_final: bool,
 }
 
+/// What is remembered of a key when a send arrives.
+enum Seen {
+    Nothing,
+    /// Its first request faulted before creating anything.
+    Faulted,
+    Repeat(Repeat),
+}
+
+/// A send whose key is remembered with a request or a message.
+enum Repeat {
+    InProgress {
+        same: bool,
+    },
+    Created {
+        same: bool,
+        message: u64,
+        answer: Bytes,
+    },
+}
+
 /// What the first look at a send decided.
 pub(crate) enum Begin {
     /// The key is claimed: process the request, then call
@@ -272,37 +295,10 @@ impl State {
         fp: Fingerprint,
         now: Instant,
     ) -> Result<Begin, LogWriteError> {
-        let mut first_ever = true;
         if self.keys.get(key).is_some_and(|e| e.expired(now)) {
             self.forget(key);
         }
-        // What the remembered entry says, copied out so the log can be written.
-        enum Seen {
-            Nothing,
-            Faulted,
-            InProgress {
-                same: bool,
-            },
-            Created {
-                same: bool,
-                message: u64,
-                answer: Bytes,
-            },
-        }
-        let seen = match self.keys.get(key) {
-            None => Seen::Nothing,
-            Some(e) => match &e.kind {
-                KeyKind::Faulted => Seen::Faulted,
-                KeyKind::InProgress => Seen::InProgress { same: e.fp == fp },
-                KeyKind::Created { message, answer } => Seen::Created {
-                    same: e.fp == fp,
-                    message: *message,
-                    answer: answer.clone(),
-                },
-            },
-        };
-        let plain = Extra::default();
-        match seen {
+        let first_ever = match self.seen(key, fp) {
             Seen::Nothing if self.keys.len() >= cfg.keys_max => {
                 let extra = Extra {
                     fault: Some(Cow::Borrowed("keys_max")),
@@ -311,34 +307,10 @@ impl State {
                 self.log_send(Some(key), SendResult::Faulted, None, &extra)?;
                 return Ok(Begin::Overloaded);
             }
-            Seen::Nothing => {}
-            Seen::Faulted => first_ever = false,
-            // A different body under a remembered key never makes a message.
-            Seen::InProgress { same: false } => {
-                self.log_send(Some(key), SendResult::Reused, None, &plain)?;
-                return Ok(Begin::Reused);
-            }
-            Seen::InProgress { same: true } => {
-                self.log_send(Some(key), SendResult::Conflict, None, &plain)?;
-                return Ok(Begin::Conflict);
-            }
-            Seen::Created {
-                same: false,
-                message,
-                ..
-            } => {
-                self.log_send(Some(key), SendResult::Reused, Some(message), &plain)?;
-                return Ok(Begin::Reused);
-            }
-            Seen::Created {
-                same: true,
-                message,
-                answer,
-            } => {
-                self.log_send(Some(key), SendResult::Replayed, Some(message), &plain)?;
-                return Ok(Begin::Replay(answer));
-            }
-        }
+            Seen::Nothing => true,
+            Seen::Faulted => false,
+            Seen::Repeat(repeat) => return self.log_repeat(key, repeat),
+        };
         // A new key, a forgotten one, or one whose first request faulted.
         self.keys.insert(
             Arc::from(key),
@@ -350,6 +322,45 @@ impl State {
             },
         );
         Ok(Begin::Claimed { first_ever })
+    }
+
+    /// What the remembered entry of a key says, copied out so the log can
+    /// be written.
+    fn seen(&self, key: &str, fp: Fingerprint) -> Seen {
+        match self.keys.get(key) {
+            None => Seen::Nothing,
+            Some(e) => match &e.kind {
+                KeyKind::Faulted => Seen::Faulted,
+                KeyKind::InProgress => Seen::Repeat(Repeat::InProgress { same: e.fp == fp }),
+                KeyKind::Created { message, answer } => Seen::Repeat(Repeat::Created {
+                    same: e.fp == fp,
+                    message: *message,
+                    answer: answer.clone(),
+                }),
+            },
+        }
+    }
+
+    /// Logs and answers a repeat of a remembered key. A different body under
+    /// a remembered key never makes a message.
+    fn log_repeat(&mut self, key: &str, repeat: Repeat) -> Result<Begin, LogWriteError> {
+        let plain = Extra::default();
+        let (result, message, begin) = match repeat {
+            Repeat::InProgress { same: false } => (SendResult::Reused, None, Begin::Reused),
+            Repeat::InProgress { same: true } => (SendResult::Conflict, None, Begin::Conflict),
+            Repeat::Created {
+                same: false,
+                message,
+                ..
+            } => (SendResult::Reused, Some(message), Begin::Reused),
+            Repeat::Created {
+                same: true,
+                message,
+                answer,
+            } => (SendResult::Replayed, Some(message), Begin::Replay(answer)),
+        };
+        self.log_send(Some(key), result, message, &plain)?;
+        Ok(begin)
     }
 
     fn claimed(&self, key: &str) -> (Arc<str>, Fingerprint, Instant, Instant) {
@@ -667,272 +678,6 @@ impl State {
             None => false,
         });
         forgotten
-    }
-
-    /// Rebuilds the state from the log (see [`Recovery`]).
-    pub fn recover(
-        cfg: &FakeConfig,
-        now: Instant,
-        now_wall: DateTime<Utc>,
-    ) -> Result<(State, RecoverySummary, Vec<u64>), super::FakeError> {
-        let mut rec = Recovery::default();
-        let (log, opened) = LogFile::open(&cfg.log_path, cfg.fsync, |line| rec.apply(line))?;
-        let (state, mut summary, starts) = rec.finish(log, cfg, now, now_wall);
-        summary.lines = opened.lines;
-        summary.torn_bytes = opened.torn_bytes;
-        Ok((state, summary, starts))
-    }
-}
-
-#[derive(Debug)]
-struct RecEvent {
-    status: Status,
-    at: String,
-    attempts: u32,
-    done: bool,
-}
-
-#[derive(Debug)]
-struct RecMessage {
-    key: Arc<str>,
-    plan: MessagePlan,
-    callback: Option<Arc<str>>,
-    status: Status,
-    updated_at: String,
-    last_change: DateTime<Utc>,
-    events: Vec<RecEvent>,
-}
-
-#[derive(Debug)]
-struct RecKey {
-    message: Option<u64>,
-    fp: Fingerprint,
-    first: DateTime<Utc>,
-}
-
-/// Replays the log into keys, messages, timers and webhook queues.
-#[derive(Default)]
-struct Recovery {
-    keys: HashMap<Arc<str>, RecKey>,
-    messages: HashMap<u64, RecMessage>,
-    last_message: u64,
-}
-
-fn wall(at: &str) -> Result<DateTime<Utc>, String> {
-    DateTime::parse_from_rfc3339(at)
-        .map(|t| t.with_timezone(&Utc))
-        .map_err(|e| format!("bad time {at:?}: {e}"))
-}
-
-impl Recovery {
-    fn apply(&mut self, line: LineIn) -> Result<(), String> {
-        match line.op {
-            LogOp::Send {
-                key: Some(key),
-                result: SendResult::Created,
-                message_id: Some(id),
-            } => {
-                let n = message_number(&id).ok_or_else(|| format!("unknown message id {id:?}"))?;
-                let fp_hex = line
-                    .extra
-                    .fp
-                    .ok_or("a created line without its fingerprint")?;
-                let mut fp = [0u8; 16];
-                hex::decode_to_slice(&fp_hex, &mut fp)
-                    .map_err(|e| format!("bad fingerprint: {e}"))?;
-                let plan = line.extra.plan.ok_or("a created line without its plan")?;
-                let first = wall(&line.at)?;
-                let key: Arc<str> = Arc::from(key);
-                self.keys.insert(
-                    key.clone(),
-                    RecKey {
-                        message: Some(n),
-                        fp,
-                        first,
-                    },
-                );
-                self.messages.insert(
-                    n,
-                    RecMessage {
-                        key,
-                        plan,
-                        callback: line.extra.callback.map(Arc::from),
-                        status: Status::Accepted,
-                        updated_at: line.at,
-                        last_change: first,
-                        events: Vec::new(),
-                    },
-                );
-                self.last_message = self.last_message.max(n);
-            }
-            LogOp::Send {
-                key: Some(key),
-                result: SendResult::Faulted,
-                ..
-            } => {
-                let first = wall(&line.at)?;
-                self.keys.entry(Arc::from(key)).or_insert(RecKey {
-                    message: None,
-                    fp: [0; 16],
-                    first,
-                });
-            }
-            LogOp::Status {
-                message_id, status, ..
-            } => {
-                let n = message_number(&message_id)
-                    .ok_or_else(|| format!("unknown message id {message_id:?}"))?;
-                let m = self
-                    .messages
-                    .get_mut(&n)
-                    .ok_or_else(|| format!("a status line for {message_id}, never created"))?;
-                if status.rank() <= m.status.rank() {
-                    return Err(format!("{message_id} moved from {} to {status}", m.status));
-                }
-                m.status = status;
-                m.last_change = wall(&line.at)?;
-                m.events.push(RecEvent {
-                    status,
-                    at: line.at.clone(),
-                    attempts: 0,
-                    done: false,
-                });
-                m.updated_at = line.at;
-            }
-            LogOp::Webhook {
-                event_id,
-                attempt,
-                answer,
-                ..
-            } => {
-                let (n, status) = event_parts(&event_id)
-                    .ok_or_else(|| format!("unknown event id {event_id:?}"))?;
-                let event = self
-                    .messages
-                    .get_mut(&n)
-                    .and_then(|m| m.events.iter_mut().find(|e| e.status == status))
-                    .ok_or_else(|| format!("a webhook for {event_id}, which never happened"))?;
-                event.attempts = event.attempts.max(attempt);
-                event.done |= answer.is_success() || line.extra.gave_up;
-            }
-            LogOp::Send { .. } | LogOp::Lookup { .. } => {}
-        }
-        Ok(())
-    }
-
-    fn finish(
-        self,
-        log: LogFile,
-        cfg: &FakeConfig,
-        now: Instant,
-        now_wall: DateTime<Utc>,
-    ) -> (State, RecoverySummary, Vec<u64>) {
-        // How far in the future a wall-clock time lies (zero if past).
-        let ahead = |t: DateTime<Utc>| (t - now_wall).to_std().unwrap_or(Duration::ZERO);
-        let mut state = State::new(log);
-        state.next_message = self.last_message + 1;
-        let mut summary = RecoverySummary::default();
-        let mut order: Vec<(DateTime<Utc>, Arc<str>)> = Vec::new();
-        for (key, k) in self.keys {
-            let expires = k.first + chrono::Duration::milliseconds(cfg.key_retention_ms as i64);
-            if expires <= now_wall {
-                continue;
-            }
-            let lag_end = k.first + chrono::Duration::milliseconds(cfg.lookup_lag_ms as i64);
-            let kind = match k.message {
-                Some(n) => {
-                    let id = message_id(n);
-                    KeyKind::Created {
-                        message: n,
-                        answer: first_answer(&id, &key),
-                    }
-                }
-                None => KeyKind::Faulted,
-            };
-            state.keys.insert(
-                key.clone(),
-                KeyEntry {
-                    kind,
-                    fp: k.fp,
-                    visible_at: now + ahead(lag_end),
-                    expires_at: now + ahead(expires),
-                },
-            );
-            order.push((expires, key));
-        }
-        order.sort();
-        state.expiry = order
-            .into_iter()
-            .map(|(t, k)| (now + ahead(t), k))
-            .collect();
-        let mut starts = Vec::new();
-        for (n, m) in self.messages {
-            let key_gone = state.keys.get(&m.key).is_none_or(
-                |e| !matches!(e.kind, KeyKind::Created { message, .. } if message == n),
-            );
-            let mut message = Message {
-                key: m.key,
-                status: m.status,
-                updated_at: m.updated_at,
-                plan: m.plan,
-                callback: m.callback,
-                outbox: VecDeque::new(),
-                held: None,
-                delivering: false,
-                key_gone,
-            };
-            // The rest of the plan.
-            let next = match m.status {
-                Status::Accepted => Some((m.plan.sent_ms, false)),
-                Status::Sent => Some((m.plan.final_ms, true)),
-                _ => None,
-            };
-            if let Some((delay_ms, to_final)) = next {
-                let due = m.last_change + chrono::Duration::milliseconds(delay_ms as i64);
-                state.timers.push(Reverse(Timer {
-                    due: now + ahead(due),
-                    message: n,
-                    to_final,
-                }));
-                summary.transitions += 1;
-            }
-            // Events not yet answered 2xx (nor given up on) are delivered again.
-            if message.callback.is_some() {
-                let mut pending: Vec<Event> = m
-                    .events
-                    .into_iter()
-                    .filter(|e| !e.done && e.attempts < cfg.webhook_attempts_max)
-                    .map(|e| Event {
-                        status: e.status,
-                        occurred_at: e.at,
-                        attempts_done: e.attempts,
-                    })
-                    .collect();
-                if m.plan.out_of_order {
-                    if !m.status.is_final() {
-                        message.held = pending.pop();
-                    } else {
-                        pending.reverse();
-                    }
-                }
-                summary.webhooks += pending.len() + usize::from(message.held.is_some());
-                message.outbox = pending.into();
-                if !message.outbox.is_empty() {
-                    message.delivering = true;
-                    starts.push(n);
-                }
-            }
-            if message.key_gone {
-                if message.settled() {
-                    continue;
-                }
-                state.lingering.push(n);
-            }
-            state.messages.insert(n, message);
-        }
-        summary.keys = state.keys.len();
-        summary.messages = state.messages.len();
-        (state, summary, starts)
     }
 }
 

@@ -15,12 +15,12 @@
 //! - An event's body is built from its status line's `at`, so every attempt
 //!   and every duplicate, before and after a restart, carries the same bytes.
 
-use super::fate::{self, Tag};
-use super::logfile::Extra;
-use super::state::WebhookJob;
-use super::Shared;
-use crate::signature;
-use crate::wire::WebhookAnswer;
+use crate::fate::{self, Tag};
+use crate::logfile::Extra;
+use crate::state::WebhookJob;
+use crate::Shared;
+use courier_provider::signature;
+use courier_provider::wire::WebhookAnswer;
 use rand::rngs::StdRng;
 use rand::SeedableRng;
 use std::sync::Arc;

@@ -15,9 +15,9 @@
 //! - Expectations name each key and each action at most once
 //!   ([`validate_expectations`]).
 
-use super::VerifyError;
-use crate::wire::LogEntry;
+use crate::VerifyError;
 use courier_core::{validate_key, Status};
+use courier_provider::wire::LogEntry;
 use serde::{Deserialize, Deserializer, Serialize};
 use std::collections::HashSet;
 use std::io::{BufRead, Read};

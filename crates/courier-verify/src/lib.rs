@@ -1,4 +1,4 @@
-//! The verifier: judges exactly-once claims from a provider's own log.
+//! courier-verify: judges exactly-once claims from a provider's own log.
 //!
 //! The log (`docs/provider-api.md`, "The provider's own log") is the ground
 //! truth, not the courier's database, and any provider that follows the

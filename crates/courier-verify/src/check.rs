@@ -15,10 +15,10 @@
 //! - Keys are reported in the order they first appear (log order, or the
 //!   expectations' order), so the same input gives the same report.
 
-use super::read::Expectation;
-use super::report::{Check, Report, Stats};
-use crate::wire::{LogEntry, LogOp, LookupResult, SendResult};
+use crate::read::Expectation;
+use crate::report::{Check, Report, Stats};
 use courier_core::Status;
+use courier_provider::wire::{LogEntry, LogOp, LookupResult, SendResult};
 use std::collections::HashMap;
 
 /// Verifies a log held in memory.
@@ -228,81 +228,91 @@ impl Verifier {
                 .warnings
                 .push("the log has no send lines: there is nothing to verify".to_string());
         }
-        let no_state = KeyState::default();
         match expected {
-            None => {
-                for (key, st) in self.keys.iter().filter(|(_, st)| st.sends > 0) {
-                    report.actions += 1;
-                    match st.created {
-                        0 => {
-                            report.no_effect.add_key(key);
-                            if st.rejected_sends == st.sends {
-                                report.stats.keys_only_rejected += 1;
-                            }
-                        }
-                        1 => report.exactly_one += 1,
-                        _ => report.more_than_one.add_key(key),
-                    }
-                }
-                if report.stats.keys_only_rejected > 0 {
-                    report.warnings.push(format!(
-                        "{} of the actions with no effect were only ever rejected by the provider; \
-                         give the courier's expectations to tell refusals from lost actions",
-                        report.stats.keys_only_rejected
-                    ));
-                }
-            }
-            Some(expected) => {
-                let mut outcomes = Check::default();
-                let mut refused = Check::default();
-                let mut expected_keys: HashMap<&str, &str> = HashMap::new();
-                for e in expected {
-                    if let Some(other) = expected_keys.insert(&e.key, &e.action_id) {
-                        report.warnings.push(format!(
-                            "key {:?} is expected for more than one action ({other} and {})",
-                            e.key, e.action_id
-                        ));
-                    }
-                    let st = self
-                        .index
-                        .get(&e.key)
-                        .map_or(&no_state, |&i| &self.keys[i].1);
-                    if st.created > 1 {
-                        report.more_than_one.add_key(&e.key);
-                    }
-                    if e.refused {
-                        report.stats.actions_refused += 1;
-                        if st.created > 0 {
-                            refused.add_key(&e.key);
-                        }
-                        continue;
-                    }
-                    report.actions += 1;
-                    match st.created {
-                        0 => report.no_effect.add_key(&e.key),
-                        1 => report.exactly_one += 1,
-                        _ => {}
-                    }
-                    if e.courier_final != st.provider_final {
-                        outcomes.add(format!(
-                            "{} (courier: {}, provider: {})",
-                            e.key,
-                            e.courier_final.map_or("none", Status::as_str),
-                            st.provider_final.map_or("none", Status::as_str),
-                        ));
-                    }
-                }
-                for (key, st) in &self.keys {
-                    if st.created > 0 && !expected_keys.contains_key(key.as_str()) {
-                        for _ in 0..st.created {
-                            report.effects_for_unknown_keys.add_key(key);
-                        }
-                    }
-                }
-                report.outcomes_differ = Some(outcomes);
-                report.refused_with_effect = Some(refused);
-            }
+            None => judge_alone(&self.keys, &mut report),
+            Some(expected) => judge_against(&self.keys, &self.index, &mut report, expected),
         }
         report
     }
+}
+
+/// Without expectations: every key with a send is an action, and its
+/// effects are counted from the log alone.
+fn judge_alone(keys: &[(String, KeyState)], report: &mut Report) {
+    for (key, st) in keys.iter().filter(|(_, st)| st.sends > 0) {
+        report.actions += 1;
+        match st.created {
+            0 => {
+                report.no_effect.add_key(key);
+                if st.rejected_sends == st.sends {
+                    report.stats.keys_only_rejected += 1;
+                }
+            }
+            1 => report.exactly_one += 1,
+            _ => report.more_than_one.add_key(key),
+        }
+    }
+    if report.stats.keys_only_rejected > 0 {
+        report.warnings.push(format!(
+            "{} of the actions with no effect were only ever rejected by the provider; \
+             give the courier's expectations to tell refusals from lost actions",
+            report.stats.keys_only_rejected
+        ));
+    }
+}
+
+/// With expectations: each expected action against its key's effects and
+/// final status; effects of keys nobody expected are counted apart.
+fn judge_against(
+    keys: &[(String, KeyState)],
+    index: &HashMap<String, usize>,
+    report: &mut Report,
+    expected: &[Expectation],
+) {
+    let mut outcomes = Check::default();
+    let mut refused = Check::default();
+    let mut expected_keys: HashMap<&str, &str> = HashMap::new();
+    let no_state = KeyState::default();
+    for e in expected {
+        if let Some(other) = expected_keys.insert(&e.key, &e.action_id) {
+            report.warnings.push(format!(
+                "key {:?} is expected for more than one action ({other} and {})",
+                e.key, e.action_id
+            ));
+        }
+        let st = index.get(&e.key).map_or(&no_state, |&i| &keys[i].1);
+        if st.created > 1 {
+            report.more_than_one.add_key(&e.key);
+        }
+        if e.refused {
+            report.stats.actions_refused += 1;
+            if st.created > 0 {
+                refused.add_key(&e.key);
+            }
+            continue;
+        }
+        report.actions += 1;
+        match st.created {
+            0 => report.no_effect.add_key(&e.key),
+            1 => report.exactly_one += 1,
+            _ => {}
+        }
+        if e.courier_final != st.provider_final {
+            outcomes.add(format!(
+                "{} (courier: {}, provider: {})",
+                e.key,
+                e.courier_final.map_or("none", Status::as_str),
+                st.provider_final.map_or("none", Status::as_str),
+            ));
+        }
+    }
+    for (key, st) in keys {
+        if st.created > 0 && !expected_keys.contains_key(key.as_str()) {
+            for _ in 0..st.created {
+                report.effects_for_unknown_keys.add_key(key);
+            }
+        }
+    }
+    report.outcomes_differ = Some(outcomes);
+    report.refused_with_effect = Some(refused);
 }

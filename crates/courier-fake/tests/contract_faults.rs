@@ -7,9 +7,9 @@ mod common;
 
 use common::*;
 use courier_core::Status;
-use courier_provider::fake::{FaultRates, MsRange};
+use courier_fake::{FaultRates, MsRange};
 use courier_provider::signature;
-use courier_provider::wire::{LogOp, SendResult, WebhookAnswer};
+use courier_provider::wire::{LogEntry, LogOp, SendResult, WebhookAnswer};
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -320,6 +320,31 @@ async fn fault_rates_match_their_settings_over_10000_sends() {
 
     let n = 10_000;
     let started = Instant::now();
+    let timed_out = send_many(&api, n).await;
+    eprintln!("{n} sends in {:?}", started.elapsed());
+    let created = count(&read_log(&s.log), |op| {
+        matches!(
+            op,
+            LogOp::Send {
+                result: SendResult::Created,
+                ..
+            }
+        )
+    });
+    // Two events per message (sent and final), then the duplicates' tails.
+    rx.wait_accepted(2 * created).await;
+    eventually("the provider quiet", || p.tasks_in_flight() == 0).await;
+    eprintln!("all final and delivered after {:?}", started.elapsed());
+    p.shutdown().await.unwrap();
+
+    let before = timeouts_split(&read_log_raw(&s.log), &timed_out, n, rates);
+    assert_eq!(created, n - before);
+    finals_once_and_late_failures(&read_log(&s.log), created, rates);
+    deliveries_out_of_order_and_twice(&rx.seen(), created, rates);
+}
+
+/// Sends `rate-0` .. `rate-{n-1}`, 64 at a time; the keys answered 504.
+async fn send_many(api: &Api, n: usize) -> HashSet<String> {
     let next = Arc::new(std::sync::atomic::AtomicUsize::new(0));
     let mut workers = tokio::task::JoinSet::new();
     for _ in 0..64 {
@@ -345,48 +370,40 @@ async fn fault_rates_match_their_settings_over_10000_sends() {
     while let Some(w) = workers.join_next().await {
         timed_out.extend(w.unwrap());
     }
-    eprintln!("{n} sends in {:?}", started.elapsed());
-    let created = count(&read_log(&s.log), |op| {
-        matches!(
-            op,
-            LogOp::Send {
-                result: SendResult::Created,
-                ..
-            }
-        )
-    });
-    // Two events per message (sent and final), then the duplicates' tails.
-    rx.wait_accepted(2 * created).await;
-    eventually("the provider quiet", || p.tasks_in_flight() == 0).await;
-    eprintln!("all final and delivered after {:?}", started.elapsed());
-    p.shutdown().await.unwrap();
+    timed_out
+}
 
-    let log = read_log(&s.log);
-    let raw = read_log_raw(&s.log);
-    // Time-outs: per first send, then split before/after creation.
+/// Time-outs: per first send, then split before/after creation. Returns
+/// how many came before creating the message.
+fn timeouts_split(
+    raw: &[serde_json::Value],
+    timed_out: &HashSet<String>,
+    n: usize,
+    rates: FaultRates,
+) -> usize {
     assert_rate("timeout", timed_out.len(), n, rates.timeout);
-    let after: HashSet<String> = raw
-        .iter()
-        .filter(|l| l["result"] == "created" && l["fault"] == "timeout_after_create")
-        .map(|l| l["key"].as_str().unwrap().to_string())
-        .collect();
-    let before: HashSet<String> = raw
-        .iter()
-        .filter(|l| l["result"] == "faulted" && l["fault"] == "timeout_before_create")
-        .map(|l| l["key"].as_str().unwrap().to_string())
-        .collect();
+    let keys_with = |result: &str, fault: &str| -> HashSet<String> {
+        raw.iter()
+            .filter(|l| l["result"] == result && l["fault"] == fault)
+            .map(|l| l["key"].as_str().unwrap().to_string())
+            .collect()
+    };
+    let after = keys_with("created", "timeout_after_create");
+    let before = keys_with("faulted", "timeout_before_create");
     assert!(after.is_disjoint(&before));
     assert_eq!(
-        &after | &before,
+        &(&after | &before),
         timed_out,
         "every 504 is one of the two kinds"
     );
     assert_rate("timeout after creating", after.len(), timed_out.len(), 0.5);
-    assert_eq!(created, n - before.len());
+    before.len()
+}
 
-    // Exactly one final status per message; late failures at their rate.
+/// Exactly one final status per message; late failures at their rate.
+fn finals_once_and_late_failures(log: &[LogEntry], created: usize, rates: FaultRates) {
     let mut finals: HashMap<&str, Status> = HashMap::new();
-    for e in &log {
+    for e in log {
         if let LogOp::Status {
             key,
             status,
@@ -400,12 +417,13 @@ async fn fault_rates_match_their_settings_over_10000_sends() {
     assert_eq!(finals.len(), created);
     let failed = finals.values().filter(|s| **s == Status::Failed).count();
     assert_rate("late failed", failed, created, rates.late_failed);
+}
 
-    // At the receiver: out-of-order and duplicate deliveries.
-    let seen = rx.seen();
+/// At the receiver: out-of-order and duplicate deliveries at their rates.
+fn deliveries_out_of_order_and_twice(seen: &[Received], created: usize, rates: FaultRates) {
     let mut first_event: HashMap<&str, Status> = HashMap::new();
     let mut deliveries: HashMap<&str, usize> = HashMap::new();
-    for r in &seen {
+    for r in seen {
         assert_eq!(r.answered, 200);
         first_event
             .entry(r.event.message_id.as_str())

@@ -1,0 +1,636 @@
+//! The chaos run: real processes under faults, judged by the provider's log.
+//!
+//! [`Chaos::start`] starts the database (a throwaway cluster unless another
+//! is named), the server, the flaky provider (unless an external one is
+//! given) and the workers. [`Chaos::run`] enqueues actions at a steady rate
+//! over the span (one store noisier than the rest) and, while they are
+//! worked, applies the [`FaultPlan`]: SIGKILLs of random workers (each death
+//! confirmed from the wait status, each replaced), PostgreSQL crash-restarts,
+//! and freezes of the worker holding the most actions for longer than its
+//! lease. Then it stops everything and verifies the provider's log
+//! ([`judge::verify_against`]).
+//!
+//! Everything random comes from the seed, drawn in a fixed order: the first
+//! workers' seeds, the load's seed, the plan, then each kill's victim and
+//! its replacement's seed.
+
+use crate::database::{Database, DatabaseSpec};
+use crate::fleet::{spawn_service, Fleet, Proc};
+use crate::plan::{FaultCounts, FaultKind, FaultPlan, Planned};
+use crate::progress::{status_line, Bars};
+use crate::spec::{chaos_limits, chaos_retention, FakeSpec, ProviderTarget, ServerSpec, WorkerSpec};
+use crate::{judge, load, RigError};
+use courier_dispatch::broken::UnsafeResend;
+use courier_store::{PgStore, StoreConfig, Summary};
+use courier_verify::Report;
+use indicatif::{MultiProgress, ProgressBar};
+use rand::{rngs::StdRng, Rng, SeedableRng};
+use serde::Serialize;
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+pub const API_KEY: &str = "chaos-api-key";
+pub const SECRET: &str = "chaos-webhook-secret";
+
+/// A provider the chaos run did not start (any implementation of the contract).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ExternalProvider {
+    pub url: String,
+    /// Its log, read after the run.
+    pub log: PathBuf,
+    pub api_key: String,
+    pub webhook_secret: String,
+}
+
+/// What the chaos run does.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ChaosConfig {
+    pub seed: u64,
+    pub actions: usize,
+    pub stores: usize,
+    pub workers: usize,
+    pub faults: FaultCounts,
+    /// How much more the noisy store sends than each other store.
+    pub noisy_factor: usize,
+    /// Actions each worker works on at once.
+    pub concurrency: u32,
+    pub lease_ttl_ms: u64,
+    /// Actions arrive, and faults land, spread over this many seconds.
+    pub duration_s: u64,
+    /// DEMONSTRATION ONLY: broken workers, for a negative control.
+    pub unsafe_resend: Option<UnsafeResend>,
+    /// `None`: the run starts the fake provider.
+    pub provider: Option<ExternalProvider>,
+    pub database: DatabaseSpec,
+    /// Give up after this long.
+    pub timeout_s: u64,
+    /// Give up when no action became final for this long (after the span).
+    pub stall_s: u64,
+}
+
+impl ChaosConfig {
+    /// The defaults of `courier chaos`.
+    pub fn new(seed: u64) -> Self {
+        ChaosConfig {
+            seed,
+            actions: 2000,
+            stores: 100,
+            workers: 4,
+            faults: FaultCounts {
+                kills: 200,
+                pg_restarts: 1,
+                freezes: 5,
+            },
+            noisy_factor: 10,
+            concurrency: 16,
+            lease_ttl_ms: 2_000,
+            duration_s: 60,
+            unsafe_resend: None,
+            provider: None,
+            database: DatabaseSpec::Throwaway,
+            timeout_s: 900,
+            stall_s: 120,
+        }
+    }
+
+    pub fn validate(&self) -> Result<(), RigError> {
+        let bad = |m: &str| Err(RigError::Settings(m.to_string()));
+        if self.workers == 0 {
+            return bad("workers must be at least 1");
+        }
+        if self.stores == 0 || self.noisy_factor == 0 {
+            return bad("stores and noisy_factor must be at least 1");
+        }
+        if self.faults.pg_restarts > 0 && self.database != DatabaseSpec::Throwaway {
+            return bad("PostgreSQL restarts need the run's own cluster (no database URL)");
+        }
+        chaos_limits(self.lease_ttl_ms, self.concurrency)
+            .validate()
+            .map_err(|e| RigError::Settings(format!("worker limits: {e}")))
+    }
+
+    fn span(&self) -> Duration {
+        Duration::from_secs(self.duration_s.max(1))
+    }
+
+    /// A run whose final count stops moving is stalled (a broken worker's
+    /// actions may never settle): it gives up after this long without progress.
+    fn stall(&self) -> Duration {
+        match self.unsafe_resend {
+            Some(_) => Duration::from_secs(self.stall_s.min(10)),
+            None => Duration::from_secs(self.stall_s),
+        }
+    }
+}
+
+/// What was done to the system, and what it absorbed.
+#[derive(Debug, Default, Clone, Serialize)]
+pub struct Done {
+    pub kills_sent: usize,
+    pub kills_confirmed: usize,
+    pub pg_restarts: usize,
+    pub freezes: usize,
+    pub fenced_writes_refused: i64,
+    pub lookups: u64,
+    pub resends: u64,
+    pub timeouts_seen: i64,
+    pub duplicate_webhooks_absorbed: i64,
+    pub backward_reports_ignored: i64,
+    pub reclaims: i64,
+}
+
+/// The JSON report of a run (`courier chaos --report`).
+#[derive(Serialize)]
+struct ChaosReport<'a> {
+    seed: u64,
+    passed: bool,
+    wall_time_s: f64,
+    actions: usize,
+    stores: usize,
+    workers: usize,
+    unsafe_resend: Option<UnsafeResend>,
+    done: &'a Done,
+    verify: serde_json::Value,
+}
+
+/// The chaos run's system, started.
+pub struct Chaos {
+    cfg: ChaosConfig,
+    dir: PathBuf,
+    db: Database,
+    store: PgStore,
+    server: Proc,
+    provider: Option<Proc>,
+    api: String,
+    provider_url: String,
+    log: PathBuf,
+    fleet: Fleet,
+    rng: StdRng,
+    load_seed: u64,
+    plan: FaultPlan,
+    started: Instant,
+}
+
+/// The provider of a run: the one it starts, or the external one.
+struct ProviderUp {
+    proc: Option<Proc>,
+    url: String,
+    log: PathBuf,
+    api_key: String,
+}
+
+impl Chaos {
+    /// Starts everything in a new run directory (`exe` is the courier binary).
+    pub async fn start(exe: &Path, cfg: ChaosConfig) -> Result<Chaos, RigError> {
+        cfg.validate()?;
+        let started = Instant::now();
+        let mut rng = StdRng::seed_from_u64(cfg.seed);
+        // Kept when anything fails, for the post-mortem (see `ChaosOutcome::close`).
+        let dir = tempfile::Builder::new()
+            .prefix("courier-chaos-")
+            .tempdir()
+            .map_err(|e| RigError::io(std::env::temp_dir(), e))?
+            .keep();
+        // PostgreSQL runs as `postgres` when we are root: it must reach the cluster.
+        std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o755))
+            .map_err(|e| RigError::io(&dir, e))?;
+        let db = Database::start(&cfg.database, &dir).await?;
+        let store = PgStore::connect(&StoreConfig::new(db.url())).await?;
+        let secret = cfg
+            .provider
+            .as_ref()
+            .map_or(SECRET, |p| p.webhook_secret.as_str());
+        let server = ServerSpec {
+            database_url: db.url().to_string(),
+            listen: "127.0.0.1:0".into(),
+            webhook_secret: secret.to_string(),
+        };
+        let (server, api) =
+            spawn_service(exe, "server", &server.args(), &dir.join("server.log")).await?;
+        let provider = start_provider(exe, &cfg, &dir, secret).await?;
+        let worker = WorkerSpec {
+            database_url: db.url().to_string(),
+            provider: ProviderTarget {
+                url: provider.url.clone(),
+                api_key: provider.api_key.clone(),
+                callback_url: Some(format!("{api}/v1/webhooks/provider")),
+            },
+            limits: chaos_limits(cfg.lease_ttl_ms, cfg.concurrency),
+            retention: chaos_retention(),
+            unsafe_resend: cfg.unsafe_resend,
+        };
+        let seeds: Vec<u64> = (0..cfg.workers).map(|_| rng.random()).collect();
+        let fleet = Fleet::start(exe, worker, &dir, seeds)?;
+        let load_seed = rng.random();
+        let plan = FaultPlan::draw(&mut rng, &cfg.faults, cfg.span());
+        Ok(Chaos {
+            dir,
+            db,
+            store,
+            server,
+            provider: provider.proc,
+            api,
+            provider_url: provider.url,
+            log: provider.log,
+            fleet,
+            rng,
+            load_seed,
+            plan,
+            started,
+            cfg,
+        })
+    }
+
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    pub fn api(&self) -> &str {
+        &self.api
+    }
+
+    pub fn provider_url(&self) -> &str {
+        &self.provider_url
+    }
+
+    /// Enqueues and applies the fault plan while the actions are worked,
+    /// until every action is final and the plan is done (or the time is up,
+    /// or the run stalls); then stops the processes and judges.
+    pub async fn run(mut self) -> Result<ChaosOutcome, RigError> {
+        let cfg = self.cfg.clone();
+        let enqueue = tokio::spawn(load::enqueue_weighted(
+            self.api.clone(),
+            cfg.actions,
+            cfg.stores,
+            cfg.noisy_factor,
+            cfg.span(),
+            self.load_seed,
+        ));
+        let mut live = Live::new(&cfg, std::mem::take(&mut self.plan.faults));
+        let finished = self.drive(&mut live).await?;
+        enqueue.await??;
+        tracing::debug!(
+            freeze_misses = live.freeze_misses,
+            "chaos: freezes retried while no worker held actions"
+        );
+        live.bars.finish();
+        live.faults_bar.finish();
+        let wall = self.started.elapsed();
+        self.fleet.stop(Duration::from_secs(10)).await?;
+        self.server.stop(Duration::from_secs(5)).await?;
+        if let Some(p) = self.provider {
+            p.stop(Duration::from_secs(5)).await?;
+        }
+        let report = judge::verify_against(&self.store, &self.log).await?;
+        let s = self.store.summary(1800).await?;
+        let done = absorbed(live.done, &s, &report, judge::resends(&self.log)?);
+        Ok(ChaosOutcome {
+            passed: finished && report.passed(),
+            finished,
+            wall,
+            report,
+            done,
+            cfg,
+            dir: self.dir,
+            db: self.db,
+        })
+    }
+}
+
+async fn start_provider(
+    exe: &Path,
+    cfg: &ChaosConfig,
+    dir: &Path,
+    secret: &str,
+) -> Result<ProviderUp, RigError> {
+    if let Some(p) = &cfg.provider {
+        return Ok(ProviderUp {
+            proc: None,
+            url: p.url.clone(),
+            log: p.log.clone(),
+            api_key: p.api_key.clone(),
+        });
+    }
+    let log = dir.join("provider.jsonl");
+    let fake = FakeSpec {
+        listen: "127.0.0.1:0".into(),
+        log: log.clone(),
+        api_key: API_KEY.into(),
+        webhook_secret: secret.to_string(),
+        seed: cfg.seed,
+    };
+    let (proc, url) =
+        spawn_service(exe, "provider", &fake.args(), &dir.join("provider.log")).await?;
+    Ok(ProviderUp {
+        proc: Some(proc),
+        url,
+        log,
+        api_key: API_KEY.into(),
+    })
+}
+
+/// What the database and the log say the run absorbed.
+fn absorbed(mut done: Done, s: &Summary, report: &Report, resends: u64) -> Done {
+    done.fenced_writes_refused = s.event("fenced");
+    done.timeouts_seen = s.event("send_unknown");
+    done.duplicate_webhooks_absorbed = s.event("duplicate_webhook");
+    done.backward_reports_ignored = s.event("backward");
+    done.lookups = report.stats.lookup_lines;
+    done.resends = resends;
+    done.reclaims = s.event("reclaimed");
+    done
+}
+
+/// Where a run stands while it is driven.
+struct Live {
+    t0: Instant,
+    span: Duration,
+    deadline: Instant,
+    stall: Duration,
+    total: i64,
+    /// Faults not yet applied, by time.
+    pending: Vec<Planned>,
+    done: Done,
+    freeze_misses: usize,
+    last_final: i64,
+    last_progress: Instant,
+    /// Kept so the bars stay drawn.
+    _mp: MultiProgress,
+    bars: Bars,
+    faults_bar: ProgressBar,
+}
+
+/// What one look at the counts decided.
+enum Verdict {
+    Going,
+    Finished,
+    Stalled,
+}
+
+impl Live {
+    fn new(cfg: &ChaosConfig, pending: Vec<Planned>) -> Live {
+        let mp = MultiProgress::new();
+        let bars = Bars::add_to(&mp, cfg.actions);
+        let faults_bar = status_line(&mp, "faults");
+        let now = Instant::now();
+        Live {
+            t0: now,
+            span: cfg.span(),
+            deadline: now + Duration::from_secs(cfg.timeout_s),
+            stall: cfg.stall(),
+            total: cfg.actions as i64,
+            pending,
+            done: Done::default(),
+            freeze_misses: 0,
+            last_final: -1,
+            last_progress: now,
+            _mp: mp,
+            bars,
+            faults_bar,
+        }
+    }
+
+    /// Whether every planned fault is done: the freezes may be given up
+    /// after twice the span (nobody held actions when one was due).
+    fn faults_done(&self) -> bool {
+        let late = Instant::now() > self.t0 + self.span * 2;
+        self.pending
+            .iter()
+            .all(|f| f.kind == FaultKind::Freeze && late)
+    }
+
+    fn judge(&mut self, s: &Summary, frozen: bool) -> Verdict {
+        let final_count = s.state("done") + s.state("failed");
+        if final_count != self.last_final {
+            self.last_final = final_count;
+            self.last_progress = Instant::now();
+        } else if Instant::now() > self.t0 + self.span && self.last_progress.elapsed() > self.stall
+        {
+            return Verdict::Stalled;
+        }
+        let all_final = final_count >= self.total && s.total() >= self.total;
+        if all_final && !frozen && self.faults_done() {
+            return Verdict::Finished;
+        }
+        Verdict::Going
+    }
+}
+
+impl Chaos {
+    /// The loop: thaw, apply due faults, read the counts, decide. True when
+    /// every action became final with the plan done.
+    async fn drive(&mut self, live: &mut Live) -> Result<bool, RigError> {
+        while Instant::now() < live.deadline {
+            let now = Instant::now();
+            // Thaw a frozen worker once its lease has surely run out.
+            self.fleet.thaw(Some(now))?;
+            self.apply_due(live, now).await?;
+            let s = match self.store.summary(1800).await {
+                Ok(s) => s,
+                Err(e) => {
+                    tracing::debug!(error = %e, "chaos: store unavailable (restart?)");
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    continue;
+                }
+            };
+            live.bars.update(&s);
+            live.faults_bar.set_message(self.fault_line(&live.done));
+            match live.judge(&s, self.fleet.frozen()) {
+                Verdict::Finished => return Ok(true),
+                Verdict::Stalled => {
+                    live.faults_bar.set_message(format!(
+                        "stalled: no action became final for {} s",
+                        live.stall.as_secs()
+                    ));
+                    return Ok(false);
+                }
+                Verdict::Going => {}
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        Ok(false)
+    }
+
+    /// Applies every fault whose time has come, in time order; one that
+    /// cannot land now (no worker to freeze) stays for the next look.
+    async fn apply_due(&mut self, live: &mut Live, now: Instant) -> Result<(), RigError> {
+        let mut i = 0;
+        while i < live.pending.len() && live.t0 + live.pending[i].at <= now {
+            let kind = live.pending[i].kind;
+            if self.apply(live, kind).await? {
+                live.pending.remove(i);
+            } else {
+                i += 1;
+            }
+        }
+        Ok(())
+    }
+
+    /// One fault; false when it could not land now.
+    async fn apply(&mut self, live: &mut Live, kind: FaultKind) -> Result<bool, RigError> {
+        match kind {
+            FaultKind::Kill => {
+                // SIGKILL, confirmed from the wait status, then a replacement.
+                let candidates = self.fleet.killable();
+                if candidates.is_empty() {
+                    return Ok(false);
+                }
+                let slot = candidates[self.rng.random_range(0..candidates.len())];
+                if self.fleet.kill(slot).await? {
+                    live.done.kills_sent += 1;
+                    live.done.kills_confirmed += 1;
+                }
+                self.fleet.spawn(slot, self.rng.random())?;
+            }
+            FaultKind::PgRestart => {
+                live.faults_bar.set_message("crash-restarting PostgreSQL");
+                self.db.crash_restart().await?;
+                live.done.pg_restarts += 1;
+            }
+            FaultKind::Freeze => return self.freeze_busiest(live).await,
+        }
+        Ok(true)
+    }
+
+    /// Freezes the worker holding the most actions, past its lease.
+    async fn freeze_busiest(&mut self, live: &mut Live) -> Result<bool, RigError> {
+        if self.fleet.frozen() {
+            return Ok(false);
+        }
+        let Some(slot) = self.busiest_worker().await else {
+            // Nobody holds anything this instant: try again shortly.
+            live.freeze_misses += 1;
+            return Ok(false);
+        };
+        let until = Instant::now() + Duration::from_millis(self.cfg.lease_ttl_ms * 2 + 500);
+        let frozen = self.fleet.freeze(slot, until)?;
+        if frozen {
+            live.done.freezes += 1;
+        }
+        Ok(frozen)
+    }
+
+    /// The worker slot whose process holds the most actions right now.
+    async fn busiest_worker(&self) -> Option<usize> {
+        let owners = self.store.owners_holding().await.ok()?;
+        owners.into_iter().find_map(|(owner, _)| {
+            // Owners are host:pid:suffix.
+            let pid: i32 = owner.split(':').nth(1)?.parse().ok()?;
+            self.fleet.slot_of(pid)
+        })
+    }
+
+    fn fault_line(&self, done: &Done) -> String {
+        let f = &self.cfg.faults;
+        format!(
+            "kills {}/{} (confirmed {}) · PostgreSQL restarts {}/{} · freezes {}/{}{}",
+            done.kills_sent,
+            f.kills,
+            done.kills_confirmed,
+            done.pg_restarts,
+            f.pg_restarts,
+            done.freezes,
+            f.freezes,
+            if self.fleet.frozen() {
+                " · a worker is frozen"
+            } else {
+                ""
+            }
+        )
+    }
+}
+
+/// How a chaos run ended, with its database still up until [`close`](Self::close).
+pub struct ChaosOutcome {
+    pub cfg: ChaosConfig,
+    /// Every action became final with the plan done.
+    pub finished: bool,
+    /// Finished, and the verifier found nothing.
+    pub passed: bool,
+    pub wall: Duration,
+    pub report: Report,
+    pub done: Done,
+    pub dir: PathBuf,
+    db: Database,
+}
+
+impl ChaosOutcome {
+    /// The table of what was done to the system and what it absorbed.
+    pub fn done_table(&self) -> String {
+        let d = &self.done;
+        let rows: [(&str, String); 10] = [
+            (
+                "workers SIGKILLed (confirmed by wait status)",
+                format!("{} of {}", d.kills_confirmed, d.kills_sent),
+            ),
+            ("PostgreSQL crash-restarts", d.pg_restarts.to_string()),
+            (
+                "workers frozen past their lease (SIGSTOP/SIGCONT)",
+                d.freezes.to_string(),
+            ),
+            ("fenced writes refused", d.fenced_writes_refused.to_string()),
+            (
+                "actions reclaimed after a lease ran out",
+                d.reclaims.to_string(),
+            ),
+            ("lookups", d.lookups.to_string()),
+            (
+                "resends (send lines after the first, per key)",
+                d.resends.to_string(),
+            ),
+            (
+                "unknown send outcomes seen (time-outs, 409, 5xx, resets)",
+                d.timeouts_seen.to_string(),
+            ),
+            (
+                "duplicate webhooks absorbed",
+                d.duplicate_webhooks_absorbed.to_string(),
+            ),
+            (
+                "backward (out-of-order) reports ignored",
+                d.backward_reports_ignored.to_string(),
+            ),
+        ];
+        let mut t = String::from("| what was done to it | count |\n|---|---|\n");
+        for (what, count) in rows {
+            t.push_str(&format!("| {what} | {count} |\n"));
+        }
+        t
+    }
+
+    fn report_fields(&self) -> ChaosReport<'_> {
+        ChaosReport {
+            seed: self.cfg.seed,
+            passed: self.passed,
+            wall_time_s: self.wall.as_secs_f64(),
+            actions: self.cfg.actions,
+            stores: self.cfg.stores,
+            workers: self.cfg.workers,
+            unsafe_resend: self.cfg.unsafe_resend,
+            done: &self.done,
+            verify: self.report.to_json(),
+        }
+    }
+
+    /// The whole run as JSON: seed, verdict, counts, the verifier's report.
+    pub fn to_json(&self) -> serde_json::Value {
+        serde_json::to_value(self.report_fields()).expect("a chaos report always encodes")
+    }
+
+    /// The same, as the text of `--report` (fields in their stated order).
+    pub fn to_json_pretty(&self) -> String {
+        serde_json::to_string_pretty(&self.report_fields()).expect("a chaos report always encodes")
+    }
+
+    /// Stops the database, and removes the run directory unless `keep` or
+    /// the run failed; returns the directory when it is kept.
+    pub async fn close(self, keep: bool) -> Result<Option<PathBuf>, RigError> {
+        self.db.stop().await?;
+        if keep || !self.passed {
+            return Ok(Some(self.dir));
+        }
+        std::fs::remove_dir_all(&self.dir).ok();
+        Ok(None)
+    }
+}

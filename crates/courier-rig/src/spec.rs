@@ -1,0 +1,253 @@
+//! Typed configurations of the child processes, and the flags each becomes.
+//!
+//! The flags are written here and nowhere else; each subcommand's parser is
+//! in courier-cli, whose tests parse what [`ServerSpec::args`],
+//! [`FakeSpec::args`] and [`WorkerSpec::args`] produce and compare the result
+//! with the struct (a round trip), so a flag renamed on one side fails a test.
+
+use courier_core::retention::Retention;
+use courier_core::Limits;
+use courier_dispatch::broken::UnsafeResend;
+use std::fmt::Display;
+use std::path::PathBuf;
+
+/// `--name value`, as two arguments.
+fn flag(name: &str, value: impl Display) -> [String; 2] {
+    [format!("--{name}"), value.to_string()]
+}
+
+/// `courier serve`: the enqueue API and the provider's webhooks.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ServerSpec {
+    pub database_url: String,
+    /// `host:port`; port 0 picks a free one (the process says which).
+    pub listen: String,
+    pub webhook_secret: String,
+}
+
+impl ServerSpec {
+    pub fn args(&self) -> Vec<String> {
+        let mut a = vec!["serve".to_string()];
+        a.extend(flag("database-url", &self.database_url));
+        a.extend(flag("listen", &self.listen));
+        a.extend(flag("webhook-secret", &self.webhook_secret));
+        a
+    }
+}
+
+/// `courier provider`: the flaky fake provider, its faults on, seeded.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FakeSpec {
+    pub listen: String,
+    /// Its append-only log, the ground truth of the verdict.
+    pub log: PathBuf,
+    pub api_key: String,
+    pub webhook_secret: String,
+    pub seed: u64,
+}
+
+impl FakeSpec {
+    pub fn args(&self) -> Vec<String> {
+        let mut a = vec!["provider".to_string()];
+        a.extend(flag("listen", &self.listen));
+        a.extend(flag("log", self.log.display()));
+        a.extend(flag("api-key", &self.api_key));
+        a.extend(flag("webhook-secret", &self.webhook_secret));
+        a.extend(flag("seed", self.seed));
+        a
+    }
+}
+
+/// How a worker reaches the provider.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ProviderTarget {
+    pub url: String,
+    pub api_key: String,
+    /// Where the provider sends status webhooks (the server's
+    /// `/v1/webhooks/provider`).
+    pub callback_url: Option<String>,
+}
+
+/// `courier worker`: one worker process.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WorkerSpec {
+    pub database_url: String,
+    pub provider: ProviderTarget,
+    /// The limits a worker takes as flags: [`WORKER_LIMIT_FLAGS`]. The other
+    /// fields of [`Limits`] (backoff, batch sizes of the API) are not flags
+    /// and keep their defaults in the worker, whatever they are here.
+    pub limits: Limits,
+    /// The retention windows and the pruner's bounds: [`WORKER_RETENTION_FLAGS`].
+    pub retention: Retention,
+    /// DEMONSTRATION ONLY: the broken resend mode of a negative control.
+    pub unsafe_resend: Option<UnsafeResend>,
+}
+
+/// The limit flags of `courier worker`, in the order [`WorkerSpec::args`]
+/// writes them.
+pub const WORKER_LIMIT_FLAGS: [&str; 10] = [
+    "lease-ttl-ms",
+    "heartbeat-interval-ms",
+    "send-margin-ms",
+    "request-timeout-ms",
+    "store-in-flight-max",
+    "claim-batch-max",
+    "concurrency",
+    "final-overdue-ms",
+    "key-retention-s",
+    "intent-age-alert-percent",
+];
+
+/// The retention flags of `courier worker`, in the order [`WorkerSpec::args`]
+/// writes them.
+pub const WORKER_RETENTION_FLAGS: [&str; 6] = [
+    "action-retention-s",
+    "webhook-retry-horizon-s",
+    "webhook-event-retention-s",
+    "event-retention-s",
+    "prune-batch-rows-max",
+    "prune-interval-ms",
+];
+
+impl WorkerSpec {
+    /// The worker's flags; `seed` seeds its jitter (each worker its own).
+    pub fn args(&self, seed: u64) -> Vec<String> {
+        let l = &self.limits;
+        let mut a = vec!["worker".to_string()];
+        a.extend(flag("database-url", &self.database_url));
+        a.extend(flag("provider-url", &self.provider.url));
+        a.extend(flag("provider-api-key", &self.provider.api_key));
+        if let Some(cb) = &self.provider.callback_url {
+            a.extend(flag("callback-url", cb));
+        }
+        let values: [u64; 10] = [
+            l.lease_ttl_ms,
+            l.heartbeat_interval_ms,
+            l.send_margin_ms,
+            l.request_timeout_ms,
+            l.store_in_flight_max.into(),
+            l.claim_batch_max.into(),
+            l.worker_concurrency_max.into(),
+            l.final_overdue_ms,
+            l.key_retention_s,
+            l.intent_age_alert_percent.into(),
+        ];
+        for (name, v) in WORKER_LIMIT_FLAGS.iter().zip(values) {
+            a.extend(flag(name, v));
+        }
+        let r = &self.retention;
+        let kept: [u64; 6] = [
+            r.action_retention_s,
+            r.webhook_retry_horizon_s,
+            r.webhook_event_retention_s,
+            r.event_retention_s,
+            r.prune_batch_rows_max.into(),
+            r.prune_interval_ms,
+        ];
+        for (name, v) in WORKER_RETENTION_FLAGS.iter().zip(kept) {
+            a.extend(flag(name, v));
+        }
+        a.extend(flag("seed", seed));
+        if let Some(mode) = self.unsafe_resend {
+            // The workers build the broken provider wrapper (courier_dispatch::broken).
+            a.extend(flag("unsafe-resend", mode.as_flag()));
+        }
+        a
+    }
+}
+
+/// The limits of a chaos worker: a short lease, with the heartbeat, the
+/// request time-out and the send margin scaled to it.
+pub fn chaos_limits(lease_ttl_ms: u64, concurrency: u32) -> Limits {
+    Limits {
+        lease_ttl_ms,
+        heartbeat_interval_ms: (lease_ttl_ms / 5).max(1),
+        request_timeout_ms: (lease_ttl_ms / 2).max(1),
+        send_margin_ms: (lease_ttl_ms / 5).max(1),
+        worker_concurrency_max: concurrency,
+        final_overdue_ms: 5_000,
+        ..Limits::default()
+    }
+}
+
+/// The retention of a chaos worker: pruning on, with webhook event ids kept
+/// 45 s (the fake provider retries a webhook for under 35 s), so ids are
+/// pruned while faults land; finished actions and events outlast the run,
+/// since the judge reads them at the end.
+pub fn chaos_retention() -> Retention {
+    Retention {
+        webhook_retry_horizon_s: 40,
+        webhook_event_retention_s: 45,
+        prune_interval_ms: 500,
+        ..Retention::default()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_limit_flag_carries_its_own_value() {
+        // Distinct values, so a flag paired with the wrong field shows.
+        let limits = Limits {
+            lease_ttl_ms: 1,
+            heartbeat_interval_ms: 2,
+            send_margin_ms: 3,
+            request_timeout_ms: 4,
+            store_in_flight_max: 5,
+            claim_batch_max: 6,
+            worker_concurrency_max: 7,
+            final_overdue_ms: 8,
+            key_retention_s: 9,
+            intent_age_alert_percent: 10,
+            ..Limits::default()
+        };
+        let spec = WorkerSpec {
+            database_url: "postgres://db".into(),
+            provider: ProviderTarget {
+                url: "http://p".into(),
+                api_key: "k".into(),
+                callback_url: None,
+            },
+            limits,
+            retention: Retention {
+                action_retention_s: 11,
+                webhook_retry_horizon_s: 12,
+                webhook_event_retention_s: 13,
+                event_retention_s: 14,
+                prune_batch_rows_max: 15,
+                prune_interval_ms: 16,
+            },
+            unsafe_resend: Some(UnsafeResend::NewKey),
+        };
+        let a = spec.args(42);
+        for (i, name) in WORKER_LIMIT_FLAGS.iter().enumerate() {
+            let at = a.iter().position(|x| *x == format!("--{name}")).unwrap();
+            assert_eq!(a[at + 1], (i + 1).to_string(), "--{name}");
+        }
+        for (i, name) in WORKER_RETENTION_FLAGS.iter().enumerate() {
+            let at = a.iter().position(|x| *x == format!("--{name}")).unwrap();
+            assert_eq!(a[at + 1], (i + 11).to_string(), "--{name}");
+        }
+        assert!(!a.contains(&"--callback-url".to_string()));
+        assert_eq!(a[a.len() - 2..], ["--unsafe-resend", "new-key"]);
+        let seed_at = a.iter().position(|x| x == "--seed").unwrap();
+        assert_eq!(a[seed_at + 1], "42");
+    }
+
+    #[test]
+    fn chaos_limits_scale_with_the_lease_and_validate() {
+        let l = chaos_limits(2_000, 16);
+        assert_eq!(
+            (
+                l.heartbeat_interval_ms,
+                l.request_timeout_ms,
+                l.send_margin_ms
+            ),
+            (400, 1_000, 400)
+        );
+        assert_eq!(l.worker_concurrency_max, 16);
+        l.validate().unwrap();
+    }
+}
