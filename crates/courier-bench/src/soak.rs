@@ -18,7 +18,7 @@
 //!   the bucket), not from an average of percentiles.
 
 use crate::{bar, run_dir, BenchError};
-use courier_provider::fake::{FakeConfig, FaultRates, Latency};
+use courier_fake::{FakeConfig, FaultRates, Latency};
 use courier_store::cluster::{Cluster, StopMode};
 use courier_store::{PgStore, StoreConfig};
 use serde::Serialize;
@@ -237,7 +237,7 @@ async fn run_on(cfg: &SoakConfig, server_url: &str, dir: &Path) -> Result<SoakRe
     fake.seed = cfg.seed;
     fake.key_retention_ms = cfg.key_retention_s * 1000;
     fake.default_callback = Some(format!("{api}/v1/webhooks/provider"));
-    let provider = courier_provider::fake::start(fake).await?;
+    let provider = courier_fake::start(fake).await?;
     let mut workers = Vec::new();
     for i in 0..cfg.workers {
         workers.push(spawn_worker(cfg, &url, &provider.url(), &api, dir, i).await?);
