@@ -609,8 +609,8 @@ fn verdict(runs: &[FairnessRun]) -> FairnessVerdict {
     FairnessVerdict {
         overloaded,
         within_targets: fair_within_target
-            && !(baseline_vs_fifo > BASELINE_VS_FIFO_MAX)
-            && !(fair_trend_worst > TREND_MAX),
+            && baseline_vs_fifo <= BASELINE_VS_FIFO_MAX
+            && fair_trend_worst <= TREND_MAX,
         baseline_vs_fifo,
         fair_trend_worst,
         fair_seq_scans_per_s_max: scans.0,

@@ -156,7 +156,7 @@ async fn fair_claim_keeps_the_per_store_index_without_and_with_fresh_statistics(
 // `store_work` or `actions` in the walk) with statistics taken before the stores with
 // work grew a hundredfold, never taken, and fresh, as a custom and as a
 // generic plan (what a prepared claim runs after five executions); and that
-// the claim reads a few hundred buffers where the old walk reads one per
+// the claim reads about 700 buffers where the old walk reads two per
 // registered store (so the measure can fail).
 
 const REGISTERED: i64 = 100_000;
