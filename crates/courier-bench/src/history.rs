@@ -96,8 +96,14 @@ impl HistoryConfig {
         if !(1..=1_000_000).contains(&self.backlog) || !(1..=20).contains(&self.rounds) {
             return Err("backlog must be within 1..=1000000 and rounds within 1..=20".into());
         }
-        if self.workers == 0 || self.concurrency == 0 || self.merge_batch == 0 || self.merge_tasks == 0 {
-            return Err("workers, concurrency, merge batch and merge tasks must be positive".into());
+        if self.workers == 0
+            || self.concurrency == 0
+            || self.merge_batch == 0
+            || self.merge_tasks == 0
+        {
+            return Err(
+                "workers, concurrency, merge batch and merge tasks must be positive".into(),
+            );
         }
         if !(1..=101).contains(&self.reads) || self.timeout_s == 0 {
             return Err("reads must be within 1..=101 and the time-out positive".into());
@@ -170,8 +176,16 @@ impl HistoryReport {
         );
         out.push_str("| path | empty database | with history | ratio (target >= 0.90) |\n|---|---:|---:|---:|\n");
         for (name, f, ratio) in [
-            ("claim to settle (actions/s)", (|r: &RoundResult| r.claim_to_settle_per_s) as fn(&RoundResult) -> f64, self.claim_to_settle_ratio),
-            ("webhook merges (merges/s)", |r: &RoundResult| r.webhook_merges_per_s, self.webhook_merges_ratio),
+            (
+                "claim to settle (actions/s)",
+                (|r: &RoundResult| r.claim_to_settle_per_s) as fn(&RoundResult) -> f64,
+                self.claim_to_settle_ratio,
+            ),
+            (
+                "webhook merges (merges/s)",
+                |r: &RoundResult| r.webhook_merges_per_s,
+                self.webhook_merges_ratio,
+            ),
         ] {
             out.push_str(&format!(
                 "| {name} | {:.0} | {:.0} | {ratio:.2}x |\n",
@@ -285,7 +299,11 @@ async fn seeded(cfg: &HistoryConfig, server_url: &str) -> Result<(String, f64), 
     let url = courier_store::database_recreate(server_url, FULL_DB).await?;
     let store = PgStore::connect(&store_config(&url, 1)).await?;
     let t = Instant::now();
-    let b = bar(cfg.progress, cfg.actions as u64, "seeding [{bar:30}] {pos}/{len} finished actions ({elapsed})");
+    let b = bar(
+        cfg.progress,
+        cfg.actions as u64,
+        "seeding [{bar:30}] {pos}/{len} finished actions ({elapsed})",
+    );
     let mut first = 0;
     while first < cfg.actions {
         let n = SEED_CHUNK.min(cfg.actions - first);
@@ -334,7 +352,12 @@ async fn measure(
         let token = shutdown.clone();
         tasks.spawn(async move { w.run(token).await });
     }
-    let settled = || -> u64 { workers.iter().map(|w| w.stats().settled.load(Ordering::Relaxed)).sum() };
+    let settled = || -> u64 {
+        workers
+            .iter()
+            .map(|w| w.stats().settled.load(Ordering::Relaxed))
+            .sum()
+    };
     let deadline = t + Duration::from_secs(cfg.timeout_s);
     while settled() < u64::from(cfg.backlog) && Instant::now() < deadline {
         tokio::time::sleep(Duration::from_millis(10)).await;
@@ -348,7 +371,12 @@ async fn measure(
         return Err(BenchError::Timeout {
             what: format!("claim to settle on {db}"),
             limit: Duration::from_secs(cfg.timeout_s),
-            detail: format!("{} settled, {} messages of {}", settled(), stub.messages(), cfg.backlog),
+            detail: format!(
+                "{} settled, {} messages of {}",
+                settled(),
+                stub.messages(),
+                cfg.backlog
+            ),
         });
     }
     let merges = merge_all(cfg, &store, round).await?;
@@ -364,7 +392,11 @@ async fn measure(
 async fn merge_all(cfg: &HistoryConfig, store: &PgStore, round: u32) -> Result<f64, BenchError> {
     let keys = store.intents_open_keys(cfg.backlog).await?;
     if keys.len() != cfg.backlog as usize {
-        return Err(BenchError::Task(format!("{} open intents, expected {}", keys.len(), cfg.backlog)));
+        return Err(BenchError::Task(format!(
+            "{} open intents, expected {}",
+            keys.len(),
+            cfg.backlog
+        )));
     }
     let events: Vec<WebhookIn> = keys
         .into_iter()
@@ -385,7 +417,9 @@ async fn merge_all(cfg: &HistoryConfig, store: &PgStore, round: u32) -> Result<f
         tasks.spawn(async move {
             loop {
                 let next = q.lock().unwrap_or_else(|p| p.into_inner()).pop();
-                let Some(batch) = next else { return Ok::<_, BenchError>(()) };
+                let Some(batch) = next else {
+                    return Ok::<_, BenchError>(());
+                };
                 for answer in s.webhooks_merge(&batch).await? {
                     answer?;
                 }
@@ -399,7 +433,11 @@ async fn merge_all(cfg: &HistoryConfig, store: &PgStore, round: u32) -> Result<f
 }
 
 /// Median times of `courier status`'s reads and of the dashboard's sample.
-async fn read_times(cfg: &HistoryConfig, store: &PgStore, limits: &Limits) -> Result<ReadTimes, BenchError> {
+async fn read_times(
+    cfg: &HistoryConfig,
+    store: &PgStore,
+    limits: &Limits,
+) -> Result<ReadTimes, BenchError> {
     let sampler = SamplerConfig::for_limits(limits, 2_000);
     let mut status = Vec::new();
     let mut sample = Vec::new();
@@ -410,7 +448,9 @@ async fn read_times(cfg: &HistoryConfig, store: &PgStore, limits: &Limits) -> Re
         let t = Instant::now();
         store.ops_snapshot(&sampler.query).await?;
         let cursor = store.accepted_cursor_now().await?;
-        store.accepted_latencies(cursor, sampler.accepted_per_sample_max).await?;
+        store
+            .accepted_latencies(cursor, sampler.accepted_per_sample_max)
+            .await?;
         sample.push(t.elapsed().as_secs_f64() * 1e3);
     }
     Ok(ReadTimes {

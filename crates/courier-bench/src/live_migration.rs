@@ -115,9 +115,12 @@ async fn roll_back(store: &PgStore) -> Result<(), BenchError> {
                 .map_err(courier_store::StoreError::from)?;
         }
     }
-    c.execute("DELETE FROM schema_migrations WHERE version = $1", &[version])
-        .await
-        .map_err(courier_store::StoreError::from)?;
+    c.execute(
+        "DELETE FROM schema_migrations WHERE version = $1",
+        &[version],
+    )
+    .await
+    .map_err(courier_store::StoreError::from)?;
     Ok(())
 }
 
@@ -134,11 +137,19 @@ async fn apply(store: &PgStore, blocking: bool) -> Result<(), BenchError> {
         .map(|s| s.replace(" CONCURRENTLY", ""))
         .collect();
     let mut c = store.client().await?;
-    let tx = c.transaction().await.map_err(courier_store::StoreError::from)?;
-    tx.batch_execute(&body).await.map_err(courier_store::StoreError::from)?;
-    tx.execute("INSERT INTO schema_migrations (version, name) VALUES ($1, $2)", &[version, name])
+    let tx = c
+        .transaction()
         .await
         .map_err(courier_store::StoreError::from)?;
+    tx.batch_execute(&body)
+        .await
+        .map_err(courier_store::StoreError::from)?;
+    tx.execute(
+        "INSERT INTO schema_migrations (version, name) VALUES ($1, $2)",
+        &[version, name],
+    )
+    .await
+    .map_err(courier_store::StoreError::from)?;
     tx.commit().await.map_err(courier_store::StoreError::from)?;
     Ok(())
 }
@@ -171,7 +182,12 @@ pub async fn run(cfg: &LiveMigrationConfig, url: &str) -> Result<LiveMigrationRe
             PgStore::connect(&wc).await?,
             stub.clone(),
             WorkerConfig {
-                limits: Limits { claim_batch_max: 32, worker_concurrency_max: 64, store_in_flight_max: 16, ..Limits::default() },
+                limits: Limits {
+                    claim_batch_max: 32,
+                    worker_concurrency_max: 64,
+                    store_in_flight_max: 16,
+                    ..Limits::default()
+                },
                 claim_mode: ClaimMode::Fair,
                 owner: format!("live-w{i}"),
                 idle_poll_ms: 20,
@@ -190,7 +206,12 @@ pub async fn run(cfg: &LiveMigrationConfig, url: &str) -> Result<LiveMigrationRe
     let migration_s = t.elapsed().as_secs_f64();
     let enqueue_ms_max = enqueuer.await??;
     let expected = u64::from(cfg.backlog) + u64::from(cfg.enqueued_during);
-    let settled = || -> u64 { workers.iter().map(|w| w.stats().settled.load(Ordering::Relaxed)).sum() };
+    let settled = || -> u64 {
+        workers
+            .iter()
+            .map(|w| w.stats().settled.load(Ordering::Relaxed))
+            .sum()
+    };
     let deadline = Instant::now() + Duration::from_secs(cfg.timeout_s);
     while settled() < expected && Instant::now() < deadline {
         tokio::time::sleep(Duration::from_millis(20)).await;
@@ -200,7 +221,12 @@ pub async fn run(cfg: &LiveMigrationConfig, url: &str) -> Result<LiveMigrationRe
         r?;
     }
     applied?;
-    let claim_ms_max = workers.iter().map(|w| w.stats().claim_us_max.load(Ordering::Relaxed)).max().unwrap_or(0) as f64 / 1e3;
+    let claim_ms_max = workers
+        .iter()
+        .map(|w| w.stats().claim_us_max.load(Ordering::Relaxed))
+        .max()
+        .unwrap_or(0) as f64
+        / 1e3;
     let c = store.client().await?;
     let schema_current = migrate::status(&c).await?.is_current();
     let (settled, messages) = (settled(), stub.messages());
@@ -216,7 +242,10 @@ pub async fn run(cfg: &LiveMigrationConfig, url: &str) -> Result<LiveMigrationRe
         claim_ms_max,
         claim_ms_limit: cfg.claim_ms_max,
         enqueue_ms_max,
-        passed: schema_current && settled == expected && messages as u64 == expected && claim_ms_max <= cfg.claim_ms_max as f64,
+        passed: schema_current
+            && settled == expected
+            && messages as u64 == expected
+            && claim_ms_max <= cfg.claim_ms_max as f64,
     })
 }
 

@@ -105,7 +105,10 @@ impl SoakConfig {
     }
 
     pub fn validate(&self) -> Result<(), String> {
-        if self.duration_s < 3 || self.sample_interval_s == 0 || self.sample_interval_s * 3 > self.duration_s {
+        if self.duration_s < 3
+            || self.sample_interval_s == 0
+            || self.sample_interval_s * 3 > self.duration_s
+        {
             return Err("duration_s must hold at least three samples".into());
         }
         if !(0.05..=1.0).contains(&self.utilisation) {
@@ -114,10 +117,14 @@ impl SoakConfig {
         if self.key_retention_s >= self.action_retention_s {
             return Err("the provider's key retention must be below the action retention".into());
         }
-        if self.workers == 0 || self.concurrency == 0 || self.stores == 0 || self.probe_actions == 0 {
+        if self.workers == 0 || self.concurrency == 0 || self.stores == 0 || self.probe_actions == 0
+        {
             return Err("workers, concurrency, stores and probe actions must be positive".into());
         }
-        if self.rate_per_s.is_some_and(|r| !(r > 0.0 && r <= 100_000.0)) {
+        if self
+            .rate_per_s
+            .is_some_and(|r| !(r > 0.0 && r <= 100_000.0))
+        {
             return Err("rate must be within (0, 100000] per second".into());
         }
         Ok(())
@@ -261,17 +268,32 @@ async fn run_on(cfg: &SoakConfig, server_url: &str, dir: &Path) -> Result<SoakRe
     Ok(judge(cfg, samples, rate, capacity, enqueued))
 }
 
-async fn spawn_serve(cfg: &SoakConfig, url: &str, dir: &Path) -> Result<(Proc, String), BenchError> {
+async fn spawn_serve(
+    cfg: &SoakConfig,
+    url: &str,
+    dir: &Path,
+) -> Result<(Proc, String), BenchError> {
     let log = std::fs::File::create(dir.join("serve.log"))?;
     let mut child = Command::new(&cfg.exe)
-        .args(["serve", "--database-url", url, "--listen", "127.0.0.1:0", "--webhook-secret", SECRET])
+        .args([
+            "serve",
+            "--database-url",
+            url,
+            "--listen",
+            "127.0.0.1:0",
+            "--webhook-secret",
+            SECRET,
+        ])
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::from(log))
         .kill_on_drop(true)
         .spawn()?;
     let pid = child.id().unwrap_or(0);
-    let stdout = child.stdout.take().ok_or_else(|| BenchError::Task("serve has no stdout".into()))?;
+    let stdout = child
+        .stdout
+        .take()
+        .ok_or_else(|| BenchError::Task("serve has no stdout".into()))?;
     let mut lines = BufReader::new(stdout).lines();
     let api = tokio::time::timeout(Duration::from_secs(60), async {
         while let Some(line) = lines.next_line().await? {
@@ -279,12 +301,21 @@ async fn spawn_serve(cfg: &SoakConfig, url: &str, dir: &Path) -> Result<(Proc, S
                 return Ok(line[i + "listening on ".len()..].trim().to_string());
             }
         }
-        Err(BenchError::Task("courier serve exited before listening; see serve.log".into()))
+        Err(BenchError::Task(
+            "courier serve exited before listening; see serve.log".into(),
+        ))
     })
     .await
     .map_err(|_| BenchError::Task("courier serve did not listen within 60 s".into()))??;
     tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
-    Ok((Proc { child, pid, metrics: None }, api))
+    Ok((
+        Proc {
+            child,
+            pid,
+            metrics: None,
+        },
+        api,
+    ))
 }
 
 async fn spawn_worker(
@@ -298,16 +329,33 @@ async fn spawn_worker(
     let log_path = dir.join(format!("worker-{i}.log"));
     let log = std::fs::File::create(&log_path)?;
     let args: Vec<String> = [
-        "worker", "--database-url", url, "--provider-url", provider, "--provider-api-key", API_KEY,
-        "--callback-url", &format!("{api}/v1/webhooks/provider"), "--metrics-listen", "127.0.0.1:0",
-        "--concurrency", &cfg.concurrency.to_string(),
-        "--key-retention-s", &cfg.key_retention_s.to_string(),
-        "--action-retention-s", &cfg.action_retention_s.to_string(),
-        "--webhook-retry-horizon-s", &cfg.webhook_retry_horizon_s.to_string(),
-        "--webhook-event-retention-s", &cfg.webhook_event_retention_s.to_string(),
-        "--event-retention-s", &cfg.event_retention_s.to_string(),
-        "--prune-interval-ms", &cfg.prune_interval_ms.to_string(),
-        "--seed", &(cfg.seed + u64::from(i)).to_string(),
+        "worker",
+        "--database-url",
+        url,
+        "--provider-url",
+        provider,
+        "--provider-api-key",
+        API_KEY,
+        "--callback-url",
+        &format!("{api}/v1/webhooks/provider"),
+        "--metrics-listen",
+        "127.0.0.1:0",
+        "--concurrency",
+        &cfg.concurrency.to_string(),
+        "--key-retention-s",
+        &cfg.key_retention_s.to_string(),
+        "--action-retention-s",
+        &cfg.action_retention_s.to_string(),
+        "--webhook-retry-horizon-s",
+        &cfg.webhook_retry_horizon_s.to_string(),
+        "--webhook-event-retention-s",
+        &cfg.webhook_event_retention_s.to_string(),
+        "--event-retention-s",
+        &cfg.event_retention_s.to_string(),
+        "--prune-interval-ms",
+        &cfg.prune_interval_ms.to_string(),
+        "--seed",
+        &(cfg.seed + u64::from(i)).to_string(),
     ]
     .iter()
     .map(|s| s.to_string())
@@ -327,10 +375,17 @@ async fn spawn_worker(
             let rest = &text[i + "metrics on ".len()..];
             let end = rest.find(char::is_whitespace).unwrap_or(rest.len());
             let metrics = Some(rest[..end].to_string());
-            return Ok(Proc { child, pid, metrics });
+            return Ok(Proc {
+                child,
+                pid,
+                metrics,
+            });
         }
         if Instant::now() > deadline {
-            return Err(BenchError::Task(format!("worker {i} did not serve its metrics; see {}", log_path.display())));
+            return Err(BenchError::Task(format!(
+                "worker {i} did not serve its metrics; see {}",
+                log_path.display()
+            )));
         }
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
@@ -340,7 +395,9 @@ async fn spawn_worker(
 /// second the fleet sustains.
 async fn probe(cfg: &SoakConfig, store: &PgStore, stores: &[String]) -> Result<f64, BenchError> {
     let t = Instant::now();
-    store.actions_enqueue_bulk(stores, cfg.probe_actions).await?;
+    store
+        .actions_enqueue_bulk(stores, cfg.probe_actions)
+        .await?;
     let deadline = t + Duration::from_secs(600);
     loop {
         let c = store.counts().await?;
@@ -348,7 +405,9 @@ async fn probe(cfg: &SoakConfig, store: &PgStore, stores: &[String]) -> Result<f
             break;
         }
         if Instant::now() > deadline {
-            return Err(BenchError::Task("the capacity probe did not finish in 600 s".into()));
+            return Err(BenchError::Task(
+                "the capacity probe did not finish in 600 s".into(),
+            ));
         }
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
@@ -366,7 +425,11 @@ async fn sustained(
 ) -> Result<(Vec<SoakSample>, u64), BenchError> {
     let warmup = Duration::from_secs(cfg.warmup_s());
     let total = warmup + Duration::from_secs(cfg.duration_s);
-    let b = bar(cfg.progress, total.as_secs(), "soak [{bar:30}] {pos}/{len} s {msg}");
+    let b = bar(
+        cfg.progress,
+        total.as_secs(),
+        "soak [{bar:30}] {pos}/{len} s {msg}",
+    );
     let http = reqwest::Client::new();
     let t0 = Instant::now();
     let tick = Duration::from_millis(100);
@@ -384,7 +447,10 @@ async fn sustained(
         if Instant::now() >= next_sample {
             let t_s = t0.elapsed().as_secs_f64() - warmup.as_secs_f64();
             let s = sample(store, workers, &http, t_s).await?;
-            b.set_message(format!("{:.0} MB, {} actions, {} pending", s.tables_mb, s.actions, s.pending));
+            b.set_message(format!(
+                "{:.0} MB, {} actions, {} pending",
+                s.tables_mb, s.actions, s.pending
+            ));
             samples.push(s);
             next_sample += interval;
         }
@@ -396,7 +462,12 @@ async fn sustained(
     Ok((samples, enqueued))
 }
 
-async fn sample(store: &PgStore, workers: &[Proc], http: &reqwest::Client, t_s: f64) -> Result<SoakSample, BenchError> {
+async fn sample(
+    store: &PgStore,
+    workers: &[Proc],
+    http: &reqwest::Client,
+    t_s: f64,
+) -> Result<SoakSample, BenchError> {
     let tables = store.tables_bytes().await?;
     let counts = store.counts().await?;
     let actions: i64 = counts.under("actions.").iter().map(|(_, n)| n).sum();
@@ -438,7 +509,11 @@ pub fn claim_buckets(text: &str) -> Vec<(f64, u64)> {
         .filter(|l| l.starts_with(prefix))
         .filter_map(|l| {
             let le = l.split("le=\"").nth(1)?.split('"').next()?;
-            let le = if le == "+Inf" { f64::INFINITY } else { le.parse().ok()? };
+            let le = if le == "+Inf" {
+                f64::INFINITY
+            } else {
+                le.parse().ok()?
+            };
             let count = l.rsplit(' ').next()?.parse::<f64>().ok()? as u64;
             Some((le, count))
         })
@@ -484,19 +559,36 @@ pub fn p99_between(before: &[(f64, u64)], after: &[(f64, u64)]) -> Option<f64> {
     None
 }
 
-fn judge(cfg: &SoakConfig, mut samples: Vec<SoakSample>, rate: f64, capacity: Option<f64>, enqueued: u64) -> SoakReport {
+fn judge(
+    cfg: &SoakConfig,
+    mut samples: Vec<SoakSample>,
+    rate: f64,
+    capacity: Option<f64>,
+    enqueued: u64,
+) -> SoakReport {
     for i in 1..samples.len() {
-        samples[i].claim_p99_ms = p99_between(&samples[i - 1].claim_buckets, &samples[i].claim_buckets);
+        samples[i].claim_p99_ms =
+            p99_between(&samples[i - 1].claim_buckets, &samples[i].claim_buckets);
     }
     let span = cfg.duration_s as f64;
     let third = |lo: f64, hi: f64| -> Third {
-        let idx: Vec<usize> = (0..samples.len()).filter(|&i| samples[i].t_s >= lo && samples[i].t_s < hi).collect();
-        let mean_of = |f: fn(&SoakSample) -> f64| idx.iter().map(|&i| f(&samples[i])).sum::<f64>() / idx.len().max(1) as f64;
+        let idx: Vec<usize> = (0..samples.len())
+            .filter(|&i| samples[i].t_s >= lo && samples[i].t_s < hi)
+            .collect();
+        let mean_of = |f: fn(&SoakSample) -> f64| {
+            idx.iter().map(|&i| f(&samples[i])).sum::<f64>() / idx.len().max(1) as f64
+        };
         let p99 = match (idx.first(), idx.last()) {
-            (Some(&a), Some(&b)) if a > 0 => p99_between(&samples[a - 1].claim_buckets, &samples[b].claim_buckets),
+            (Some(&a), Some(&b)) if a > 0 => {
+                p99_between(&samples[a - 1].claim_buckets, &samples[b].claim_buckets)
+            }
             _ => None,
         };
-        Third { tables_mb: mean_of(|s| s.tables_mb), claim_p99_ms: p99, worker_rss_mb: mean_of(|s| s.worker_rss_mb) }
+        Third {
+            tables_mb: mean_of(|s| s.tables_mb),
+            claim_p99_ms: p99,
+            worker_rss_mb: mean_of(|s| s.worker_rss_mb),
+        }
     };
     let first = third(0.0, span / 3.0);
     let last = third(span * 2.0 / 3.0, span + 1.0);
@@ -506,8 +598,21 @@ fn judge(cfg: &SoakConfig, mut samples: Vec<SoakSample>, rate: f64, capacity: Op
         (Some(a), Some(b)) => Some(crate::stats::ratio(b, a)),
         _ => None,
     };
-    let passed = tables_ratio <= 1.10 && rss_ratio <= 1.10 && claim_p99_ratio.is_some_and(|r| r <= 1.20);
-    SoakReport { rate_per_s: rate, capacity_per_s: capacity, enqueued, samples, first, last, tables_ratio, claim_p99_ratio, rss_ratio, passed, wall_time_s: 0.0 }
+    let passed =
+        tables_ratio <= 1.10 && rss_ratio <= 1.10 && claim_p99_ratio.is_some_and(|r| r <= 1.20);
+    SoakReport {
+        rate_per_s: rate,
+        capacity_per_s: capacity,
+        enqueued,
+        samples,
+        first,
+        last,
+        tables_ratio,
+        claim_p99_ratio,
+        rss_ratio,
+        passed,
+        wall_time_s: 0.0,
+    }
 }
 
 #[cfg(test)]

@@ -25,7 +25,9 @@ fn panels(report: &SoakReport, path: &Path) -> Result<(), String> {
     let picks: [(&str, Pick); 3] = [
         ("tables + indexes (MB)", |s| Some(s.tables_mb)),
         ("claim p99 (ms)", |s| s.claim_p99_ms),
-        ("worker RSS (MB, mean per worker)", |s| Some(s.worker_rss_mb)),
+        ("worker RSS (MB, mean per worker)", |s| {
+            Some(s.worker_rss_mb)
+        }),
     ];
     let span = report.samples.iter().map(|s| s.t_s).fold(0.0, f64::max);
     for (area, (title, pick)) in areas.iter().zip(picks) {

@@ -35,7 +35,10 @@ async fn the_next_migration_applies_while_workers_run_and_nothing_is_lost() {
         .await
         .expect("the run completes");
     assert_eq!(r.settled, r.expected, "{r:?}");
-    assert_eq!(r.messages as u64, r.expected, "one message per action: {r:?}");
+    assert_eq!(
+        r.messages as u64, r.expected,
+        "one message per action: {r:?}"
+    );
     assert!(r.claim_ms_max <= 1_000.0, "{r:?}");
     assert!(r.passed, "{r:?}");
 }

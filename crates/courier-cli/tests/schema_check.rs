@@ -48,7 +48,10 @@ async fn workers_refuse_a_schema_they_do_not_know_and_db_migrate_fills_a_gap() {
     ];
     let (ok, text) = courier(&worker);
     assert!(!ok, "{text}");
-    assert!(text.contains("[999]") && text.contains("newer courier"), "{text}");
+    assert!(
+        text.contains("[999]") && text.contains("newer courier"),
+        "{text}"
+    );
 
     // A schema that lacks a migration: status refuses, db migrate applies it.
     c.batch_execute("DELETE FROM schema_migrations WHERE version IN (7, 999)")

@@ -52,8 +52,8 @@ pub const ENQUEUE_TO_ACCEPTED: &str = "courier_enqueue_to_accepted_seconds";
 /// Steps of about 1.5x, so a p99 read from the buckets (the soak's) moves
 /// with the claim's cost, not only by factors of 2.5.
 const CLAIM_BUCKETS_S: &[f64] = &[
-    0.0005, 0.00075, 0.001, 0.0015, 0.002, 0.003, 0.005, 0.0075, 0.01, 0.015, 0.02, 0.03,
-    0.05, 0.075, 0.1, 0.15, 0.25, 0.5, 1.0, 2.5,
+    0.0005, 0.00075, 0.001, 0.0015, 0.002, 0.003, 0.005, 0.0075, 0.01, 0.015, 0.02, 0.03, 0.05,
+    0.075, 0.1, 0.15, 0.25, 0.5, 1.0, 2.5,
 ];
 const ENQUEUE_TO_ACCEPTED_BUCKETS_S: &[f64] = &[
     0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0, 1800.0,

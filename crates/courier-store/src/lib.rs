@@ -73,8 +73,8 @@ macro_rules! sql {
 mod action;
 pub mod bench_views;
 mod clock;
-mod counts;
 pub mod cluster;
+mod counts;
 mod decode;
 mod error;
 mod event;

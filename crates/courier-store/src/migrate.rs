@@ -129,8 +129,9 @@ async fn run_locked(client: &mut tokio_postgres::Client) -> Result<usize, StoreE
         if applied.contains(version) {
             continue;
         }
-        let failed =
-            |e: tokio_postgres::Error| StoreError::Query(format!("migration {version} ({name}) failed: {e}"));
+        let failed = |e: tokio_postgres::Error| {
+            StoreError::Query(format!("migration {version} ({name}) failed: {e}"))
+        };
         if is_no_transaction(sql) {
             for statement in statements(sql) {
                 client.batch_execute(&statement).await.map_err(failed)?;

@@ -85,7 +85,12 @@ impl PgStore {
         let Some(r) = self
             .locked(
                 sql!("prune/actions"),
-                &[&now, &rows, &secs(w.action_retention_s), &secs(w.key_retention_s)],
+                &[
+                    &now,
+                    &rows,
+                    &secs(w.action_retention_s),
+                    &secs(w.key_retention_s),
+                ],
             )
             .await?
         else {
@@ -104,7 +109,10 @@ impl PgStore {
         };
         out.webhook_events = r.0;
         let Some(r) = self
-            .locked(sql!("prune/events"), &[&now, &rows, &secs(w.event_retention_s)])
+            .locked(
+                sql!("prune/events"),
+                &[&now, &rows, &secs(w.event_retention_s)],
+            )
             .await?
         else {
             return Ok(None);

@@ -398,29 +398,39 @@ async fn snapshot_intents(
     Ok((oldest_intents, open_intents, intents_older_than_alert))
 }
 
-/// The newest events of the kinds asked for: for each kind its newest
-/// rows from the index `events_kind_id` (migration 7), then the newest of
-/// those, so the cost is kinds x rows, not the events kept.
+/// The newest events of the kinds asked for: one statement per kind (each
+/// planned with its kind: through the index `events_kind_id`, migration 7,
+/// for a rare kind, backwards along the primary key for a common one), then
+/// the newest of those, so the cost is kinds x rows, not the events kept.
+/// One statement for every kind (a lateral join over the kinds) was planned
+/// without knowing the kind and walked the primary key backwards filtering
+/// on it: 2.1 s with 800,000 events of which none of the kind asked for.
 async fn snapshot_events(tx: &ReadTx<'_>, q: &SnapshotQuery) -> Result<Vec<EventRow>, StoreError> {
-    Ok(tx
-        .query(
-            "SELECT e.id, to_char(e.at AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS.MS\"Z\"') AS at,
-                    e.kind, e.action_id, e.detail
-             FROM (SELECT DISTINCT unnest($1::text[]) AS kind) k
-             CROSS JOIN LATERAL (SELECT * FROM events WHERE kind = k.kind
-                                 ORDER BY id DESC LIMIT $2) e
-             ORDER BY e.id DESC
-             LIMIT $2",
-            &[&q.event_kinds, &i64::from(q.events_max)],
-        )
-        .await?
-        .iter()
-        .map(|r| EventRow {
+    let mut kinds = q.event_kinds.clone();
+    kinds.sort();
+    kinds.dedup();
+    let limit = i64::from(q.events_max);
+    let mut events = Vec::new();
+    for kind in &kinds {
+        let rows = tx
+            .query(
+                "SELECT id, to_char(at AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS.MS\"Z\"') AS at,
+                        kind, action_id, detail
+                 FROM events WHERE kind = $1
+                 ORDER BY id DESC
+                 LIMIT $2",
+                &[kind, &limit],
+            )
+            .await?;
+        events.extend(rows.iter().map(|r| EventRow {
             id: r.get("id"),
             at: r.get("at"),
             kind: r.get("kind"),
             action_id: r.get("action_id"),
             detail: r.get("detail"),
-        })
-        .collect())
+        }));
+    }
+    events.sort_by(|a, b| b.id.cmp(&a.id));
+    events.truncate(q.events_max as usize);
+    Ok(events)
 }

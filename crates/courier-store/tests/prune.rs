@@ -48,7 +48,11 @@ async fn exists(store: &PgStore, id: i64) -> bool {
 }
 
 async fn prune(store: &PgStore, w: &PruneWindows) -> Pruned {
-    store.prune_batch(w).await.unwrap().expect("nobody else prunes")
+    store
+        .prune_batch(w)
+        .await
+        .unwrap()
+        .expect("nobody else prunes")
 }
 
 #[tokio::test]
@@ -66,7 +70,10 @@ async fn prune_never_removes_an_action_that_is_not_final() {
     assert_eq!((p.actions, p.outbox), (1, 1), "{p:?}");
     assert!(!exists(&store, finished.lease.action_id).await);
     for id in [dispatched.lease.action_id, claimed.lease.action_id, pending] {
-        assert!(exists(&store, id).await, "action {id} was not final and went");
+        assert!(
+            exists(&store, id).await,
+            "action {id} was not final and went"
+        );
     }
     // Once it is final (30 days after it was written, on this clock), it goes.
     let out = webhook(&store, "evt-d", &dispatched.key, Status::Failed).await;
@@ -99,11 +106,19 @@ async fn prune_keeps_an_intent_whose_key_the_provider_may_still_replay() {
     let held = done(&store, "a").await;
     clock.advance(Duration::from_secs(120));
     let p = prune(&store, &short).await;
-    assert_eq!((p.actions, p.outbox), (0, 0), "inside the key retention: {p:?}");
+    assert_eq!(
+        (p.actions, p.outbox),
+        (0, 0),
+        "inside the key retention: {p:?}"
+    );
     assert!(exists(&store, held.lease.action_id).await);
     clock.advance(Duration::from_secs(200));
     let p = prune(&store, &short).await;
-    assert_eq!((p.actions, p.outbox), (1, 1), "past the key retention: {p:?}");
+    assert_eq!(
+        (p.actions, p.outbox),
+        (1, 1),
+        "past the key retention: {p:?}"
+    );
 }
 
 #[tokio::test]
@@ -224,7 +239,11 @@ async fn the_maintained_counts_equal_count_star_through_work_prunes_and_folds() 
     }
     enqueued(&store, "s1", 1).await;
     let failed = fixtures::sent(&store).await;
-    store.action_fail(&failed.lease, "rejected").await.unwrap().unwrap();
+    store
+        .action_fail(&failed.lease, "rejected")
+        .await
+        .unwrap()
+        .unwrap();
     dispatched(&store).await;
     claimed(&store).await;
     enqueued(&store, "s2", 4).await;

@@ -117,9 +117,17 @@ pub async fn run_soak(a: SoakArgs) -> anyhow::Result<ExitCode> {
         println!("{}", serde_json::to_string_pretty(&report)?);
     } else {
         print!("{}", report.table());
-        println!("chart: {} · wall time {:.0} s", a.chart.display(), report.wall_time_s);
+        println!(
+            "chart: {} · wall time {:.0} s",
+            a.chart.display(),
+            report.wall_time_s
+        );
     }
-    Ok(if report.passed || a.smoke { ExitCode::SUCCESS } else { ExitCode::from(1) })
+    Ok(if report.passed || a.smoke {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(1)
+    })
 }
 
 #[derive(clap::Args)]
@@ -147,5 +155,9 @@ pub async fn run_live_migration(a: LiveMigrationArgs) -> anyhow::Result<ExitCode
     } else {
         print!("{}", report.table());
     }
-    Ok(if report.passed { ExitCode::SUCCESS } else { ExitCode::from(1) })
+    Ok(if report.passed {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(1)
+    })
 }

@@ -2,10 +2,10 @@
 //! `courier db migrate | prune` on it or on any server (`--database-url`).
 
 use super::common::{DbArgs, PgDirArg, RetentionArgs};
-use courier_core::Limits;
-use courier_store::PruneWindows;
 use anyhow::Context;
+use courier_core::Limits;
 use courier_store::cluster::{Cluster, StopMode};
+use courier_store::PruneWindows;
 use std::process::ExitCode;
 
 #[derive(clap::Args)]
@@ -142,7 +142,9 @@ async fn prune(db: DbArgs, key_retention_s: u64, r: &RetentionArgs) -> anyhow::R
                 }
             }
             None => {
-                println!("another process is pruning now (its advisory lock is held); try again later");
+                println!(
+                    "another process is pruning now (its advisory lock is held); try again later"
+                );
                 return Ok(ExitCode::from(1));
             }
         }

@@ -1,8 +1,8 @@
 //! `courier worker`: one worker process (run as many as you like).
 
 use super::common::{shutdown_on_signal, DbArgs, LimitArgs, ProviderArgs, RetentionArgs};
-use courier_dispatch::pruner::PrunerConfig;
 use courier_dispatch::broken::{UnsafeProvider, UnsafeResend};
+use courier_dispatch::pruner::PrunerConfig;
 use courier_dispatch::worker::{Provider, Worker, WorkerConfig};
 use courier_store::{ClaimMode, PgStore, PruneWindows};
 use std::process::ExitCode;
@@ -98,7 +98,11 @@ async fn connect(args: &Args) -> anyhow::Result<PgStore> {
     let mut wait_ms = 100;
     loop {
         let connected = match args.db.connect_unchecked(8).await {
-            Ok(s) => s.schema_check().await.map(|()| s).map_err(anyhow::Error::from),
+            Ok(s) => s
+                .schema_check()
+                .await
+                .map(|()| s)
+                .map_err(anyhow::Error::from),
             Err(e) => Err(e),
         };
         match connected {
