@@ -830,9 +830,13 @@ async fn drive(
         if matches!(verdict, Verdict::Done) {
             break;
         }
-        if Instant::now() > deadline || (creator.is_finished() && !created) {
+        // The creator sets its flag before it returns, so the flag is read
+        // again here, after `is_finished`: the one read at the top of this
+        // tick may predate a creator that finished since.
+        let failed = creator.is_finished() && !creator_done.load(Ordering::SeqCst);
+        if Instant::now() > deadline || failed {
             bar.abandon();
-            return Err(stopped_early(cfg, &progress, creator, created).await);
+            return Err(stopped_early(cfg, &progress, creator, failed).await);
         }
         let (completed, stuck) = (progress.completed, progress.stuck());
         chaos.tick(rig, broker, completed, ready, stuck).await?;
@@ -855,9 +859,9 @@ async fn stopped_early(
     cfg: &RunConfig,
     progress: &Progress,
     creator: tokio::task::JoinHandle<Result<Vec<RepeatedCreate>, RunError>>,
-    created: bool,
+    creator_failed: bool,
 ) -> RunError {
-    if !creator.is_finished() || created {
+    if !creator_failed {
         return RunError::Deadline {
             deadline_s: cfg.deadline_s,
             completed: progress.completed,
