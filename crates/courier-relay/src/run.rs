@@ -670,7 +670,7 @@ pub async fn run(cfg: &RunConfig) -> Result<RunReport, RunError> {
     let store = Store::connect(&template.endpoints.etcd, keys.clone(), &template.limits).await?;
     let names = Names::new(&keys);
     let broker = Broker::connect(&template.endpoints.nats, names.clone(), &template.limits).await?;
-    broker.ensure(&template.limits).await?;
+    ensure_stream(&broker, &template.limits, ready).await?;
     let procs = spawn_all(cfg, &template, &log_dir)?;
     let mut chaos = Chaos::new(cfg, log_dir, procs, &rig, &names.stream);
     let report = match drive(cfg, &mut rig, &store, &broker, &mut chaos).await {
@@ -689,6 +689,22 @@ pub async fn run(cfg: &RunConfig) -> Result<RunReport, RunError> {
     }
     drop(rig);
     report
+}
+
+/// Creates the stream and its consumer, retrying while a just-started
+/// cluster still has a peer it does not see ("no suitable peers for
+/// placement"), up to the servers' ready time-out.
+async fn ensure_stream(broker: &Broker, limits: &RelayLimits, ready: Duration) -> Result<(), RunError> {
+    let start = Instant::now();
+    loop {
+        match broker.ensure(limits).await {
+            Err(e) if start.elapsed() < ready => {
+                tracing::warn!(error = %e, "stream not created yet; retrying");
+                tokio::time::sleep(Duration::from_millis(500)).await;
+            }
+            r => return Ok(r?),
+        }
+    }
 }
 
 /// What every relay and worker process of the run shares: its servers, a
@@ -830,9 +846,13 @@ async fn drive(
         if matches!(verdict, Verdict::Done) {
             break;
         }
-        if Instant::now() > deadline || (creator.is_finished() && !created) {
+        // The creator sets its flag before it returns, so the flag is read
+        // again here, after `is_finished`: the one read at the top of this
+        // tick may predate a creator that finished since.
+        let failed = creator.is_finished() && !creator_done.load(Ordering::SeqCst);
+        if Instant::now() > deadline || failed {
             bar.abandon();
-            return Err(stopped_early(cfg, &progress, creator, created).await);
+            return Err(stopped_early(cfg, &progress, creator, failed).await);
         }
         let (completed, stuck) = (progress.completed, progress.stuck());
         chaos.tick(rig, broker, completed, ready, stuck).await?;
@@ -855,9 +875,9 @@ async fn stopped_early(
     cfg: &RunConfig,
     progress: &Progress,
     creator: tokio::task::JoinHandle<Result<Vec<RepeatedCreate>, RunError>>,
-    created: bool,
+    creator_failed: bool,
 ) -> RunError {
-    if !creator.is_finished() || created {
+    if !creator_failed {
         return RunError::Deadline {
             deadline_s: cfg.deadline_s,
             completed: progress.completed,
