@@ -18,7 +18,9 @@ use crate::database::{Database, DatabaseSpec};
 use crate::fleet::{spawn_service, Fleet, Proc};
 use crate::plan::{FaultCounts, FaultKind, FaultPlan, Planned};
 use crate::progress::{status_line, Bars};
-use crate::spec::{chaos_limits, chaos_retention, FakeSpec, ProviderTarget, ServerSpec, WorkerSpec};
+use crate::spec::{
+    chaos_limits, chaos_retention, FakeSpec, ProviderTarget, ServerSpec, WorkerSpec,
+};
 use crate::{judge, load, RigError};
 use courier_dispatch::broken::UnsafeResend;
 use courier_store::{PgStore, StoreConfig, Summary};

@@ -111,7 +111,7 @@ impl Args {
 }
 
 pub async fn run(a: Args) -> anyhow::Result<ExitCode> {
-    let seed = a.seed.unwrap_or_else(|| rand::random());
+    let seed = a.seed.unwrap_or_else(rand::random);
     println!("courier chaos: seed {seed} (replay with --seed {seed})");
     if let Some(mode) = a.unsafe_resend {
         println!("WARNING: --unsafe-resend {mode:?}: the workers are broken on purpose; the verifier must fail");

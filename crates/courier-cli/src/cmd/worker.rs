@@ -196,10 +196,7 @@ mod tests {
         };
         let a = parse(spec.args(99));
         assert_eq!(a.limits.limits().unwrap(), spec.limits);
-        assert_eq!(
-            a.retention.retention(&spec.limits).unwrap(),
-            spec.retention
-        );
+        assert_eq!(a.retention.retention(&spec.limits).unwrap(), spec.retention);
         assert_eq!(
             a.db.database_url.as_deref(),
             Some(spec.database_url.as_str())
