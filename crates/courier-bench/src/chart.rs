@@ -27,6 +27,22 @@ fn color(c: ClaimMode) -> RGBColor {
     }
 }
 
+/// Draws a fairness run's chart at `path` and records where in the report.
+/// (The runs return reports; the charts are drawn from them afterwards, so
+/// this module depends on the runs' reports and never the reverse.)
+pub fn write_fairness(report: &mut FairnessReport, path: &Path) -> Result<(), BenchError> {
+    fairness_svg(report, path)?;
+    report.chart = Some(path.to_path_buf());
+    Ok(())
+}
+
+/// Draws a scale run's chart at `path` and records where in the report.
+pub fn write_scale(report: &mut ScaleReport, path: &Path) -> Result<(), BenchError> {
+    scale_svg(report, path)?;
+    report.chart = Some(path.to_path_buf());
+    Ok(())
+}
+
 /// Writes the chart to `path` (an `.svg` file).
 pub fn fairness_svg(report: &FairnessReport, path: &Path) -> Result<(), BenchError> {
     let out = |e: String| BenchError::Output {

@@ -102,8 +102,6 @@ pub struct FairnessConfig {
     /// Enqueues in flight at once; an arrival beyond it waits (and the wait
     /// is reported as lag).
     pub enqueue_in_flight_max: usize,
-    /// Where to write the SVG chart.
-    pub chart: Option<PathBuf>,
     /// Progress bars on stderr.
     pub progress: bool,
 }
@@ -134,7 +132,6 @@ impl FairnessConfig {
             burst_actions_min: 1000,
             drain_timeout_s: 300,
             enqueue_in_flight_max: 64,
-            chart: None,
             progress: true,
         }
     }
@@ -563,10 +560,6 @@ pub async fn run(cfg: &FairnessConfig) -> Result<FairnessReport, BenchError> {
         chart: None,
         wall_time_s: 0.0,
     };
-    if let Some(path) = &cfg.chart {
-        crate::chart::fairness_svg(&report, path)?;
-        report.chart = Some(path.clone());
-    }
     report.wall_time_s = started.elapsed().as_secs_f64();
     Ok(report)
 }

@@ -106,7 +106,6 @@ impl MatrixConfig {
             noisy_stores: cell.noisy_stores,
             noise_factor: cell.noise_factor,
             rate_per_store_hz: self.total_rate_hz / f64::from(cell.stores),
-            chart: None,
             ..self.base.clone()
         }
     }

@@ -55,7 +55,6 @@ pub struct ScaleConfig {
     pub seed: u64,
     /// How long one row may take to drain.
     pub timeout_s: u64,
-    pub chart: Option<PathBuf>,
     pub progress: bool,
 }
 
@@ -71,7 +70,6 @@ impl ScaleConfig {
             store_in_flight_max: 4,
             seed,
             timeout_s: 600,
-            chart: None,
             progress: true,
         }
     }
@@ -249,10 +247,6 @@ pub async fn run(cfg: &ScaleConfig) -> Result<ScaleReport, BenchError> {
         chart: None,
         wall_time_s: 0.0,
     };
-    if let Some(path) = &cfg.chart {
-        crate::chart::scale_svg(&report, path)?;
-        report.chart = Some(path.clone());
-    }
     report.wall_time_s = started.elapsed().as_secs_f64();
     Ok(report)
 }

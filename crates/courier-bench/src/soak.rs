@@ -55,7 +55,6 @@ pub struct SoakConfig {
     pub prune_interval_ms: u64,
     pub latency: Latency,
     pub seed: u64,
-    pub chart: PathBuf,
     pub progress: bool,
 }
 
@@ -82,7 +81,6 @@ impl SoakConfig {
                 sigma: 0.5,
             },
             seed: 1,
-            chart: PathBuf::from(".courier/bench/soak.svg"),
             progress: true,
         }
     }
@@ -228,7 +226,6 @@ pub async fn run(cfg: &SoakConfig) -> Result<SoakReport, BenchError> {
     let mut report = result?;
     stopped?;
     report.wall_time_s = started.elapsed().as_secs_f64();
-    crate::soak_chart::draw(&report, &cfg.chart)?;
     Ok(report)
 }
 

@@ -15,9 +15,9 @@ async fn fairness_smoke_reports_every_scenario_and_writes_the_chart() {
     let dir = tempfile::tempdir().unwrap();
     let chart = dir.path().join("img/fairness.svg");
     let mut cfg = FairnessConfig::smoke(7);
-    cfg.chart = Some(chart.clone());
     cfg.progress = false;
-    let r = fairness::run(&cfg).await.expect("the smoke run completes");
+    let mut r = fairness::run(&cfg).await.expect("the smoke run completes");
+    courier_bench::chart::write_fairness(&mut r, &chart).expect("the chart is drawn");
 
     assert_eq!(r.seed, 7);
     assert_eq!(r.runs.len(), 6, "three scenarios, two claim modes");
@@ -155,9 +155,9 @@ async fn scale_smoke_drains_every_shape_and_writes_the_chart() {
     let dir = tempfile::tempdir().unwrap();
     let chart = dir.path().join("scale.svg");
     let mut cfg = ScaleConfig::smoke(7);
-    cfg.chart = Some(chart.clone());
     cfg.progress = false;
-    let r = scale::run(&cfg).await.expect("the smoke run completes");
+    let mut r = scale::run(&cfg).await.expect("the smoke run completes");
+    courier_bench::chart::write_scale(&mut r, &chart).expect("the chart is drawn");
     let shapes: Vec<(u32, u32)> = r.rows.iter().map(|x| (x.registered, x.active)).collect();
     assert_eq!(shapes, vec![(10, 10), (2_000, 10), (200, 200)]);
     for row in &r.rows {

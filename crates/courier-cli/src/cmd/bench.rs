@@ -278,7 +278,6 @@ async fn run_fairness(a: FairnessArgs) -> anyhow::Result<ExitCode> {
     );
     cfg.workers = a.workers.or(cfg.workers);
     cfg.concurrency = a.concurrency.or(cfg.concurrency);
-    cfg.chart = Some(a.chart.clone());
     cfg.validate().map_err(anyhow::Error::msg)?;
     cfg.calibration().map_err(anyhow::Error::msg)?;
     say(
@@ -309,7 +308,8 @@ async fn run_fairness(a: FairnessArgs) -> anyhow::Result<ExitCode> {
             ),
         );
     }
-    let report = fairness::run(&cfg).await?;
+    let mut report = fairness::run(&cfg).await?;
+    courier_bench::chart::write_fairness(&mut report, &a.chart)?;
     if a.json {
         println!("{}", serde_json::to_string_pretty(&report)?);
     } else {
@@ -409,7 +409,6 @@ async fn run_scale(a: ScaleArgs) -> anyhow::Result<ExitCode> {
         store_in_flight_max => store_in_flight_max,
         timeout_s => timeout_s,
     );
-    cfg.chart = Some(a.chart.clone());
     cfg.validate().map_err(anyhow::Error::msg)?;
     say(
         a.json,
@@ -423,7 +422,8 @@ async fn run_scale(a: ScaleArgs) -> anyhow::Result<ExitCode> {
             }
         ),
     );
-    let report = scale::run(&cfg).await?;
+    let mut report = scale::run(&cfg).await?;
+    courier_bench::chart::write_scale(&mut report, &a.chart)?;
     if a.json {
         println!("{}", serde_json::to_string_pretty(&report)?);
     } else {

@@ -104,7 +104,6 @@ pub async fn run_soak(a: SoakArgs) -> anyhow::Result<ExitCode> {
         cfg.workers = v;
     }
     cfg.rate_per_s = a.rate_per_s;
-    cfg.chart = a.chart.clone();
     cfg.progress = !a.json && !a.smoke;
     cfg.validate().map_err(anyhow::Error::msg)?;
     eprintln!(
@@ -113,6 +112,7 @@ pub async fn run_soak(a: SoakArgs) -> anyhow::Result<ExitCode> {
         cfg.webhook_retry_horizon_s, cfg.event_retention_s, cfg.workers, courier_bench::history::load_average()
     );
     let report = soak::run(&cfg).await?;
+    courier_bench::soak_chart::draw(&report, &a.chart)?;
     if a.json {
         println!("{}", serde_json::to_string_pretty(&report)?);
     } else {
