@@ -430,7 +430,7 @@ async fn snapshot_events(tx: &ReadTx<'_>, q: &SnapshotQuery) -> Result<Vec<Event
             detail: r.get("detail"),
         }));
     }
-    events.sort_by(|a, b| b.id.cmp(&a.id));
+    events.sort_by_key(|e| std::cmp::Reverse(e.id));
     events.truncate(q.events_max as usize);
     Ok(events)
 }
