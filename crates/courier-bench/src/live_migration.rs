@@ -172,33 +172,7 @@ pub async fn run(cfg: &LiveMigrationConfig, url: &str) -> Result<LiveMigrationRe
 
     let stub = StubProvider::new();
     let shutdown = CancellationToken::new();
-    let mut workers = Vec::new();
-    let mut tasks = tokio::task::JoinSet::new();
-    for i in 0..cfg.workers {
-        let mut wc = StoreConfig::new(url);
-        wc.pool_size_max = 4;
-        wc.migrate = false;
-        let w = Arc::new(Worker::new(
-            PgStore::connect(&wc).await?,
-            stub.clone(),
-            WorkerConfig {
-                limits: Limits {
-                    claim_batch_max: 32,
-                    worker_concurrency_max: 64,
-                    store_in_flight_max: 16,
-                    ..Limits::default()
-                },
-                claim_mode: ClaimMode::Fair,
-                owner: format!("live-w{i}"),
-                idle_poll_ms: 20,
-                reconcile: false,
-                seed: u64::from(i),
-            },
-        ));
-        workers.push(w.clone());
-        let token = shutdown.clone();
-        tasks.spawn(async move { w.run(token).await });
-    }
+    let (workers, mut tasks) = start_workers(cfg, url, &stub, &shutdown).await?;
     let enqueuer = tokio::spawn(enqueue_slowly(store.clone(), cfg.enqueued_during));
     tokio::time::sleep(Duration::from_millis(500)).await;
     let t = Instant::now();
@@ -247,6 +221,45 @@ pub async fn run(cfg: &LiveMigrationConfig, url: &str) -> Result<LiveMigrationRe
             && messages as u64 == expected
             && claim_ms_max <= cfg.claim_ms_max as f64,
     })
+}
+
+type Workers = (Vec<Arc<Worker<StubProvider>>>, tokio::task::JoinSet<()>);
+
+/// Starts `cfg.workers` in-process workers on `url` with the stub.
+async fn start_workers(
+    cfg: &LiveMigrationConfig,
+    url: &str,
+    stub: &StubProvider,
+    shutdown: &CancellationToken,
+) -> Result<Workers, BenchError> {
+    let mut workers = Vec::new();
+    let mut tasks = tokio::task::JoinSet::new();
+    for i in 0..cfg.workers {
+        let mut wc = StoreConfig::new(url);
+        wc.pool_size_max = 4;
+        wc.migrate = false;
+        let w = Arc::new(Worker::new(
+            PgStore::connect(&wc).await?,
+            stub.clone(),
+            WorkerConfig {
+                limits: Limits {
+                    claim_batch_max: 32,
+                    worker_concurrency_max: 64,
+                    store_in_flight_max: 16,
+                    ..Limits::default()
+                },
+                claim_mode: ClaimMode::Fair,
+                owner: format!("live-w{i}"),
+                idle_poll_ms: 20,
+                reconcile: false,
+                seed: u64::from(i),
+            },
+        ));
+        workers.push(w.clone());
+        let token = shutdown.clone();
+        tasks.spawn(async move { w.run(token).await });
+    }
+    Ok((workers, tasks))
 }
 
 /// Enqueues `n` actions one by one through the enqueue statement; answers

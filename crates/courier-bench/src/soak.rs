@@ -325,38 +325,34 @@ async fn spawn_worker(
 ) -> Result<Proc, BenchError> {
     let log_path = dir.join(format!("worker-{i}.log"));
     let log = std::fs::File::create(&log_path)?;
-    let args: Vec<String> = [
-        "worker",
-        "--database-url",
-        url,
-        "--provider-url",
-        provider,
-        "--provider-api-key",
-        API_KEY,
-        "--callback-url",
-        &format!("{api}/v1/webhooks/provider"),
-        "--metrics-listen",
-        "127.0.0.1:0",
-        "--concurrency",
-        &cfg.concurrency.to_string(),
-        "--key-retention-s",
-        &cfg.key_retention_s.to_string(),
-        "--action-retention-s",
-        &cfg.action_retention_s.to_string(),
-        "--webhook-retry-horizon-s",
-        &cfg.webhook_retry_horizon_s.to_string(),
-        "--webhook-event-retention-s",
-        &cfg.webhook_event_retention_s.to_string(),
-        "--event-retention-s",
-        &cfg.event_retention_s.to_string(),
-        "--prune-interval-ms",
-        &cfg.prune_interval_ms.to_string(),
-        "--seed",
-        &(cfg.seed + u64::from(i)).to_string(),
-    ]
-    .iter()
-    .map(|s| s.to_string())
-    .collect();
+    let callback = format!("{api}/v1/webhooks/provider");
+    let mut args: Vec<String> = ["worker", "--metrics-listen", "127.0.0.1:0"]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+    for (flag, value) in [
+        ("--database-url", url.to_string()),
+        ("--provider-url", provider.to_string()),
+        ("--provider-api-key", API_KEY.to_string()),
+        ("--callback-url", callback),
+        ("--concurrency", cfg.concurrency.to_string()),
+        ("--key-retention-s", cfg.key_retention_s.to_string()),
+        ("--action-retention-s", cfg.action_retention_s.to_string()),
+        (
+            "--webhook-retry-horizon-s",
+            cfg.webhook_retry_horizon_s.to_string(),
+        ),
+        (
+            "--webhook-event-retention-s",
+            cfg.webhook_event_retention_s.to_string(),
+        ),
+        ("--event-retention-s", cfg.event_retention_s.to_string()),
+        ("--prune-interval-ms", cfg.prune_interval_ms.to_string()),
+        ("--seed", (cfg.seed + u64::from(i)).to_string()),
+    ] {
+        args.push(flag.to_string());
+        args.push(value);
+    }
     let child = Command::new(&cfg.exe)
         .args(&args)
         .stdin(Stdio::null())
