@@ -690,7 +690,8 @@ mod tests {
             Some("n3")
         );
         assert_eq!(stream_leader_from_jsz(body, "missing"), None);
-        let leaderless = r#"{"account_details":[{"stream_detail":[{"name":"s","cluster":{"leader":""}}]}]}"#;
+        let leaderless =
+            r#"{"account_details":[{"stream_detail":[{"name":"s","cluster":{"leader":""}}]}]}"#;
         assert_eq!(stream_leader_from_jsz(leaderless, "s"), None);
         assert_eq!(stream_leader_from_jsz("not json", "s"), None);
     }

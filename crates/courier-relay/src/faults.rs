@@ -180,7 +180,9 @@ pub fn table(
         }
         if f.kind == FaultKind::NatsStop {
             match f.new_leader_ms {
-                Some(ms) => row.new_leader_ms_max = Some(row.new_leader_ms_max.unwrap_or(0).max(ms)),
+                Some(ms) => {
+                    row.new_leader_ms_max = Some(row.new_leader_ms_max.unwrap_or(0).max(ms))
+                }
                 None => row.no_new_leader += 1,
             }
             if recovery.is_none_or(|ms| ms >= f.down_ms) {

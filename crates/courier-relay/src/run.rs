@@ -489,7 +489,13 @@ const KILL_BUSY_WAIT_MS: u64 = 2_000;
 
 impl<'a> Chaos<'a> {
     /// The fault sources of a run on `rig`, seeded from the run's seed.
-    fn new(cfg: &'a RunConfig, log_dir: PathBuf, procs: Vec<Proc>, rig: &Rig, stream: &str) -> Self {
+    fn new(
+        cfg: &'a RunConfig,
+        log_dir: PathBuf,
+        procs: Vec<Proc>,
+        rig: &Rig,
+        stream: &str,
+    ) -> Self {
         let ready = Duration::from_millis(cfg.limits.server_ready_timeout_ms);
         let mut rng = StdRng::seed_from_u64(cfg.seed ^ 0x9e37_79b9_7f4a_7c15);
         let restart_at = cfg.tasks * rng.random_range(30..=70) / 100;
@@ -694,7 +700,11 @@ pub async fn run(cfg: &RunConfig) -> Result<RunReport, RunError> {
 /// Creates the stream and its consumer, retrying while a just-started
 /// cluster still has a peer it does not see ("no suitable peers for
 /// placement"), up to the servers' ready time-out.
-async fn ensure_stream(broker: &Broker, limits: &RelayLimits, ready: Duration) -> Result<(), RunError> {
+async fn ensure_stream(
+    broker: &Broker,
+    limits: &RelayLimits,
+    ready: Duration,
+) -> Result<(), RunError> {
     let start = Instant::now();
     loop {
         match broker.ensure(limits).await {
@@ -736,7 +746,11 @@ fn proc_template(
 }
 
 /// One relay and `cfg.workers` workers, each with its own seed.
-fn spawn_all(cfg: &RunConfig, template: &ProcConfig, log_dir: &Path) -> Result<Vec<Proc>, RunError> {
+fn spawn_all(
+    cfg: &RunConfig,
+    template: &ProcConfig,
+    log_dir: &Path,
+) -> Result<Vec<Proc>, RunError> {
     let relay = ProcConfig {
         name: "relay#1".into(),
         ..template.clone()
@@ -789,7 +803,13 @@ impl Progress {
     /// protocol can lose tasks: once nothing is left to deliver for 3 s,
     /// the run stops (all created) or the next fault goes on (short of the
     /// tasks released before it).
-    async fn update(&mut self, store: &Store, broker: &Broker, chaos: &Chaos<'_>, created: bool) -> Verdict {
+    async fn update(
+        &mut self,
+        store: &Store,
+        broker: &Broker,
+        chaos: &Chaos<'_>,
+        created: bool,
+    ) -> Verdict {
         if let Ok(n) = store.count(&store.keys().results()).await {
             self.completed = n;
         }
@@ -890,7 +910,12 @@ async fn stopped_early(
     }
 }
 
-fn show_progress(bar: &indicatif::ProgressBar, progress: &Progress, chaos: &Chaos<'_>, started: Instant) {
+fn show_progress(
+    bar: &indicatif::ProgressBar,
+    progress: &Progress,
+    chaos: &Chaos<'_>,
+    started: Instant,
+) {
     bar.set_position(progress.completed.min(chaos.cfg.tasks));
     bar.set_message(format!(
         "{:.0}/s; kills: relay {}, workers {}; cluster faults {}",
