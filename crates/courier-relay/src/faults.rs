@@ -595,6 +595,37 @@ mod tests {
     }
 
     #[test]
+    fn a_stop_fails_unless_a_new_leader_and_a_commit_came_before_sigcont() {
+        let stop = |new_leader_ms: Option<u64>| FaultRecord {
+            down_ms: 10_000,
+            new_leader_ms,
+            ..fault(FaultKind::NatsStop, 1_000)
+        };
+        let judge = |f: FaultRecord, commit_at: u64| {
+            let rows = table(
+                &[FaultKind::NatsStop],
+                &[f],
+                &[(commit_at, EventKind::Commit)],
+                &[],
+            );
+            table_failures(&rows)
+        };
+        // A new leader at 6 s, a commit 5 s after the stop: it rode through.
+        assert_eq!(judge(stop(Some(6_000)), 6_000), Vec::<String>::new());
+        // The first commit 10 s after the stop: only after SIGCONT.
+        let late = judge(stop(Some(6_000)), 11_000);
+        assert_eq!(late.len(), 1, "{late:?}");
+        assert!(late[0].contains("only after SIGCONT"), "{late:?}");
+        // No new leader while it was stopped: the stop was too short.
+        let short = judge(stop(None), 6_000);
+        assert_eq!(short.len(), 1, "{short:?}");
+        assert!(
+            short[0].contains("without another stream leader"),
+            "{short:?}"
+        );
+    }
+
+    #[test]
     fn a_fault_without_a_later_commit_or_restore_fails() {
         let mut f = fault(FaultKind::StreamLeaderKill, 300);
         f.restored = false;
