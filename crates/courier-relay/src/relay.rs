@@ -95,6 +95,29 @@ impl Relay {
         *n
     }
 
+    /// Publishes every entry, then collects the ACKs: many publications in
+    /// flight. The ACKs are awaited together, each within
+    /// `publish_ack_timeout_ms` of the same moment: a server that swallowed
+    /// the whole pass (stopped, its socket still open) costs one time-out,
+    /// not one per entry.
+    async fn publish_all(&mut self, entries: &[Event]) -> Vec<PublishOutcome> {
+        let mut lost_ack = None;
+        let mut started = Vec::with_capacity(entries.len());
+        for (i, e) in entries.iter().enumerate() {
+            if i == 0 && self.fault == Some(RelayFault::LoseFirstPublishAck) {
+                self.fault = None;
+                lost_ack = Some(self.broker.publish_losing_ack(e).await);
+            } else {
+                started.push(self.broker.publish_start(e).await);
+            }
+        }
+        let mut outcomes = Vec::with_capacity(entries.len());
+        outcomes.extend(lost_ack);
+        let broker = &self.broker;
+        outcomes.extend(join_all(started.into_iter().map(|s| broker.publish_finish(s))).await);
+        outcomes
+    }
+
     /// One pass over the pending outbox entries.
     pub async fn pass(&mut self) -> Result<Pass, StoreError> {
         let entries = self
@@ -127,24 +150,7 @@ impl Relay {
             return Ok(pass);
         }
 
-        // Publish all, then collect the ACKs: many publications in flight.
-        let mut lost_ack = None;
-        let mut started = Vec::with_capacity(entries.len());
-        for (i, e) in entries.iter().enumerate() {
-            if i == 0 && self.fault == Some(RelayFault::LoseFirstPublishAck) {
-                self.fault = None;
-                lost_ack = Some(self.broker.publish_losing_ack(e).await);
-            } else {
-                started.push(self.broker.publish_start(e).await);
-            }
-        }
-        // The ACKs are awaited together, each within `publish_ack_timeout_ms`
-        // of the same moment: a server that swallowed the whole pass (stopped,
-        // its socket still open) costs one time-out, not one per entry.
-        let mut outcomes = Vec::with_capacity(entries.len());
-        outcomes.extend(lost_ack);
-        let broker = &self.broker;
-        outcomes.extend(join_all(started.into_iter().map(|s| broker.publish_finish(s))).await);
+        let outcomes = self.publish_all(&entries).await;
 
         let mut acked = Vec::new();
         for (e, outcome) in entries.iter().zip(outcomes) {
