@@ -241,8 +241,6 @@ fn say(json: bool, text: &str) {
     }
 }
 
-// Over 70 lines (about 90), one of the allowed exceptions: issue 17 is
-// reshaping this function for the fairness matrix; it is split with that work.
 async fn run_fairness(a: FairnessArgs) -> anyhow::Result<ExitCode> {
     if a.matrix {
         return run_matrix(a).await;
@@ -252,6 +250,40 @@ async fn run_fairness(a: FairnessArgs) -> anyhow::Result<ExitCode> {
         a.json,
         &format!("courier bench fairness: seed {seed} (replay the schedule with --seed {seed})"),
     );
+    let cfg = fairness_config(&a, seed)?;
+    say_fairness_setup(&a, &cfg);
+    let mut report = fairness::run(&cfg).await?;
+    courier_bench::chart::write_fairness(&mut report, &a.chart)?;
+    if a.json {
+        println!("{}", serde_json::to_string_pretty(&report)?);
+    } else {
+        println!();
+        print!("{}", report.table());
+    }
+    if let Some(base) = report.run(courier_bench::schedule::Scenario::Baseline, ClaimMode::Fair) {
+        say(
+            a.json,
+            &format!(
+                "measured utilisation of the fair baseline: {:.0}% (mean claim-to-settle {:.1} ms)",
+                base.utilisation_measured * 100.0,
+                base.hold_mean_ms
+            ),
+        );
+    }
+    say(
+        a.json,
+        &format!(
+            "chart: {} · wall time {:.0} s",
+            a.chart.display(),
+            report.wall_time_s
+        ),
+    );
+    Ok(ExitCode::SUCCESS)
+}
+
+/// One shape's configuration: the defaults (or the smoke's), the flags
+/// given, checked.
+fn fairness_config(a: &FairnessArgs, seed: u64) -> anyhow::Result<FairnessConfig> {
     let mut cfg = if a.smoke {
         FairnessConfig::smoke(seed)
     } else {
@@ -280,6 +312,11 @@ async fn run_fairness(a: FairnessArgs) -> anyhow::Result<ExitCode> {
     cfg.concurrency = a.concurrency.or(cfg.concurrency);
     cfg.validate().map_err(anyhow::Error::msg)?;
     cfg.calibration().map_err(anyhow::Error::msg)?;
+    Ok(cfg)
+}
+
+/// What one shape's run is about to measure, before it starts.
+fn say_fairness_setup(a: &FairnessArgs, cfg: &FairnessConfig) {
     say(
         a.json,
         "PostgreSQL: a cluster of its own in a temporary directory, synchronous_commit=off \
@@ -308,33 +345,6 @@ async fn run_fairness(a: FairnessArgs) -> anyhow::Result<ExitCode> {
             ),
         );
     }
-    let mut report = fairness::run(&cfg).await?;
-    courier_bench::chart::write_fairness(&mut report, &a.chart)?;
-    if a.json {
-        println!("{}", serde_json::to_string_pretty(&report)?);
-    } else {
-        println!();
-        print!("{}", report.table());
-    }
-    if let Some(base) = report.run(courier_bench::schedule::Scenario::Baseline, ClaimMode::Fair) {
-        say(
-            a.json,
-            &format!(
-                "measured utilisation of the fair baseline: {:.0}% (mean claim-to-settle {:.1} ms)",
-                base.utilisation_measured * 100.0,
-                base.hold_mean_ms
-            ),
-        );
-    }
-    say(
-        a.json,
-        &format!(
-            "chart: {} · wall time {:.0} s",
-            a.chart.display(),
-            report.wall_time_s
-        ),
-    );
-    Ok(ExitCode::SUCCESS)
 }
 
 async fn run_throughput(a: ThroughputArgs) -> anyhow::Result<ExitCode> {
