@@ -21,8 +21,11 @@ pub const EVENT_TABLES: &[&str] = &[
     "public.outbox",
     "public.stores",
     "public.store_releases",
+    "public.store_work",
     "public.events",
     "public.webhook_events",
+    "public.counts",
+    "public.count_deltas",
 ];
 
 /// The indexes of those tables, likewise.
@@ -33,16 +36,22 @@ pub const EVENT_INDEXES: &[&str] = &[
     "public.actions_pending_fifo",
     "public.actions_lease",
     "public.actions_store_client_key",
+    "public.actions_finished",
     "public.outbox_pkey",
     "public.outbox_idem_key_key",
     "public.outbox_next_check",
     "public.outbox_open",
+    "public.outbox_accepted",
     "public.stores_pkey",
     "public.store_releases_pkey",
     "public.store_releases_store",
+    "public.store_work_pkey",
+    "public.store_work_order",
     "public.events_pkey",
-    "public.events_kind",
+    "public.events_kind_id",
     "public.webhook_events_pkey",
+    "public.webhook_events_received",
+    "public.counts_pkey",
 ];
 
 /// The metrics every tick carries (the contract's required set).
