@@ -265,6 +265,16 @@ fn assert_walks_store_work(plan: &[String], state: &str) {
     assert!(!uses_fifo_index(plan), "{state}: the FIFO index:\n{text}");
 }
 
+/// No part of the claim reads actions sequentially (the sweep's probes and
+/// the update of the chosen rows included).
+fn assert_no_seq_scan_of_actions(plan: &[String], state: &str) {
+    assert!(
+        !plan.iter().any(|l| l.contains("Seq Scan on actions ")),
+        "{state}: the claim scans actions sequentially:\n{}",
+        plan.join("\n")
+    );
+}
+
 #[tokio::test]
 async fn fair_claim_walks_store_work_with_stale_missing_and_fresh_statistics() {
     // Never analysed.
@@ -278,12 +288,16 @@ async fn fair_claim_walks_store_work_with_stale_missing_and_fresh_statistics() {
     c.batch_execute("ANALYZE").await.unwrap();
     more_active(&c, 100, 10_000, 1).await;
     for generic in [false, true] {
-        assert_walks_store_work(&walk_plan(&c, generic).await, "stale");
+        let plan = walk_plan(&c, generic).await;
+        assert_walks_store_work(&plan, "stale");
+        assert_no_seq_scan_of_actions(&plan, "stale");
     }
     // Fresh.
     c.batch_execute("ANALYZE").await.unwrap();
     for generic in [false, true] {
-        assert_walks_store_work(&walk_plan(&c, generic).await, "fresh");
+        let plan = walk_plan(&c, generic).await;
+        assert_walks_store_work(&plan, "fresh");
+        assert_no_seq_scan_of_actions(&plan, "fresh");
     }
     // Statistics taken with 10,100 stores with work, then all but 16 of
     // them served (the claim empties and sweeps them).
@@ -302,7 +316,41 @@ async fn fair_claim_walks_store_work_with_stale_missing_and_fresh_statistics() {
             .get::<_, i64>(0);
     }
     for generic in [false, true] {
-        assert_walks_store_work(&walk_plan(&c, generic).await, "stale, shrunk");
+        let plan = walk_plan(&c, generic).await;
+        assert_walks_store_work(&plan, "stale, shrunk");
+        assert_no_seq_scan_of_actions(&plan, "stale, shrunk");
+    }
+}
+
+/// Stores with deep backlogs: the sweep's check that a store has no other
+/// pending action, written as NOT EXISTS, was planned as a hash anti join
+/// over every pending action (a sequential scan of actions in every claim,
+/// 250 ms with 2,000 pending in each of 100 stores). Each probe must stay a
+/// per-store probe, whatever the statistics say.
+#[tokio::test]
+async fn fair_claim_probes_per_store_when_stores_hold_deep_backlogs() {
+    let db = fresh_db().await;
+    let c = db.store.client().await.unwrap();
+    idle_and_active(&c, 1_000, 100, 2_000).await;
+    for generic in [false, true] {
+        assert_no_seq_scan_of_actions(&walk_plan(&c, generic).await, "deep, never analysed");
+    }
+    c.batch_execute("ANALYZE").await.unwrap();
+    for generic in [false, true] {
+        let plan = walk_plan(&c, generic).await;
+        assert_no_seq_scan_of_actions(&plan, "deep, fresh");
+        let text = plan.join("\n");
+        // `sweep` is used once, so it is planned inline, at the end of the
+        // statement, under the scan of its result (`w`).
+        let tail_probes = plan
+            .iter()
+            .skip_while(|l| !l.contains("Subquery Scan on w "))
+            .filter(|l| l.contains("actions_pending_by_store"))
+            .count();
+        assert!(
+            tail_probes >= 2,
+            "deep, fresh: the sweep does not probe the per-store index twice:\n{text}"
+        );
     }
 }
 
