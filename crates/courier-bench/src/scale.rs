@@ -1,12 +1,12 @@
 //! `courier bench scale`: does a claim cost the same with a million stores?
 //!
 //! Against a PostgreSQL cluster of its own (`synchronous_commit=off`: the
-//! claim's cost, not the disk's), each row on a fresh database: idle stores
-//! registered by SQL (served a day ago, no work), a backlog spread over the
-//! active stores, then claimers that claim (fair, with the intent written)
-//! and settle what they claimed at once, as a worker whose provider answers
-//! at once would, until the backlog is drained. Each claim's round trip is
-//! timed (the claim statement and, when it has stores to sweep, the sweep).
+//! claim's cost, not the disk's), one database per row: idle stores
+//! registered by SQL (served a day ago, no work) and a backlog spread over
+//! the active stores. Claimers claim (fair, with the intent written) and
+//! settle what they claimed at once, as a worker whose provider answers at
+//! once would. Each claim's round trip is timed (the claim statement and,
+//! when it has stores to sweep, the sweep).
 //!
 //! Rows: stores registered 100, 10,000, 100,000 and 1,000,000 with 100
 //! active; then 10,000 active stores, each with a backlog, and the same
@@ -14,9 +14,19 @@
 //! registered is at least 0.9x the rate with the fewest, and with 10,000
 //! active at least 0.9x the rate with 100 active.
 //!
+//! **Time slices.** On a shared machine the load from other work comes and
+//! goes in bursts of seconds to minutes, so draining one row after another
+//! compares each row's luck (runs on this machine swung one row 3x against
+//! the next). Every row is seeded first; then the claimers drain the rows
+//! in turn, one slice (a second by default) each, round after round, each
+//! round starting one row later. A row's drain rate is its settled actions
+//! over its slices' summed time, so a burst of load falls on every row
+//! alike. Each slice ends with every claimed action settled.
+//!
 //! # Invariants
-//! - Every row drains the same number of actions, and a row is measured only
-//!   when every action was settled (or the run fails with a time-out).
+//! - Every row is measured while its backlog lasts: a row whose backlog
+//!   runs out before the last slice fails the run (raise `--actions`).
+//! - Every row gets the same number of slices of the same length.
 //! - Ratios compare rows of one run.
 
 use crate::stats::{ratio, Percentiles};
@@ -26,7 +36,6 @@ use courier_store::cluster::{Cluster, StopMode};
 use courier_store::{ClaimMode, PgStore, SettleReq, StoreConfig};
 use serde::Serialize;
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -37,6 +46,9 @@ pub const DRAIN_RATIO_MIN: f64 = 0.9;
 const DATABASE: &str = "courier_bench_scale";
 const LEASE_TTL_MS: u64 = 600_000;
 const FINAL_OVERDUE_MS: u64 = 600_000;
+/// How long a slice may run past its end (its last claims settling) before
+/// the run fails.
+const SLICE_OVERRUN_MAX: Duration = Duration::from_secs(60);
 
 /// Everything a scale run needs; checked by [`ScaleConfig::validate`].
 #[derive(Debug, Clone)]
@@ -46,15 +58,17 @@ pub struct ScaleConfig {
     pub active: u32,
     /// Active stores of the last row (each with a backlog); 0 leaves it out.
     pub many_active: u32,
-    /// Actions drained in every row.
+    /// Each row's backlog, enough to outlast its slices.
     pub actions: u32,
     /// Concurrent claimers, each with its own connection pool.
     pub claimers: u32,
     pub claim_batch_max: u32,
     pub store_in_flight_max: u32,
     pub seed: u64,
-    /// How long one row may take to drain.
-    pub timeout_s: u64,
+    /// Slices each row is drained for.
+    pub slices: u32,
+    /// One slice's length.
+    pub slice_ms: u64,
     pub progress: bool,
 }
 
@@ -64,12 +78,13 @@ impl ScaleConfig {
             registered: vec![100, 10_000, 100_000, 1_000_000],
             active: 100,
             many_active: 10_000,
-            actions: 40_000,
+            actions: 200_000,
             claimers: 2,
             claim_batch_max: 16,
             store_in_flight_max: 4,
             seed,
-            timeout_s: 600,
+            slices: 20,
+            slice_ms: 1_000,
             progress: true,
         }
     }
@@ -80,8 +95,9 @@ impl ScaleConfig {
             registered: vec![10, 2_000],
             active: 10,
             many_active: 200,
-            actions: 400,
-            timeout_s: 120,
+            actions: 4_000,
+            slices: 2,
+            slice_ms: 200,
             ..ScaleConfig::new(seed)
         }
     }
@@ -116,8 +132,11 @@ impl ScaleConfig {
         if !(1..=10_000).contains(&self.store_in_flight_max) {
             return Err("--store-in-flight-max must be within 1..=10000".into());
         }
-        if !(1..=3600).contains(&self.timeout_s) {
-            return Err("--timeout-s must be within 1..=3600".into());
+        if !(1..=1000).contains(&self.slices) {
+            return Err("--slices must be within 1..=1000".into());
+        }
+        if !(100..=60_000).contains(&self.slice_ms) {
+            return Err("--slice-ms must be within 100..=60000".into());
         }
         Ok(())
     }
@@ -141,8 +160,13 @@ pub struct ScaleRow {
     pub claims: u64,
     /// Round trip of a claim that took at least one action.
     pub claim: Percentiles,
+    /// Settled actions over the summed time of the row's slices.
     pub drain_per_s: f64,
+    /// The row's slices' summed time.
     pub drain_s: f64,
+    /// The slowest and fastest slice's rate: how much the machine moved.
+    pub slice_per_s_min: f64,
+    pub slice_per_s_max: f64,
     /// Seeding the stores and the backlog.
     pub seed_s: f64,
     /// One claim before the drain, under `EXPLAIN (ANALYZE, BUFFERS)`:
@@ -158,6 +182,8 @@ pub struct ScaleReport {
     pub claimers: u32,
     pub claim_batch_max: u32,
     pub store_in_flight_max: u32,
+    pub slices: u32,
+    pub slice_ms: u64,
     pub rows: Vec<ScaleRow>,
     /// Drain rate with the most stores registered over the fewest (same active).
     pub registered_ratio: f64,
@@ -171,14 +197,14 @@ pub struct ScaleReport {
 impl ScaleReport {
     pub fn table(&self) -> String {
         let mut out = format!(
-            "seed {} · {} claimers · claims of {} (fair, intent written) · {} per store in flight · synchronous_commit off\n\n",
-            self.seed, self.claimers, self.claim_batch_max, self.store_in_flight_max
+            "seed {} · {} claimers · claims of {} (fair, intent written) · {} per store in flight · synchronous_commit off · {} slices of {} ms per row\n\n",
+            self.seed, self.claimers, self.claim_batch_max, self.store_in_flight_max, self.slices, self.slice_ms
         );
-        out.push_str("| stores registered | active | actions | claims | claim p50 ms | claim p99 ms | drained per s | one claim: buffers | one claim: execution ms | seeding s |\n");
-        out.push_str("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
+        out.push_str("| stores registered | active | settled | claims | claim p50 ms | claim p99 ms | drained per s | slices: slowest - fastest per s | one claim: buffers | one claim: execution ms | seeding s |\n");
+        out.push_str("|---:|---:|---:|---:|---:|---:|---:|---|---:|---:|---:|\n");
         for r in &self.rows {
             out.push_str(&format!(
-                "| {} | {} | {} | {} | {:.2} | {:.2} | {:.0} | {} | {:.2} | {:.1} |\n",
+                "| {} | {} | {} | {} | {:.2} | {:.2} | {:.0} | {:.0} - {:.0} | {} | {:.2} | {:.1} |\n",
                 r.registered,
                 r.active,
                 r.actions,
@@ -186,6 +212,8 @@ impl ScaleReport {
                 r.claim.p50_ms,
                 r.claim.p99_ms,
                 r.drain_per_s,
+                r.slice_per_s_min,
+                r.slice_per_s_max,
                 r.claim_buffers,
                 r.claim_exec_ms,
                 r.seed_s
@@ -218,11 +246,15 @@ pub async fn run(cfg: &ScaleConfig) -> Result<ScaleReport, BenchError> {
     let c = cluster.clone();
     let url = tokio::task::spawn_blocking(move || c.start()).await??;
     let result = async {
+        let shapes = cfg.shapes();
         let mut rows = Vec::new();
-        for (registered, active) in cfg.shapes() {
-            rows.push(shape(cfg, &url, registered, active).await?);
+        for (k, (registered, active)) in shapes.iter().enumerate() {
+            rows.push(Row::seed(cfg, &url, k, *registered, *active).await?);
         }
-        Ok::<_, BenchError>(rows)
+        drain_in_slices(cfg, &mut rows).await?;
+        rows.into_iter()
+            .map(Row::finish)
+            .collect::<Result<Vec<_>, _>>()
     }
     .await;
     let c = cluster.clone();
@@ -240,6 +272,8 @@ pub async fn run(cfg: &ScaleConfig) -> Result<ScaleReport, BenchError> {
         claimers: cfg.claimers,
         claim_batch_max: cfg.claim_batch_max,
         store_in_flight_max: cfg.store_in_flight_max,
+        slices: cfg.slices,
+        slice_ms: cfg.slice_ms,
         rows,
         registered_ratio,
         active_ratio,
@@ -255,102 +289,173 @@ fn active_names(n: u32) -> Vec<String> {
     (0..n).map(|i| format!("active-{i:06}")).collect()
 }
 
-/// Seeds one shape on a fresh database and drains it.
-async fn shape(
-    cfg: &ScaleConfig,
-    server_url: &str,
+/// One row being measured: its database, its claimers' stores, and what
+/// its slices have measured so far.
+struct Row {
     registered: u32,
     active: u32,
-) -> Result<ScaleRow, BenchError> {
-    let seeding = Instant::now();
-    let url = courier_store::database_recreate(server_url, DATABASE).await?;
-    let mut sc = StoreConfig::new(&url);
-    sc.pool_size_max = 2;
-    let store = PgStore::connect(&sc).await?;
-    store.stores_seed_idle("idle", registered - active).await?;
-    store
-        .actions_enqueue_bulk(&active_names(active), cfg.actions)
-        .await?;
-    store.tables_analyze().await?;
-    let seed_s = seeding.elapsed().as_secs_f64();
-    let batch = i64::from(cfg.claim_batch_max);
-    let cap = i32::try_from(cfg.store_in_flight_max).unwrap_or(i32::MAX);
-    let (claim_buffers, claim_exec_ms) = store.claim_explained(batch, cap).await?;
-
-    let b = bar(
-        cfg.progress,
-        u64::from(cfg.actions),
-        "{prefix} [{bar:30}] {pos}/{len} settled",
-    );
-    b.set_prefix(format!("{registered} registered, {active} active"));
-    let total = u64::from(cfg.actions);
-    let settled = Arc::new(AtomicU64::new(0));
-    let started = Instant::now();
-    let mut tasks = tokio::task::JoinSet::new();
-    for i in 0..cfg.claimers {
-        let mut wc = StoreConfig::new(&url);
-        wc.migrate = false;
-        wc.pool_size_max = 2;
-        let s = PgStore::connect(&wc).await?;
-        let owner: Arc<str> = Arc::from(format!("scale-{i}"));
-        let (cfg, settled) = (cfg.clone(), settled.clone());
-        tasks.spawn(async move { claimer(&s, &owner, &cfg, total, &settled).await });
-    }
-    let limit = Duration::from_secs(cfg.timeout_s);
-    let mut rtts = Vec::new();
-    let drained = tokio::time::timeout(limit, async {
-        let mut tick = tokio::time::interval(Duration::from_millis(250));
-        loop {
-            tokio::select! {
-                done = tasks.join_next() => match done {
-                    Some(r) => rtts.extend(r??),
-                    None => break Ok::<_, BenchError>(()),
-                },
-                _ = tick.tick() => b.set_position(settled.load(Ordering::Relaxed)),
-            }
-        }
-    })
-    .await;
-    let drain_s = started.elapsed().as_secs_f64();
-    b.finish();
-    match drained {
-        Ok(r) => r?,
-        Err(_) => {
-            return Err(BenchError::Timeout {
-                what: format!("draining {registered} registered, {active} active"),
-                limit,
-                detail: format!("{} of {total} settled", settled.load(Ordering::Relaxed)),
-            })
-        }
-    }
-    let claims = rtts.len() as u64;
-    let claim = Percentiles::from_us(rtts)
-        .ok_or_else(|| BenchError::Task("no claim took an action".into()))?;
-    Ok(ScaleRow {
-        registered,
-        active,
-        actions: total,
-        claims,
-        claim,
-        drain_per_s: total as f64 / drain_s.max(1e-9),
-        drain_s,
-        seed_s,
-        claim_buffers,
-        claim_exec_ms,
-    })
+    seed_s: f64,
+    claim_buffers: u64,
+    claim_exec_ms: f64,
+    claimers: Vec<PgStore>,
+    settled: u64,
+    drained: Duration,
+    rtts: Vec<u64>,
+    slice_rates: Vec<f64>,
 }
 
-/// Claims and settles until `total` actions are settled by all claimers;
-/// returns the round trips (us) of the claims that took something.
+impl Row {
+    /// Seeds a shape on a database of its own (`{DATABASE}_{k}`), explains
+    /// one claim, and opens its claimers' pools.
+    async fn seed(
+        cfg: &ScaleConfig,
+        server_url: &str,
+        k: usize,
+        registered: u32,
+        active: u32,
+    ) -> Result<Row, BenchError> {
+        let seeding = Instant::now();
+        let url = courier_store::database_recreate(server_url, &format!("{DATABASE}_{k}")).await?;
+        let mut sc = StoreConfig::new(&url);
+        sc.pool_size_max = 2;
+        let store = PgStore::connect(&sc).await?;
+        store.stores_seed_idle("idle", registered - active).await?;
+        store
+            .actions_enqueue_bulk(&active_names(active), cfg.actions)
+            .await?;
+        store.tables_analyze().await?;
+        let seed_s = seeding.elapsed().as_secs_f64();
+        let batch = i64::from(cfg.claim_batch_max);
+        let cap = i32::try_from(cfg.store_in_flight_max).unwrap_or(i32::MAX);
+        let (claim_buffers, claim_exec_ms) = store.claim_explained(batch, cap).await?;
+        let mut claimers = Vec::new();
+        for _ in 0..cfg.claimers {
+            let mut wc = StoreConfig::new(&url);
+            wc.migrate = false;
+            wc.pool_size_max = 2;
+            claimers.push(PgStore::connect(&wc).await?);
+        }
+        Ok(Row {
+            registered,
+            active,
+            seed_s,
+            claim_buffers,
+            claim_exec_ms,
+            claimers,
+            settled: 0,
+            drained: Duration::ZERO,
+            rtts: Vec::new(),
+            slice_rates: Vec::new(),
+        })
+    }
+
+    /// Every claimer claims and settles until the slice ends; the slice's
+    /// time runs until the last claimer has settled what it claimed.
+    async fn slice(&mut self, cfg: &ScaleConfig, slice: usize) -> Result<(), BenchError> {
+        let started = Instant::now();
+        let until = started + Duration::from_millis(cfg.slice_ms);
+        let mut tasks = tokio::task::JoinSet::new();
+        for (i, store) in self.claimers.iter().enumerate() {
+            let owner: Arc<str> = Arc::from(format!("scale-{i}"));
+            let (store, cfg) = (store.clone(), cfg.clone());
+            tasks.spawn(async move { claimer(&store, &owner, &cfg, until).await });
+        }
+        let limit = Duration::from_millis(cfg.slice_ms) + SLICE_OVERRUN_MAX;
+        let mut settled = 0;
+        let joined = tokio::time::timeout(limit, async {
+            while let Some(r) = tasks.join_next().await {
+                let (n, rtts) = r??;
+                settled += n;
+                self.rtts.extend(rtts);
+            }
+            Ok::<_, BenchError>(())
+        })
+        .await;
+        match joined {
+            Ok(r) => r?,
+            Err(_) => {
+                return Err(BenchError::Timeout {
+                    what: format!(
+                        "slice {slice} of {} registered, {} active",
+                        self.registered, self.active
+                    ),
+                    limit,
+                    detail: format!("{settled} settled in it"),
+                })
+            }
+        }
+        let took = started.elapsed();
+        if settled == 0 || self.settled + settled >= u64::from(cfg.actions) {
+            return Err(BenchError::Settings(format!(
+                "the backlog of {} registered, {} active ran out in slice {slice} \
+                 ({} of {} settled): raise --actions",
+                self.registered,
+                self.active,
+                self.settled + settled,
+                cfg.actions
+            )));
+        }
+        self.settled += settled;
+        self.drained += took;
+        self.slice_rates
+            .push(settled as f64 / took.as_secs_f64().max(1e-9));
+        Ok(())
+    }
+
+    fn finish(self) -> Result<ScaleRow, BenchError> {
+        let claim = Percentiles::from_us(self.rtts.iter().copied())
+            .ok_or_else(|| BenchError::Task("no claim took an action".into()))?;
+        let drain_s = self.drained.as_secs_f64();
+        let fold = |f: fn(f64, f64) -> f64, init| self.slice_rates.iter().copied().fold(init, f);
+        Ok(ScaleRow {
+            registered: self.registered,
+            active: self.active,
+            actions: self.settled,
+            claims: self.rtts.len() as u64,
+            claim,
+            drain_per_s: self.settled as f64 / drain_s.max(1e-9),
+            drain_s,
+            slice_per_s_min: fold(f64::min, f64::INFINITY),
+            slice_per_s_max: fold(f64::max, 0.0),
+            seed_s: self.seed_s,
+            claim_buffers: self.claim_buffers,
+            claim_exec_ms: self.claim_exec_ms,
+        })
+    }
+}
+
+/// Drains the rows in turn, a slice each, round after round; each round
+/// starts one row later than the one before.
+async fn drain_in_slices(cfg: &ScaleConfig, rows: &mut [Row]) -> Result<(), BenchError> {
+    let total = u64::from(cfg.slices) * rows.len() as u64;
+    let b = bar(
+        cfg.progress,
+        total,
+        "{prefix} [{bar:30}] {pos}/{len} slices",
+    );
+    b.set_prefix("draining");
+    for round in 0..cfg.slices as usize {
+        for k in 0..rows.len() {
+            let i = (round + k) % rows.len();
+            rows[i].slice(cfg, round).await?;
+            b.inc(1);
+        }
+    }
+    b.finish();
+    Ok(())
+}
+
+/// Claims and settles until `until`; returns how many it settled and the
+/// round trips (us) of the claims that took something.
 async fn claimer(
     store: &PgStore,
     owner: &Arc<str>,
     cfg: &ScaleConfig,
-    total: u64,
-    settled: &AtomicU64,
-) -> Result<Vec<u64>, BenchError> {
+    until: Instant,
+) -> Result<(u64, Vec<u64>), BenchError> {
     let mut rtts = Vec::new();
-    while settled.load(Ordering::Relaxed) < total {
+    let mut settled = 0;
+    while Instant::now() < until {
         let t = Instant::now();
         let got = store
             .action_claim_to_send(
@@ -375,10 +480,9 @@ async fn claimer(
                 from_lookup: false,
             })
             .collect();
-        let n = store.actions_settle(&reqs, FINAL_OVERDUE_MS).await?.len();
-        settled.fetch_add(n as u64, Ordering::Relaxed);
+        settled += store.actions_settle(&reqs, FINAL_OVERDUE_MS).await?.len() as u64;
     }
-    Ok(rtts)
+    Ok((settled, rtts))
 }
 
 #[cfg(test)]

@@ -58,7 +58,8 @@ struct ScaleArgs {
     /// (default 10000; 200 with --smoke).
     #[arg(long)]
     many_active: Option<u32>,
-    /// Actions drained in every row (default 40000; 400 with --smoke).
+    /// Each row's backlog; it must outlast the row's slices (default
+    /// 200000; 4000 with --smoke).
     #[arg(long)]
     actions: Option<u32>,
     /// Concurrent claimers (default 2).
@@ -74,9 +75,13 @@ struct ScaleArgs {
     /// schedule; the seed names the run.
     #[arg(long)]
     seed: Option<u64>,
-    /// How long one row may take to drain (default 600; 120 with --smoke).
+    /// Slices each row is drained for, the rows taking turns (default 20;
+    /// 2 with --smoke).
     #[arg(long)]
-    timeout_s: Option<u64>,
+    slices: Option<u32>,
+    /// One slice's length (default 1000; 200 with --smoke).
+    #[arg(long)]
+    slice_ms: Option<u64>,
     /// Where to write the SVG chart.
     #[arg(long, default_value = ".courier/bench/scale.svg")]
     chart: PathBuf,
@@ -417,7 +422,8 @@ async fn run_scale(a: ScaleArgs) -> anyhow::Result<ExitCode> {
         claimers => claimers,
         claim_batch_max => claim_batch_max,
         store_in_flight_max => store_in_flight_max,
-        timeout_s => timeout_s,
+        slices => slices,
+        slice_ms => slice_ms,
     );
     cfg.validate().map_err(anyhow::Error::msg)?;
     say(
