@@ -224,7 +224,14 @@ pub async fn run(cfg: &HistoryConfig) -> Result<HistoryReport, BenchError> {
     let load_average_start = load_average();
     let temp = run_dir("courier-bench-history-")?;
     let pg_dir = cfg.pg_dir.clone().unwrap_or_else(|| temp.path().join("pg"));
-    let cluster = Cluster::new(pg_dir).setting("synchronous_commit", "off");
+    // Sized for the history it holds, as a server with 10,000,000 actions
+    // would be: with the default 128 MB the seeding's inserts into the
+    // random-key indexes (uid, idempotency keys) evict each other's pages,
+    // and a small max_wal_size checkpoints every few seconds.
+    let cluster = Cluster::new(pg_dir)
+        .setting("synchronous_commit", "off")
+        .setting("shared_buffers", "1GB")
+        .setting("max_wal_size", "8GB");
     let c = cluster.clone();
     let server_url = tokio::task::spawn_blocking(move || c.start()).await??;
     let result = run_on(cfg, &server_url).await;
