@@ -303,23 +303,8 @@ async fn writes_whose_sync_wait_was_cut_are_recognised_on_retry() {
         let (s, lease) = (s.clone(), to_fail.lease.clone());
         tokio::spawn(async move { s.action_fail(&lease, "rejected").await })
     };
-    let deadline = Instant::now() + Duration::from_secs(20);
-    loop {
-        let waiting: i64 = admin
-            .query_one(
-                "SELECT count(*) FROM pg_stat_activity WHERE wait_event = 'SyncRep'",
-                &[],
-            )
-            .await
-            .unwrap()
-            .get(0);
-        // The two writes, and the probe of `commits_wait`.
-        if waiting == 3 {
-            break;
-        }
-        assert!(Instant::now() < deadline, "the commits never waited");
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+    // The two writes, and the probe of `commits_wait`.
+    sync_waiters(&admin, 3).await;
     admin
         .batch_execute(
             "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE wait_event = 'SyncRep'",
@@ -395,5 +380,25 @@ async fn commits_wait(n: &Node) {
             Instant::now() < deadline,
             "commits never waited for the standby"
         );
+    }
+}
+
+/// Waits until `n` sessions wait for the synchronous standby.
+async fn sync_waiters(admin: &tokio_postgres::Client, n: i64) {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let waiting: i64 = admin
+            .query_one(
+                "SELECT count(*) FROM pg_stat_activity WHERE wait_event = 'SyncRep'",
+                &[],
+            )
+            .await
+            .unwrap()
+            .get(0);
+        if waiting == n {
+            return;
+        }
+        assert!(Instant::now() < deadline, "{waiting} commits wait, not {n}");
+        tokio::time::sleep(Duration::from_millis(10)).await;
     }
 }
