@@ -110,10 +110,15 @@ async fn throughput_smoke_reports_both_paths_and_the_ceiling() {
             assert!(p.actions_per_s > 0.0, "{name} {sc}");
             // The commits were counted, and batching shows: the claim writes
             // the intent and the first attempt, settles commit in groups, so
-            // an action costs fewer than the three commits (intent, attempt,
-            // settle) of one-at-a-time writes.
+            // claim to settle costs fewer than the three commits (intent,
+            // attempt, settle) of one-at-a-time writes. End to end adds the
+            // webhook merges, and every checkout of a pooled connection
+            // checks that its node takes writes (`SHOW
+            // transaction_read_only`, counted as a transaction of its own:
+            // 3.17 per action in a smoke run), so its bound is one higher.
+            let bound = if name == "end to end" { 4.0 } else { 3.0 };
             assert!(
-                p.transactions > 0 && p.transactions_per_action < 3.0,
+                p.transactions > 0 && p.transactions_per_action < bound,
                 "{name} {sc}: {} transactions, {} per action",
                 p.transactions,
                 p.transactions_per_action
