@@ -11,6 +11,9 @@
 //! - [`fleet`]: child processes of the courier binary, read for their
 //!   "listening on" line, signalled, and reaped; worker slots whose kills are
 //!   confirmed from the wait status.
+//! - [`ha`]: a local highly available PostgreSQL (3 etcd members, 3
+//!   Patroni nodes), its processes our children, and the faults of the
+//!   failover run (node death, postmaster kill, pause, switchover).
 //! - [`plan`]: the fault plan, seeded and pure (kills, PostgreSQL
 //!   crash-restarts, freezes, each at a time within the span).
 //! - [`load`]: the actions enqueued through the API (all at once, or spread
@@ -34,6 +37,7 @@ pub mod chaos;
 pub mod database;
 pub mod demo;
 pub mod fleet;
+pub mod ha;
 pub mod judge;
 pub mod load;
 pub mod plan;
