@@ -23,10 +23,15 @@ impl From<tokio_postgres::Error> for StoreError {
     fn from(e: tokio_postgres::Error) -> Self {
         if let Some(db) = e.as_db_error() {
             let code = db.code().code();
-            // 08: connection exceptions; 57P0x: shutdown and restart;
+            // 08: connection exceptions; 57P0x: shutdown and restart (a
+            // node that Patroni demotes or restarts); 25006: a read-only
+            // transaction (a standby, a node that is being demoted or not yet
+            // promoted, or one set read-only: nothing was written, and the
+            // pool drops the connection at its next checkout);
             // 40001 / 40P01: serialization failure and deadlock; 53: resources;
             // 57014 / 55P03: a statement or lock time-out (a busy database).
             if code.starts_with("08")
+                || code == "25006"
                 || code.starts_with("57P")
                 || code.starts_with("53")
                 || code == "40001"

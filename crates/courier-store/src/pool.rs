@@ -1,8 +1,27 @@
 //! The store's connection pool, its configuration and its clock.
+//!
+//! # Connecting to a primary that moves
+//! The URL may name several hosts (`postgres://u@h1:5432,h2:5432/db?
+//! target_session_attrs=read-write`): tokio-postgres tries them in order and
+//! keeps the first that takes writes (it asks `SHOW transaction_read_only`),
+//! so a new connection always reaches the current primary.
+//!
+//! # Invariants
+//! - A connection is handed out again only after it answered, within
+//!   `StoreConfig::connect_timeout`, that it takes writes
+//!   ([`RecycleCheck::Writable`], the default): a pooled connection to a node
+//!   that was demoted, or set read-only, or that stopped answering is
+//!   dropped, and the pool dials again through the URL. (A failing
+//!   statement needs no check of its own: a broken connection is closed,
+//!   and one answering 25006 is caught at its next checkout.)
+//! - No statement of this crate cancels another (no cancel request, no
+//!   client-side statement time-out on a write): a commit waiting for a
+//!   synchronous standby is never cut short into a local-only commit that
+//!   answers success (HAZARDS.md, "Failover").
 
 use crate::clock::Clock;
 use crate::error::StoreError;
-use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod};
+use deadpool_postgres::{ClientWrapper, HookError, Manager, ManagerConfig, Pool, RecyclingMethod};
 use std::time::Duration;
 use tokio_postgres::NoTls;
 
@@ -29,6 +48,24 @@ pub struct StoreConfig {
     /// of the demo, chaos, benchmarks and tests; off for long-lived
     /// processes, which call [`PgStore::schema_check`] instead.
     pub migrate: bool,
+    /// What the pool checks before it hands a connection out again.
+    pub recycle_check: RecycleCheck,
+}
+
+/// What the pool checks before it hands out a connection it has used before.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RecycleCheck {
+    /// That it is open and its server takes writes: one round trip,
+    /// `SHOW transaction_read_only` (what `target_session_attrs=read-write`
+    /// asks a new connection), bounded by the connect time-out. A node that
+    /// turned read-only, was demoted or stopped answering loses its pooled
+    /// connections at their next checkout.
+    Writable,
+    /// Only that it is open (deadpool's `RecyclingMethod::Fast`): no round
+    /// trip, but a connection to a node that turned read-only is handed out
+    /// again and again, each write refused with 25006. For measurements and
+    /// the negative control of `tests/failover.rs` only.
+    Open,
 }
 
 impl StoreConfig {
@@ -38,6 +75,7 @@ impl StoreConfig {
             pool_size_max: 8,
             connect_timeout: Duration::from_secs(5),
             migrate: true,
+            recycle_check: RecycleCheck::Writable,
         }
     }
 }
@@ -57,11 +95,15 @@ impl PgStore {
                 recycling_method: RecyclingMethod::Fast,
             },
         );
-        let pool = Pool::builder(mgr)
+        let mut builder = Pool::builder(mgr)
             .max_size(cfg.pool_size_max)
             .wait_timeout(Some(cfg.connect_timeout))
             .create_timeout(Some(cfg.connect_timeout))
-            .runtime(deadpool_postgres::Runtime::Tokio1)
+            .runtime(deadpool_postgres::Runtime::Tokio1);
+        if cfg.recycle_check == RecycleCheck::Writable {
+            builder = builder.post_recycle(writable_hook(cfg.connect_timeout));
+        }
+        let pool = builder
             .build()
             .map_err(|e| StoreError::Query(e.to_string()))?;
         let store = PgStore {
@@ -105,6 +147,31 @@ impl PgStore {
             ..self.clone()
         }
     }
+}
+
+/// The check of [`RecycleCheck::Writable`]: a connection whose server does
+/// not answer `transaction_read_only = off` within `limit` is not handed out
+/// (deadpool drops it and takes, or dials, another).
+fn writable_hook(limit: Duration) -> deadpool_postgres::Hook {
+    deadpool_postgres::Hook::async_fn(move |client: &mut ClientWrapper, _| {
+        Box::pin(async move {
+            let asked =
+                tokio::time::timeout(limit, client.simple_query("SHOW transaction_read_only"));
+            let answer = match asked.await {
+                Err(_) => return Err(HookError::message("no answer to the writable check")),
+                Ok(Err(e)) => return Err(HookError::Backend(e)),
+                Ok(Ok(messages)) => messages,
+            };
+            let off = answer.iter().any(|m| {
+                matches!(m, tokio_postgres::SimpleQueryMessage::Row(r) if r.get(0) == Some("off"))
+            });
+            if off {
+                Ok(())
+            } else {
+                Err(HookError::message("the server does not take writes"))
+            }
+        })
+    })
 }
 
 /// Drops and creates a database on a server (for throwaway runs: the demo,
