@@ -14,6 +14,9 @@
 //! - [`ha`]: a local highly available PostgreSQL (3 etcd members, 3
 //!   Patroni nodes), its processes our children, and the faults of the
 //!   failover run (node death, postmaster kill, pause, switchover).
+//! - [`failover`]: the failover run's HA faults, each confirmed (a
+//!   leader on a later timeline), and its rows: actions that went backwards
+//!   across a failover, acknowledged enqueues missing at the end.
 //! - [`plan`]: the fault plan, seeded and pure (kills, PostgreSQL
 //!   crash-restarts, freezes, each at a time within the span).
 //! - [`load`]: the actions enqueued through the API (all at once, or spread
@@ -36,6 +39,7 @@
 pub mod chaos;
 pub mod database;
 pub mod demo;
+pub mod failover;
 pub mod fleet;
 pub mod ha;
 pub mod judge;

@@ -122,7 +122,10 @@ pub fn etcd_args(ports: &Ports, i: usize, data: &Path) -> Vec<String> {
         ("--election-timeout", "100".into()),
     ]
     .into_iter()
+    // Patroni talks to etcd through its v2 API (see `patroni_yaml`).
     .flat_map(|(k, v)| [k.to_string(), v])
+    // A boolean flag takes its value after `=` only.
+    .chain(["--enable-v2=true".to_string()])
     .collect()
 }
 
@@ -132,6 +135,16 @@ fn q(p: &Path) -> String {
 }
 
 /// Patroni's configuration of node `i`, living in `node_dir`.
+///
+/// Patroni reaches etcd through its v2 API (`etcd:`, python3-etcd), not
+/// `etcd3:`. Patroni 3.0.2's etcd3 backend let a primary woken from a pause
+/// past the TTL take the leader key back from the standby just promoted: on
+/// waking it grants itself a new lease and, trusting its cached view of the
+/// cluster, writes the leader key without a compare (`_update_leader`), so
+/// the promoted node demoted itself and the old primary went on (seen in
+/// our first failover run: two primaries for 1.6 s). The v2 backend renews
+/// the key only with `prevValue` = its own name, which fails once another
+/// node holds it.
 pub fn patroni_yaml(
     s: &HaSettings,
     ports: &Ports,
@@ -145,7 +158,7 @@ name: node{i}
 restapi:
   listen: 127.0.0.1:{rest}
   connect_address: 127.0.0.1:{rest}
-etcd3:
+etcd:
   hosts: {etcd}
 bootstrap:
   dcs:

@@ -104,17 +104,22 @@ impl HaCluster {
     }
 
     /// Waits until Patroni has started a new postmaster on `node` (not
-    /// `old`) and it leads again on the same timeline; how long it took.
+    /// `old`) and the same node leads again (the key never left it);
+    /// returns how long it took and the timeline it leads on. Patroni starts
+    /// a crashed primary's PostgreSQL in recovery and promotes it again
+    /// once it is sure it still holds the key, so the timeline moves on
+    /// even though no other node took over.
     pub async fn wait_restarted_in_place(
         &self,
         was: &Leader,
         old: i32,
-    ) -> Result<Duration, RigError> {
+    ) -> Result<(Duration, u32), RigError> {
         let t0 = Instant::now();
         while t0.elapsed() < Duration::from_secs(FAILOVER_WAIT_S) {
             let fresh = self.postmaster(was.node).is_some_and(|p| p != old);
-            if fresh && self.leader().await.ok().as_ref() == Some(was) {
-                return Ok(t0.elapsed());
+            let now = self.leader().await.ok();
+            if let Some(l) = now.filter(|l| fresh && l.node == was.node) {
+                return Ok((t0.elapsed(), l.timeline));
             }
             tokio::time::sleep(Duration::from_millis(50)).await;
         }

@@ -73,17 +73,18 @@ impl Rest {
         }
     }
 
-    /// `/cluster` from the first node that answers; None when none does.
+    /// `/cluster` from the first node that answers (all are asked at once:
+    /// a paused node must not slow the question); None when none does.
     pub async fn cluster(&self) -> Option<ClusterView> {
-        for p in &self.ports {
+        let asks = self.ports.iter().map(|p| {
             let url = format!("http://127.0.0.1:{p}/cluster");
-            if let Ok(r) = self.http.get(&url).send().await {
-                if let Ok(v) = r.json::<ClusterView>().await {
-                    return Some(v);
-                }
-            }
-        }
-        None
+            let http = self.http.clone();
+            Box::pin(async move {
+                let r = http.get(&url).send().await.map_err(|_| ())?;
+                r.json::<ClusterView>().await.map_err(|_| ())
+            })
+        });
+        futures::future::select_ok(asks).await.ok().map(|(v, _)| v)
     }
 
     /// `/history`: one entry per timeline switch.
