@@ -13,30 +13,36 @@
 
 use crate::ha::faults::Leader;
 use crate::ha::{procs, HaCluster};
-use crate::plan::FaultKind;
+use crate::load::Acked;
+use crate::plan::{FailoverCounts, FaultKind};
 use crate::RigError;
 use courier_core::ActionState;
 use courier_store::{ActionOutcome, PgStore};
 use nix::sys::signal::Signal;
 use serde::Serialize;
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
 /// How long the woken old primary is tried with writes after a pause.
 pub const WOKEN_PROBE_S: u64 = 5;
-/// How long the negative control lets writes pile up with the standbys'
-/// WAL receivers stopped.
+/// How long the negative control lets writes pile up with the primary's
+/// WAL senders stopped.
 pub const LOSSY_WINDOW_MS: u64 = 3_000;
 /// How long the store may take to answer again after a failover.
 pub const STORE_BACK_S: u64 = 60;
 
+/// The kinds of failover the proof needs, in the order of `planned`.
+const KINDS: [&str; 3] = ["node death", "pause", "switchover"];
+
 /// What the failover run did to the cluster, and what it found.
 #[derive(Debug, Default, Clone, Serialize)]
 pub struct FailoverDone {
+    /// Node deaths, pauses and switchovers planned.
+    pub planned: [usize; 3],
     pub node_deaths: usize,
     pub pauses: usize,
     pub switchovers: usize,
-    /// Node deaths of the negative control (WAL receivers stopped first).
+    /// Node deaths of the negative control (WAL senders stopped first).
     pub lossy_deaths: usize,
     /// Postmaster SIGKILLs Patroni restarted in place (not failovers: the
     /// same node keeps the leader key, though its promotion after crash
@@ -64,19 +70,30 @@ impl FailoverDone {
         self.node_deaths + self.pauses + self.switchovers + self.lossy_deaths
     }
 
-    /// The kinds the proof needs that the run did not do.
-    pub fn kinds_missing(&self) -> Vec<&'static str> {
-        let mut out = Vec::new();
-        for (n, kind) in [
-            (self.node_deaths, "node death"),
-            (self.pauses, "pause"),
-            (self.switchovers, "switchover"),
-        ] {
-            if n == 0 {
-                out.push(kind);
-            }
+    /// The run's plan: node deaths, pauses and switchovers asked for.
+    pub fn planned(counts: &FailoverCounts) -> Self {
+        FailoverDone {
+            planned: [counts.node_deaths, counts.pauses, counts.switchovers],
+            ..Self::default()
         }
-        out
+    }
+
+    /// The kinds the proof needs that the plan held and the run did not do.
+    pub fn kinds_missing(&self) -> Vec<&'static str> {
+        let done = [self.node_deaths, self.pauses, self.switchovers];
+        (0..3)
+            .filter(|k| self.planned[*k] > 0 && done[*k] == 0)
+            .map(|k| KINDS[k])
+            .collect()
+    }
+
+    /// The kinds the proof needs that the plan left out (a short run, or
+    /// the negative control): such a run is not the whole proof.
+    pub fn kinds_unplanned(&self) -> Vec<&'static str> {
+        (0..3)
+            .filter(|k| self.planned[*k] == 0)
+            .map(|k| KINDS[k])
+            .collect()
     }
 
     fn failed_over(&mut self, took: Duration, timeline: u32) {
@@ -126,10 +143,18 @@ pub fn went_backwards(before: &Snapshot, after: &Snapshot) -> usize {
         .count()
 }
 
-/// Acknowledged ids that the final primary does not have.
-pub fn acked_missing(acked: &[i64], fin: &[ActionOutcome]) -> usize {
-    let have: HashSet<i64> = fin.iter().map(|o| o.action_id).collect();
-    acked.iter().filter(|id| !have.contains(id)).count()
+/// Acknowledged enqueues that the final primary does not have: no action
+/// with that id, or (ids are drawn from a sequence, which a lost tail of the
+/// WAL rolls back, so a later enqueue may reuse the id) one with another key.
+pub async fn acked_missing(store: &PgStore, acked: &[Acked]) -> Result<usize, RigError> {
+    let mut missing = 0;
+    for a in acked {
+        let view = store.action_get(a.id).await?;
+        if view.is_none_or(|v| v.key.as_deref() != Some(a.key.as_str())) {
+            missing += 1;
+        }
+    }
+    Ok(missing)
 }
 
 /// Applies one HA fault: waits for a healthy cluster, reads the actions,
@@ -141,8 +166,12 @@ pub async fn apply(
     done: &mut FailoverDone,
 ) -> Result<(), RigError> {
     ha.wait_healthy(Duration::from_secs(120)).await?;
-    let before = snapshot(store).await?;
     let was = ha.leader().await?;
+    if kind == FaultKind::LossyDeath {
+        stop_senders(ha, &was).await?;
+    }
+    // Read just before the fault: everything in it was acknowledged.
+    let before = snapshot(store).await?;
     match kind {
         FaultKind::NodeDeath => node_death(ha, &was, done).await?,
         FaultKind::LossyDeath => lossy_death(ha, &was, done).await?,
@@ -172,25 +201,29 @@ async fn node_death(
     ha.start_patroni(was.node)
 }
 
+/// The negative control's first half: the primary's WAL senders stopped,
+/// then enqueues and settles go on for [`LOSSY_WINDOW_MS`], acknowledged by
+/// the primary alone.
+async fn stop_senders(ha: &HaCluster, was: &Leader) -> Result<(), RigError> {
+    let senders = ha.walsenders(was.node);
+    if senders.is_empty() {
+        return Err(RigError::Settings(
+            "no WAL sender to stop on the primary".into(),
+        ));
+    }
+    procs::signal_all(&senders, Signal::SIGSTOP);
+    tokio::time::sleep(Duration::from_millis(LOSSY_WINDOW_MS)).await;
+    Ok(())
+}
+
+/// The second half: the node dies with its senders still stopped.
 async fn lossy_death(
     ha: &mut HaCluster,
     was: &Leader,
     done: &mut FailoverDone,
 ) -> Result<(), RigError> {
-    let receivers = ha.walreceivers(was.node);
-    if receivers.is_empty() {
-        return Err(RigError::Settings(
-            "no WAL receiver to stop on the standbys".into(),
-        ));
-    }
-    procs::signal_all(&receivers, Signal::SIGSTOP);
-    // Enqueues and settles go on, acknowledged by the primary alone.
-    tokio::time::sleep(Duration::from_millis(LOSSY_WINDOW_MS)).await;
     let t0 = Instant::now();
-    let killed = ha.kill_node(was.node).await;
-    // The receivers must run again for their standby to be promoted.
-    procs::signal_all(&receivers, Signal::SIGCONT);
-    killed?;
+    ha.kill_node(was.node).await?;
     let (m, _) = ha.wait_new_leader(was.timeline).await?;
     done.failed_over(t0.elapsed(), m.timeline.unwrap_or(0));
     done.lossy_deaths += 1;

@@ -62,8 +62,8 @@ fn weighted_store(x: usize, noisy_factor: usize) -> usize {
 /// times busier than each of the others. A request that fails is retried
 /// (the enqueue is idempotent on its key): the server may be briefly unable
 /// to reach a restarting database. Returns the client-side history: the id
-/// of every acknowledged enqueue (201, or 200 when a retry found the action
-/// its lost answer had created), which must all be in the database.
+/// and key of every acknowledged enqueue (201, or 200 when a retry found the
+/// action its lost answer had created), which must all be in the database.
 pub async fn enqueue_weighted(
     api: String,
     actions: usize,
@@ -71,7 +71,7 @@ pub async fn enqueue_weighted(
     noisy_factor: usize,
     span: Duration,
     seed: u64,
-) -> Result<Vec<i64>, RigError> {
+) -> Result<Vec<Acked>, RigError> {
     let mut rng = StdRng::seed_from_u64(seed);
     let weight_total = noisy_factor + stores.max(1) - 1;
     let http = reqwest::Client::new();
@@ -101,19 +101,27 @@ pub async fn enqueue_weighted(
     Ok(acked)
 }
 
+/// An enqueue the API acknowledged: the id it answered, and the key sent.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Acked {
+    pub id: i64,
+    pub key: String,
+}
+
 async fn enqueue_retrying(
     http: reqwest::Client,
     url: String,
     i: usize,
     body: serde_json::Value,
-) -> Result<i64, RigError> {
+) -> Result<Acked, RigError> {
+    let key = body["key"].as_str().unwrap_or_default().to_string();
     let mut last = String::new();
     for attempt in 0..ENQUEUE_TRIES_MAX {
         match http.post(&url).json(&body).send().await {
             Ok(r) if r.status().is_success() => {
                 let view: serde_json::Value = r.json().await.unwrap_or_default();
                 match view["id"].as_i64() {
-                    Some(id) => return Ok(id),
+                    Some(id) => return Ok(Acked { id, key }),
                     None => last = format!("an answer without an id: {view}"),
                 }
             }

@@ -37,7 +37,7 @@ pub enum FaultKind {
     Pause,
     /// A switchover requested through Patroni's API.
     Switchover,
-    /// The negative control: SIGSTOP the standbys' WAL receivers, let
+    /// The negative control: SIGSTOP the primary's WAL senders, let
     /// acknowledged writes pile up, then kill the primary (asynchronous only).
     LossyDeath,
 }

@@ -81,7 +81,7 @@ pub struct Args {
     postmaster_kills: usize,
     /// DEMONSTRATION ONLY: the failover run's negative control: asynchronous
     /// replication and one failover that loses the tail of the WAL (the
-    /// standbys' WAL receivers stopped, then the primary killed). The
+    /// primary's WAL senders stopped, then the primary killed). The
     /// checker must fail.
     #[arg(long, conflicts_with = "failover")]
     failover_control: bool,

@@ -11,7 +11,7 @@
 //! - [`HaCluster::pause`] / [`Paused::resume`]: SIGSTOP of the leader's
 //!   Patroni and PostgreSQL, SIGCONT later;
 //! - [`HaCluster::switchover`]: through Patroni's API;
-//! - [`HaCluster::walreceivers`]: the standbys' WAL receivers, which the
+//! - [`HaCluster::walsenders`]: the primary's WAL senders, which the
 //!   negative control stops so the standbys miss the tail of the WAL.
 
 use super::{procs, ClusterView, HaCluster, Member};
@@ -170,13 +170,18 @@ impl HaCluster {
         ))
     }
 
-    /// The WAL receivers of every node but `leader`.
-    pub fn walreceivers(&self, leader: usize) -> Vec<i32> {
-        (0..super::MEMBERS)
-            .filter(|n| *n != leader)
-            .filter_map(|n| self.postmaster(n))
-            .flat_map(procs::children)
-            .filter(|p| procs::cmdline(*p).starts_with("postgres: walreceiver"))
+    /// The WAL senders of node `leader` (titled `postgres: courier:
+    /// walsender ...`, after the cluster name). The negative control stops
+    /// these rather than the standbys' receivers: a stopped receiver still
+    /// finds in its socket, once continued, the WAL the sender wrote into it
+    /// meanwhile (loopback buffers hold megabytes), so nothing was lost in
+    /// our first try; a stopped sender sends nothing more.
+    pub fn walsenders(&self, leader: usize) -> Vec<i32> {
+        self.postmaster(leader)
+            .map(procs::children)
+            .unwrap_or_default()
+            .into_iter()
+            .filter(|p| procs::cmdline(*p).contains(": walsender"))
             .collect()
     }
 

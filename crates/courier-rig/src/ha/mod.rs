@@ -14,7 +14,7 @@
 //! - [`rest`]: Patroni's REST API (roles, timelines, switchover);
 //! - [`procs`]: the postmasters under each Patroni, found in `/proc`;
 //! - [`faults`]: node death, postmaster kill, pause, switchover, and the
-//!   WAL receivers of the negative control.
+//!   WAL senders of the negative control.
 //!
 //! # Invariants
 //! - [`HaCluster::up`] first stops whatever an earlier run left in the
