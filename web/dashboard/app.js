@@ -248,6 +248,22 @@
       td(e.action_id === null ? "–" : String(e.action_id), "num"), td(e.detail, "wrap-cell"))));
   }
 
+  // The node the sample was read from (pg_is_in_recovery(), the connection's
+  // address) and its standbys (pg_stat_replication); no table without standbys.
+  function renderReplication(snap) {
+    const r = snap.replication;
+    const role = r.primary ? "primary" : "standby (read-only)";
+    const timeline = r.timeline === null ? "" : ` · timeline ${r.timeline}`;
+    const count = r.standbys.length === 0 ? "no standby streams from it" : `${r.standbys.length} standby(s)`;
+    document.getElementById("replication-note").textContent = `${r.node}: ${role}${timeline} · ${count}.`;
+    document.getElementById("replication-wrap").hidden = r.standbys.length === 0;
+    const ms = (v) => (v === null ? "–" : `${v.toFixed(1)} ms`);
+    document.querySelector("#replication tbody").replaceChildren(...r.standbys.map((st) => h("tr", { dataset: { standby: st.name } },
+      td(st.name, "mono"), td(st.addr === null ? "–" : st.addr, "mono"), td(st.state), td(st.sync_state),
+      td(ms(st.write_lag_ms), "num"), td(ms(st.replay_lag_ms), "num"),
+      td(st.replay_behind_bytes === null ? "–" : fmtInt(st.replay_behind_bytes), "num"))));
+  }
+
   function render(data) {
     last = data;
     if (!data.snapshot) {
@@ -261,6 +277,7 @@
     renderWorkers(data);
     renderIntents(data);
     renderEvents(data.snapshot);
+    renderReplication(data.snapshot);
     const age = data.sample_age_ms === null ? "" : ` · sample ${fmtSecs(data.sample_age_ms / 1000)} old`;
     const when = new Date().toLocaleTimeString();
     if (data.error) setStatus(`database: ${data.error} (showing the last sample)`, "error");

@@ -22,6 +22,7 @@
 //!   `report`: counts for the CLI and the verifier. `views`: read-only views
 //!   for operators. `prune`: retention (bounded batches under an advisory
 //!   lock) and the fold of the maintained counts (migration 6).
+//!   `replication`: the node the store writes to and its standbys' lag.
 //!
 //! # Invariants
 //! - Every write after a claim checks `(owner, epoch)`; zero rows is
@@ -85,6 +86,7 @@ pub mod migrate;
 mod outbox;
 mod pool;
 mod prune;
+mod replication;
 mod report;
 mod settle;
 mod views;
@@ -98,6 +100,7 @@ pub use merge::*;
 pub use outbox::*;
 pub use pool::*;
 pub use prune::*;
+pub use replication::{Replication, StandbyLag};
 pub use report::*;
 pub use settle::*;
 pub use views::*;

@@ -25,6 +25,7 @@ use crate::counts::counts_read;
 use crate::decode::{state_col, state_count};
 use crate::error::StoreError;
 use crate::pool::PgStore;
+use crate::replication::{replication_read, Replication};
 use chrono::{DateTime, Utc};
 use courier_core::ActionState;
 use serde::Serialize;
@@ -141,6 +142,8 @@ pub struct OpsSnapshot {
     pub events: Vec<EventRow>,
     /// Every event kind with its count.
     pub event_counts: Vec<(String, i64)>,
+    /// The node the snapshot was read from and its standbys' lag.
+    pub replication: Replication,
 }
 
 impl OpsSnapshot {
@@ -201,6 +204,7 @@ impl PgStore {
             snapshot_intents(&tx, q).await?;
         let events = snapshot_events(&tx, q).await?;
         let event_counts = counts.under("events.");
+        let replication = replication_read(&*tx).await?;
         tx.commit().await?;
         Ok(OpsSnapshot {
             db_now_ms,
@@ -213,6 +217,7 @@ impl PgStore {
             intents_older_than_alert,
             events,
             event_counts,
+            replication,
         })
     }
 

@@ -9,161 +9,10 @@
 //! ([`RecycleCheck::Open`]), hands out a connection whose writes are refused
 //! with 25006, and the test sees it.
 
-use courier_store::cluster::{find_binary, Cluster, StopMode};
+use courier_store::cluster::StopMode;
 use courier_store::{PgStore, RecycleCheck, StoreConfig, StoreError};
-use std::os::unix::process::CommandExt;
-use std::path::Path;
+use courier_testkit::node::Node;
 use std::time::{Duration, Instant};
-use tokio_postgres::NoTls;
-
-/// A private cluster, stopped when dropped.
-struct Node {
-    cluster: Cluster,
-    port: u16,
-    _dir: tempfile::TempDir,
-}
-
-impl Node {
-    /// Starts a cluster (its start runs a runtime of its own, so off ours).
-    async fn start() -> Node {
-        tokio::task::spawn_blocking(Node::start_blocking)
-            .await
-            .expect("start a private cluster")
-    }
-
-    async fn standby_of(primary: &Node) -> Node {
-        let port = primary.port;
-        tokio::task::spawn_blocking(move || Node::standby_blocking(port))
-            .await
-            .expect("start a standby")
-    }
-
-    fn start_blocking() -> Node {
-        let dir = node_dir();
-        let cluster = Cluster::new(dir.path());
-        let url = cluster.start().expect("start a private cluster");
-        Node::started(cluster, &url, dir)
-    }
-
-    fn started(cluster: Cluster, url: &str, dir: tempfile::TempDir) -> Node {
-        let port = url
-            .rsplit_once(':')
-            .and_then(|(_, rest)| rest.split('/').next())
-            .and_then(|p| p.parse().ok())
-            .expect("a port in the cluster's URL");
-        Node {
-            cluster,
-            port,
-            _dir: dir,
-        }
-    }
-
-    /// A streaming standby of the primary on `port`: a base backup with `-R`, started.
-    fn standby_blocking(port: u16) -> Node {
-        let dir = node_dir();
-        let data = dir.path().join("data");
-        let pg_basebackup = find_binary("pg_basebackup").expect("pg_basebackup");
-        let mut cmd = std::process::Command::new(pg_basebackup);
-        cmd.args(["-h", "127.0.0.1", "-p", &port.to_string()])
-            .args([
-                "-U",
-                "postgres",
-                "-X",
-                "stream",
-                "-R",
-                "--checkpoint=fast",
-                "-D",
-            ])
-            .arg(&data);
-        as_postgres(&mut cmd, dir.path());
-        let out = cmd.output().expect("run pg_basebackup");
-        assert!(
-            out.status.success(),
-            "pg_basebackup: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        let cluster = Cluster::new(dir.path());
-        let url = cluster.start().expect("start the standby");
-        Node::started(cluster, &url, dir)
-    }
-
-    fn host(&self) -> String {
-        format!("127.0.0.1:{}", self.port)
-    }
-
-    async fn admin(&self) -> tokio_postgres::Client {
-        let url = format!("postgres://postgres@{}/courier", self.host());
-        let (c, conn) = tokio_postgres::connect(&url, NoTls).await.expect("connect");
-        tokio::spawn(conn);
-        // The admin session writes whatever the server's default says.
-        c.batch_execute("SET default_transaction_read_only = off")
-            .await
-            .expect("a writable session");
-        c
-    }
-
-    /// Sets the whole server read-only (or back), for every session, and
-    /// waits until a new session sees it.
-    async fn read_only(&self, on: bool) {
-        let c = self.admin().await;
-        let value = if on { "on" } else { "off" };
-        c.batch_execute(&format!(
-            "ALTER SYSTEM SET default_transaction_read_only = {value}"
-        ))
-        .await
-        .expect("alter system");
-        c.batch_execute("SELECT pg_reload_conf()")
-            .await
-            .expect("reload");
-        let deadline = Instant::now() + Duration::from_secs(10);
-        loop {
-            let url = format!("postgres://postgres@{}/courier", self.host());
-            let (fresh, conn) = tokio_postgres::connect(&url, NoTls).await.expect("connect");
-            tokio::spawn(conn);
-            let row = fresh
-                .query_one("SHOW transaction_read_only", &[])
-                .await
-                .expect("show");
-            if row.get::<_, String>(0) == value {
-                break;
-            }
-            assert!(Instant::now() < deadline, "the reload did not take");
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
-        // Every backend got the reload signal with the new session's; an
-        // idle one applies it before its next command.
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-}
-
-impl Drop for Node {
-    fn drop(&mut self) {
-        let _ = self.cluster.stop(StopMode::Immediate);
-    }
-}
-
-fn node_dir() -> tempfile::TempDir {
-    tempfile::Builder::new()
-        .prefix("courier-failover-")
-        .tempdir_in("/tmp")
-        .expect("a directory")
-}
-
-/// Runs `cmd` as the user that runs PostgreSQL when we are root, in `dir`,
-/// which that user is made to own.
-fn as_postgres(cmd: &mut std::process::Command, dir: &Path) {
-    if !nix::unistd::Uid::effective().is_root() {
-        return;
-    }
-    let user = nix::unistd::User::from_name("postgres")
-        .expect("look the postgres user up")
-        .expect("a postgres user");
-    nix::unistd::chown(dir, Some(user.uid), Some(user.gid)).expect("chown");
-    cmd.uid(user.uid.as_raw())
-        .gid(user.gid.as_raw())
-        .current_dir(dir)
-        .env("HOME", dir);
-}
 
 fn url(hosts: &[String], read_write: bool) -> String {
     let attrs = if read_write {
@@ -311,6 +160,18 @@ async fn a_pool_follows_a_promoted_standby() {
     let s = store(&u, RecycleCheck::Writable).await.unwrap();
     assert_eq!(fill_pool(&s).await, vec![i32::from(a.port); 4]);
     assert_eq!(write(&s).await.unwrap(), i32::from(a.port));
+    let before = streaming(&s).await;
+    assert_eq!(
+        (before.node.as_str(), before.primary),
+        (a.host().as_str(), true)
+    );
+    let st = &before.standbys[0];
+    assert_eq!(
+        (st.state.as_str(), st.sync_state.as_str()),
+        ("streaming", "async")
+    );
+    assert!(st.replay_behind_bytes.is_some_and(|b| b >= 0), "{st:?}");
+    assert_eq!(st.addr.as_deref(), Some("127.0.0.1"));
 
     a.cluster.stop(StopMode::Fast).expect("stop the primary");
     // Before the promotion no node takes writes: the pool refuses to hand
@@ -334,6 +195,17 @@ async fn a_pool_follows_a_promoted_standby() {
         .get(0);
     assert!(promoted);
     assert_eq!(write(&s).await.unwrap(), i32::from(b.port));
+    // The status names the new primary, on a new timeline, with no standby.
+    let after = s.replication().await.unwrap();
+    assert_eq!(
+        (after.node.as_str(), after.primary),
+        (b.host().as_str(), true)
+    );
+    assert!(
+        after.timeline > before.timeline,
+        "{before:?} then {after:?}"
+    );
+    assert!(after.standbys.is_empty(), "{after:?}");
     // The write made before the failover is on the promoted node.
     let rows: i64 = b
         .admin()
@@ -343,4 +215,24 @@ async fn a_pool_follows_a_promoted_standby() {
         .unwrap()
         .get(0);
     assert_eq!(rows, 2);
+}
+
+/// The replication view once the standby streams and has reported what it
+/// replayed (it connects shortly after it starts).
+async fn streaming(s: &PgStore) -> courier_store::Replication {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let r = s.replication().await.expect("the replication view");
+        if r.standbys
+            .iter()
+            .any(|st| st.state == "streaming" && st.replay_behind_bytes.is_some())
+        {
+            return r;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the standby never streamed: {r:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
 }

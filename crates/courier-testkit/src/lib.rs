@@ -7,8 +7,11 @@
 //!
 //! [`fixtures`] builds actions in the states tests start from (`claimed()`,
 //! `sent()`, `settled()`, `expire_lease()`), through the store's own API.
+//! [`node`] starts private clusters for tests that stop a server, set it
+//! read-only or promote a standby.
 
 pub mod fixtures;
+pub mod node;
 
 use courier_store::cluster::Cluster;
 use courier_store::{Clock, PgStore, StoreConfig};

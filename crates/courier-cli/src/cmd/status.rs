@@ -1,4 +1,5 @@
-//! `courier status`: counts by state, per-store backlog, oldest open intent.
+//! `courier status`: counts by state, per-store backlog, oldest open intent,
+//! the node written to and its standbys' lag.
 
 use super::common::DbArgs;
 use courier_core::Limits;
@@ -24,10 +25,14 @@ pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
     let store = args.db.connect(2).await?;
     let alert_s = args.key_retention_s * u64::from(args.intent_age_alert_percent) / 100;
     let s = store.summary(alert_s).await?;
+    let r = store.replication().await?;
     if args.json {
-        println!("{}", serde_json::to_string_pretty(&s)?);
+        let mut v = serde_json::to_value(&s)?;
+        v["replication"] = serde_json::to_value(&r)?;
+        println!("{}", serde_json::to_string_pretty(&v)?);
         return Ok(ExitCode::SUCCESS);
     }
+    print_replication(&r);
     println!("actions by state:");
     for (k, v) in &s.by_state {
         println!("  {k:<12} {v:>8}");
@@ -63,4 +68,38 @@ pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
         println!("  {:<20} {:>8} {:>9}", b.store, b.pending, b.in_flight);
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// The node and its standbys; no standby lines when there are none.
+fn print_replication(r: &courier_store::Replication) {
+    let role = if r.primary {
+        "primary"
+    } else {
+        "standby (read-only)"
+    };
+    let timeline = r
+        .timeline
+        .map_or(String::new(), |t| format!(", timeline {t}"));
+    println!("database node: {} ({role}{timeline})", r.node);
+    if r.standbys.is_empty() {
+        return;
+    }
+    println!(
+        "  {:<16} {:<16} {:<10} {:<9} {:>12} {:>13} {:>14}",
+        "standby", "address", "state", "sync", "write lag ms", "replay lag ms", "bytes behind"
+    );
+    let ms = |v: Option<f64>| v.map_or("-".to_string(), |v| format!("{v:.1}"));
+    for st in &r.standbys {
+        println!(
+            "  {:<16} {:<16} {:<10} {:<9} {:>12} {:>13} {:>14}",
+            st.name,
+            st.addr.as_deref().unwrap_or("-"),
+            st.state,
+            st.sync_state,
+            ms(st.write_lag_ms),
+            ms(st.replay_lag_ms),
+            st.replay_behind_bytes
+                .map_or("-".to_string(), |b| b.to_string())
+        );
+    }
 }
