@@ -716,64 +716,8 @@ impl ChaosOutcome {
     /// the cluster; None for a run without failovers.
     pub fn failover_table(&self) -> Option<String> {
         let f = self.done.failover.as_ref()?;
-        let missing = f.kinds_missing();
-        let checks: [(&str, String); 4] = [
-            (
-                "enqueues acknowledged (201, or 200 on a retry) missing from the final primary",
-                format!("{} of {}", f.acked_missing, f.acked),
-            ),
-            (
-                "actions whose status went backwards across a failover",
-                f.went_backwards.to_string(),
-            ),
-            (
-                "writes the old primary acknowledged after waking from its pause",
-                f.woken_writes.to_string(),
-            ),
-            (
-                "kinds of failover planned but not done (node death, pause, switchover)",
-                if missing.is_empty() {
-                    "0".into()
-                } else {
-                    missing.join(", ")
-                },
-            ),
-        ];
-        let secs = |ms: u64| format!("{:.1} s", ms as f64 / 1000.0);
-        let done: [(&str, String); 7] = [
-            ("failovers", f.failovers().to_string()),
-            (
-                "node deaths (Patroni + PostgreSQL SIGKILLed, wait status and /proc)",
-                f.node_deaths.to_string(),
-            ),
-            (
-                "pauses past the TTL (SIGSTOP, SIGCONT)",
-                f.pauses.to_string(),
-            ),
-            (
-                "switchovers through Patroni's API",
-                f.switchovers.to_string(),
-            ),
-            (
-                "lossy deaths (WAL senders stopped first; the negative control)",
-                f.lossy_deaths.to_string(),
-            ),
-            (
-                "postmaster SIGKILLs restarted in place (not failovers)",
-                format!("{} ({} in all)", f.restarts, secs(f.restart_ms)),
-            ),
-            (
-                "timeline at the end; time without a primary (sum, longest)",
-                format!(
-                    "{}; {}, {}",
-                    f.timeline,
-                    secs(f.no_primary_ms),
-                    secs(f.no_primary_max_ms)
-                ),
-            ),
-        ];
         let mut t = String::from("| failover check | result |\n|---|---|\n");
-        for (what, v) in checks {
+        for (what, v) in failover_checks(f) {
             t.push_str(&format!("| {what} | {v} |\n"));
         }
         let unplanned = f.kinds_unplanned();
@@ -782,7 +726,7 @@ impl ChaosOutcome {
             t.push_str(&format!("| {what} | {} |\n", unplanned.join(", ")));
         }
         t.push_str("\n| what was done to the cluster | count |\n|---|---|\n");
-        for (what, v) in done {
+        for (what, v) in failover_done(f) {
             t.push_str(&format!("| {what} | {v} |\n"));
         }
         Some(t)
@@ -825,4 +769,68 @@ impl ChaosOutcome {
         std::fs::remove_dir_all(&self.dir).ok();
         Ok(None)
     }
+}
+
+/// The failover run's checks: every one must be 0.
+fn failover_checks(f: &FailoverDone) -> [(&'static str, String); 4] {
+    let missing = f.kinds_missing();
+    [
+        (
+            "enqueues acknowledged (201, or 200 on a retry) missing from the final primary",
+            format!("{} of {}", f.acked_missing, f.acked),
+        ),
+        (
+            "actions whose status went backwards across a failover",
+            f.went_backwards.to_string(),
+        ),
+        (
+            "writes the old primary acknowledged after waking from its pause",
+            f.woken_writes.to_string(),
+        ),
+        (
+            "kinds of failover planned but not done (node death, pause, switchover)",
+            if missing.is_empty() {
+                "0".into()
+            } else {
+                missing.join(", ")
+            },
+        ),
+    ]
+}
+
+/// What the failover run did to the cluster.
+fn failover_done(f: &FailoverDone) -> [(&'static str, String); 7] {
+    let secs = |ms: u64| format!("{:.1} s", ms as f64 / 1000.0);
+    [
+        ("failovers", f.failovers().to_string()),
+        (
+            "node deaths (Patroni + PostgreSQL SIGKILLed, wait status and /proc)",
+            f.node_deaths.to_string(),
+        ),
+        (
+            "pauses past the TTL (SIGSTOP, SIGCONT)",
+            f.pauses.to_string(),
+        ),
+        (
+            "switchovers through Patroni's API",
+            f.switchovers.to_string(),
+        ),
+        (
+            "lossy deaths (WAL senders stopped first; the negative control)",
+            f.lossy_deaths.to_string(),
+        ),
+        (
+            "postmaster SIGKILLs restarted in place (not failovers)",
+            format!("{} ({} in all)", f.restarts, secs(f.restart_ms)),
+        ),
+        (
+            "timeline at the end; time without a primary (sum, longest)",
+            format!(
+                "{}; {}, {}",
+                f.timeline,
+                secs(f.no_primary_ms),
+                secs(f.no_primary_max_ms)
+            ),
+        ),
+    ]
 }
