@@ -1,4 +1,5 @@
-//! Patroni's REST API: who leads, on which timeline, and the switchover.
+//! Patroni's REST API: who leads, on which timeline (`/cluster`), and the
+//! switchover (`/switchover`).
 //! Any node answers `/cluster` for the whole cluster (from etcd), so a
 //! question goes to each node in turn until one answers.
 
@@ -85,19 +86,6 @@ impl Rest {
             })
         });
         futures::future::select_ok(asks).await.ok().map(|(v, _)| v)
-    }
-
-    /// `/history`: one entry per timeline switch.
-    pub async fn history_len(&self) -> Option<usize> {
-        for p in &self.ports {
-            let url = format!("http://127.0.0.1:{p}/history");
-            if let Ok(r) = self.http.get(&url).send().await {
-                if let Ok(v) = r.json::<Vec<serde_json::Value>>().await {
-                    return Some(v.len());
-                }
-            }
-        }
-        None
     }
 
     /// Asks the leader (node `leader`, named `name`) to hand over to its
