@@ -120,6 +120,7 @@ impl HaCluster {
         std::fs::create_dir_all(&dir).map_err(|e| RigError::io(&dir, e))?;
         std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o755))
             .map_err(|e| RigError::io(&dir, e))?;
+        // Written first: it marks the directory as ours for `clean`.
         let ports = pick_ports()?;
         let ports_file = dir.join("ports.json");
         let json = serde_json::to_string(&ports).expect("ports encode");
@@ -397,6 +398,18 @@ pub async fn clean(dir: &Path) -> Result<Cleaned, RigError> {
     if !dir.exists() {
         return Ok(out);
     }
+    // Never remove a directory this module did not make (a mistyped
+    // --ha-dir): ours has its ports file from the first moment of `up`.
+    let empty = std::fs::read_dir(dir)
+        .map_err(|e| RigError::io(dir, e))?
+        .next()
+        .is_none();
+    if !empty && !dir.join("ports.json").exists() {
+        return Err(RigError::Settings(format!(
+            "{} is not an HA cluster directory (no ports.json): not touching it",
+            dir.display()
+        )));
+    }
     let recorded = std::fs::read_to_string(dir.join("pids")).unwrap_or_default();
     let ours = |pid: &i32| {
         let c = procs::cmdline(*pid);
@@ -436,4 +449,41 @@ pub async fn clean(dir: &Path) -> Result<Cleaned, RigError> {
 pub fn recorded_ports(dir: &Path) -> Option<Ports> {
     let text = std::fs::read_to_string(dir.join("ports.json")).ok()?;
     serde_json::from_str(&text).ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn clean_refuses_a_directory_it_did_not_make_and_removes_its_own() {
+        let d = tempfile::tempdir().unwrap();
+        let foreign = d.path().join("foreign");
+        std::fs::create_dir_all(&foreign).unwrap();
+        std::fs::write(foreign.join("notes.txt"), "keep me").unwrap();
+        let err = clean(&foreign).await.unwrap_err();
+        assert!(
+            err.to_string().contains("not an HA cluster directory"),
+            "{err}"
+        );
+        assert!(foreign.join("notes.txt").exists());
+        let ours = d.path().join("ours");
+        std::fs::create_dir_all(ours.join("node-0")).unwrap();
+        std::fs::write(ours.join("ports.json"), "{}").unwrap();
+        // A pid that is not etcd or Patroni (our own) is never signalled.
+        std::fs::write(
+            ours.join("pids"),
+            format!("etcd-0 {}\n", std::process::id()),
+        )
+        .unwrap();
+        let c = clean(&ours).await.unwrap();
+        assert_eq!(
+            c,
+            Cleaned {
+                processes: 0,
+                removed: true
+            }
+        );
+        assert!(!ours.exists());
+    }
 }
