@@ -78,6 +78,7 @@ async fn the_dashboard_follows_a_live_run() {
     let seen_in_flight = the_table_moves(&b, &dir);
     every_action_final_on_the_chart(&b, points_before);
     sorting_by_name(&b, &dir);
+    the_database_node(&b);
     the_metrics_of_both_processes(&http, &api, &worker).await;
     the_verifiers_report_in_report(&b, &api, &url, &log, run_dir.path(), &dir);
     server.assert_running();
@@ -291,6 +292,26 @@ fn sorting_by_name(b: &Browser, dir: &std::path::Path) {
     let sort = page(b, "return document.querySelector('#stores th[data-key=\"store\"]').getAttribute('aria-sort');");
     assert_eq!(sort, "descending");
     std::fs::write(dir.join("dashboard-done.png"), b.screenshot_full_page()).unwrap();
+}
+
+/// The node the server writes to, primary, and no standby table (the test
+/// cluster has no standby).
+fn the_database_node(b: &Browser) {
+    let note = page(
+        b,
+        "return document.getElementById('replication-note').textContent;",
+    );
+    let note = note.as_str().unwrap_or_default();
+    assert!(
+        note.starts_with("127.0.0.1:") && note.contains(": primary"),
+        "{note}"
+    );
+    assert!(note.contains("no standby"), "{note}");
+    let hidden = page(
+        b,
+        "return document.getElementById('replication-wrap').hidden;",
+    );
+    assert_eq!(hidden, Value::Bool(true));
 }
 
 /// The metrics of both processes: the worker's open, the server's behind the token.

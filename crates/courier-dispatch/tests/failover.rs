@@ -22,6 +22,7 @@ use courier_provider::{LookupOutcome, SendOutcome};
 use courier_store::{PgStore, StoreConfig};
 use courier_testkit::fixtures;
 use courier_testkit::node::Node;
+use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use tokio::sync::Notify;
@@ -158,4 +159,126 @@ async fn the_read_only_check_catches_resends_without_a_counted_attempt() {
         run.sends_while_read_only() > 0,
         "the checker missed the blind resend"
     );
+}
+
+/// A provider that accepts every message at once and remembers how many
+/// requests each key got; a lookup finds a key it has.
+#[derive(Clone, Default)]
+struct Remembers {
+    sends: Arc<Mutex<HashMap<String, u32>>>,
+}
+
+impl Provider for Remembers {
+    async fn send(&self, key: &str, _to: &str, _body: &str) -> SendOutcome {
+        let n = {
+            let mut s = self.sends.lock().unwrap();
+            let n = s.entry(key.to_string()).or_insert(0);
+            *n += 1;
+            *n
+        };
+        let view = delivered(key);
+        if n == 1 {
+            SendOutcome::Accepted(view)
+        } else {
+            SendOutcome::Replayed(view)
+        }
+    }
+
+    async fn lookup(&self, key: &str) -> LookupOutcome {
+        if self.sends.lock().unwrap().contains_key(key) {
+            LookupOutcome::Found(delivered(key))
+        } else {
+            LookupOutcome::NotFound
+        }
+    }
+}
+
+fn delivered(key: &str) -> MessageView {
+    MessageView {
+        id: format!("m-{key}"),
+        key: key.to_string(),
+        status: Status::Delivered,
+        updated_at: None,
+    }
+}
+
+/// The primary freezes (SIGSTOP of every process: its sockets stay open and
+/// nothing answers), its streaming standby is promoted, and the worker,
+/// reaching the database through `a,b` with `target_session_attrs=read-write`,
+/// finishes the new actions on the promoted node while the old one is still
+/// frozen: its store calls on the frozen node are given up after a lease
+/// time and the pool's check drops those connections.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_worker_moves_off_a_frozen_primary_to_the_promoted_standby() {
+    let a = Node::start().await;
+    let on_a = PgStore::connect(&StoreConfig::new(a.url()))
+        .await
+        .expect("connect and migrate");
+    let b = Node::standby_of(&a).await;
+    let mut cfg = StoreConfig::new(format!(
+        "postgres://postgres@{},{}/courier?target_session_attrs=read-write",
+        a.host(),
+        b.host()
+    ));
+    cfg.migrate = false;
+    cfg.connect_timeout = Duration::from_secs(1);
+    let store = PgStore::connect(&cfg).await.expect("connect");
+    let provider = Remembers::default();
+    let w = worker(&store, provider.clone(), lease_limits(), "w");
+    let stop = CancellationToken::new();
+    let running = {
+        let stop = stop.clone();
+        tokio::spawn(async move { w.run(stop).await })
+    };
+    fixtures::enqueued(&on_a, "before", 10).await;
+    wait_all_final(&on_a, 10, Duration::from_secs(30)).await;
+    // Replication here is asynchronous: let the standby replay everything
+    // first, so that what this test checks is the worker, not a lost tail.
+    caught_up(&on_a).await;
+
+    let stuck = on_a.client().await.expect("a connection to the primary");
+    a.freeze(true);
+    let promoted: bool = b
+        .admin()
+        .await
+        .query_one("SELECT pg_promote(true, 30)", &[])
+        .await
+        .unwrap()
+        .get(0);
+    assert!(promoted);
+    let on_b = PgStore::connect(&StoreConfig {
+        migrate: false,
+        ..StoreConfig::new(b.url())
+    })
+    .await
+    .expect("connect to the promoted node");
+    fixtures::enqueued(&on_b, "after", 10).await;
+    wait_all_final(&on_b, 20, Duration::from_secs(60)).await;
+    // Control: the frozen node really holds an unbounded call.
+    let held = tokio::time::timeout(Duration::from_secs(2), stuck.query_one("SELECT 1", &[])).await;
+    assert!(held.is_err(), "the frozen primary answered");
+    stop.cancel();
+    running.await.expect("the worker");
+    let sends = provider.sends.lock().unwrap().clone();
+    assert_eq!(sends.len(), 20, "{sends:?}");
+    assert!(
+        sends.values().all(|n| *n == 1),
+        "a key was sent twice: {sends:?}"
+    );
+}
+
+/// Waits until every standby of the store's node has replayed all of its WAL.
+async fn caught_up(store: &PgStore) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let r = store.replication().await.expect("the replication view");
+        if !r.standbys.is_empty() && r.standbys.iter().all(|s| s.replay_behind_bytes == Some(0)) {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the standby did not catch up: {r:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
 }

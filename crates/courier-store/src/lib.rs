@@ -75,6 +75,7 @@ mod action;
 pub mod bench_views;
 mod clock;
 pub mod cluster;
+mod connect;
 mod counts;
 mod decode;
 mod error;

@@ -2,9 +2,10 @@
 //!
 //! # Connecting to a primary that moves
 //! The URL may name several hosts (`postgres://u@h1:5432,h2:5432/db?
-//! target_session_attrs=read-write`): tokio-postgres tries them in order and
-//! keeps the first that takes writes (it asks `SHOW transaction_read_only`),
-//! so a new connection always reaches the current primary.
+//! target_session_attrs=read-write`): the pool tries them in order, each
+//! within the connect time-out ([`crate::connect`]), and keeps the first
+//! that takes writes (tokio-postgres asks `SHOW transaction_read_only`), so
+//! a new connection reaches the current primary even past a frozen node.
 //!
 //! # Invariants
 //! - A connection is handed out again only after it answered, within
@@ -20,6 +21,7 @@
 //!   answers success (HAZARDS.md, "Failover").
 
 use crate::clock::Clock;
+use crate::connect::EachHost;
 use crate::error::StoreError;
 use deadpool_postgres::{ClientWrapper, HookError, Manager, ManagerConfig, Pool, RecyclingMethod};
 use std::time::Duration;
@@ -88,9 +90,11 @@ impl PgStore {
             .parse()
             .map_err(|e| StoreError::Query(format!("bad database URL: {e}")))?;
         pg.connect_timeout(cfg.connect_timeout);
-        let mgr = Manager::from_config(
+        let dial = EachHost::new(&pg, cfg.connect_timeout);
+        let dial_max = dial.dial_max();
+        let mgr = Manager::from_connect(
             pg,
-            NoTls,
+            dial,
             ManagerConfig {
                 recycling_method: RecyclingMethod::Fast,
             },
@@ -98,7 +102,7 @@ impl PgStore {
         let mut builder = Pool::builder(mgr)
             .max_size(cfg.pool_size_max)
             .wait_timeout(Some(cfg.connect_timeout))
-            .create_timeout(Some(cfg.connect_timeout))
+            .create_timeout(Some(dial_max))
             .runtime(deadpool_postgres::Runtime::Tokio1);
         if cfg.recycle_check == RecycleCheck::Writable {
             builder = builder.post_recycle(writable_hook(cfg.connect_timeout));

@@ -9,8 +9,9 @@
 //! ([`RecycleCheck::Open`]), hands out a connection whose writes are refused
 //! with 25006, and the test sees it.
 
+use courier_core::Status;
 use courier_store::cluster::StopMode;
-use courier_store::{PgStore, RecycleCheck, StoreConfig, StoreError};
+use courier_store::{PgStore, RecycleCheck, SettleOutcome, SettleReq, StoreConfig, StoreError};
 use courier_testkit::node::Node;
 use std::time::{Duration, Instant};
 
@@ -106,6 +107,34 @@ async fn a_multi_host_url_skips_a_dead_host_and_a_read_only_one() {
         s.as_ref().is_err_and(|e| e.is_unavailable()),
         "{:?}",
         s.err()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_multi_host_url_skips_a_frozen_host() {
+    let (a, frozen) = (Node::start().await, Node::start().await);
+    a.admin()
+        .await
+        .batch_execute("CREATE TABLE probe (x int)")
+        .await
+        .unwrap();
+    frozen.freeze(true);
+    let u = url(&[frozen.host(), a.host()], true);
+    // The store config's connect time-out (2 s) per host.
+    let t0 = Instant::now();
+    let s = store(&u, RecycleCheck::Writable).await.unwrap();
+    assert_eq!(write(&s).await.unwrap(), i32::from(a.port));
+    assert!(t0.elapsed() < Duration::from_secs(10), "{:?}", t0.elapsed());
+    // Negative control: tokio-postgres's own multi-host connect, whose
+    // time-out covers only the TCP connect, waits on the frozen host's
+    // handshake and never tries the next.
+    let (mut cfg, limit): (tokio_postgres::Config, _) =
+        (u.parse().unwrap(), Duration::from_secs(2));
+    cfg.connect_timeout(limit);
+    let own = tokio::time::timeout(3 * limit, cfg.connect(tokio_postgres::NoTls)).await;
+    assert!(
+        own.is_err(),
+        "tokio-postgres got past the frozen host by itself"
     );
 }
 
@@ -234,5 +263,142 @@ async fn streaming(s: &PgStore) -> courier_store::Replication {
             "the standby never streamed: {r:?}"
         );
         tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// A commit waiting for a synchronous standby is committed locally; when
+/// the node is shut down under it (what a failover manager does to a demoted
+/// primary) the client sees a broken connection: a lost commit answer for a
+/// write that happened. Here every commit waits (`synchronous_standby_names`
+/// names a standby that never comes), the waiting backends are terminated,
+/// and the retries of a settle and a fail recognise their own earlier writes
+/// (the worker takes a fail refused at its own epoch as its own).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn writes_whose_sync_wait_was_cut_are_recognised_on_retry() {
+    let n = Node::start().await;
+    let s = PgStore::connect(&StoreConfig::new(n.url())).await.unwrap();
+    courier_testkit::fixtures::enqueued(&s, "s0", 2).await;
+    let (to_settle, to_fail) = (
+        courier_testkit::fixtures::sent(&s).await,
+        courier_testkit::fixtures::sent(&s).await,
+    );
+    let admin = n.admin().await;
+    admin
+        .batch_execute("CREATE TABLE probe (x int)")
+        .await
+        .unwrap();
+    sync_standby_names(&admin, "'nobody'").await;
+    commits_wait(&n).await;
+    let req = SettleReq {
+        lease: to_settle.lease.clone(),
+        report: Status::Accepted,
+        message_id: Some("m-1".into()),
+        from_lookup: false,
+    };
+    let settling = {
+        let (s, req) = (s.clone(), req.clone());
+        tokio::spawn(async move { s.actions_settle(&[req], 60_000).await })
+    };
+    let failing = {
+        let (s, lease) = (s.clone(), to_fail.lease.clone());
+        tokio::spawn(async move { s.action_fail(&lease, "rejected").await })
+    };
+    // The two writes, and the probe of `commits_wait`.
+    sync_waiters(&admin, 3).await;
+    admin
+        .batch_execute(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE wait_event = 'SyncRep'",
+        )
+        .await
+        .unwrap();
+    let settled = settling.await.unwrap();
+    assert!(
+        settled.as_ref().is_err_and(|e| e.is_unavailable()),
+        "{settled:?}"
+    );
+    let failed = failing.await.unwrap();
+    assert!(
+        failed.as_ref().is_err_and(|e| e.is_unavailable()),
+        "{failed:?}"
+    );
+    // Committed locally all the same.
+    let states: Vec<String> = admin
+        .query("SELECT state FROM actions ORDER BY id", &[])
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    assert_eq!(states, ["dispatched", "failed"]);
+
+    sync_standby_names(&admin, "''").await;
+    let again = s
+        .actions_settle(&[req], 60_000)
+        .await
+        .unwrap()
+        .remove(0)
+        .unwrap();
+    assert!(matches!(again, SettleOutcome::Settled(_)), "{again:?}");
+    let again = s.action_fail(&to_fail.lease, "rejected").await.unwrap();
+    assert_eq!(again.unwrap_err().current_epoch, Some(to_fail.lease.epoch));
+}
+
+async fn sync_standby_names(admin: &tokio_postgres::Client, value: &str) {
+    admin
+        .batch_execute(&format!(
+            "ALTER SYSTEM SET synchronous_standby_names = {value}"
+        ))
+        .await
+        .unwrap();
+    admin
+        .batch_execute("SELECT pg_reload_conf()")
+        .await
+        .unwrap();
+}
+
+/// Waits until a commit on the node waits for the synchronous standby (the
+/// checkpointer applies the reload on its own time): a probe commit that
+/// has not answered after 100 ms is waiting, and is left waiting.
+async fn commits_wait(n: &Node) {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let probe = n.admin().await;
+        // A commit waits only when its transaction wrote WAL.
+        let commit = probe.batch_execute("INSERT INTO probe VALUES (1)");
+        if tokio::time::timeout(Duration::from_millis(100), commit)
+            .await
+            .is_err()
+        {
+            // Keep the session (and its waiting commit) open.
+            tokio::spawn(async move {
+                let _keep = probe;
+                std::future::pending::<()>().await
+            });
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "commits never waited for the standby"
+        );
+    }
+}
+
+/// Waits until `n` sessions wait for the synchronous standby.
+async fn sync_waiters(admin: &tokio_postgres::Client, n: i64) {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let waiting: i64 = admin
+            .query_one(
+                "SELECT count(*) FROM pg_stat_activity WHERE wait_event = 'SyncRep'",
+                &[],
+            )
+            .await
+            .unwrap()
+            .get(0);
+        if waiting == n {
+            return;
+        }
+        assert!(Instant::now() < deadline, "{waiting} commits wait, not {n}");
+        tokio::time::sleep(Duration::from_millis(10)).await;
     }
 }

@@ -4,7 +4,8 @@
 //! temporary directory), [`Node::standby_of`] (a streaming standby from a
 //! base backup), [`Node::read_only`] (`ALTER SYSTEM SET
 //! default_transaction_read_only` and a reload: every write of every
-//! session is then refused with 25006, as on a standby). A node is stopped
+//! session is then refused with 25006, as on a standby), [`Node::freeze`]
+//! (SIGSTOP of every process of the server). A node is thawed and stopped
 //! (immediate) when dropped.
 
 use courier_store::cluster::{find_binary, Cluster, StopMode};
@@ -142,8 +143,51 @@ impl Node {
     }
 }
 
+impl Node {
+    /// Freezes (SIGSTOP) or thaws (SIGCONT) the postmaster and every process
+    /// it started, as a paused VM would: their sockets stay open and the
+    /// kernel still acknowledges what clients send, but nothing answers.
+    pub fn freeze(&self, on: bool) {
+        let signal = if on {
+            nix::sys::signal::Signal::SIGSTOP
+        } else {
+            nix::sys::signal::Signal::SIGCONT
+        };
+        let pid_file = self.cluster.dir().join("data/postmaster.pid");
+        let Ok(text) = std::fs::read_to_string(&pid_file) else {
+            assert!(!on, "freeze a node that does not run");
+            return;
+        };
+        let postmaster: i32 = text
+            .lines()
+            .next()
+            .and_then(|l| l.trim().parse().ok())
+            .expect("a pid");
+        let mut pids = vec![postmaster];
+        for entry in std::fs::read_dir("/proc").expect("/proc").flatten() {
+            let Ok(pid) = entry.file_name().to_string_lossy().parse::<i32>() else {
+                continue;
+            };
+            let stat = std::fs::read_to_string(entry.path().join("stat")).unwrap_or_default();
+            // The parent's pid is the second field after the command's ")".
+            let ppid = stat
+                .rsplit_once(')')
+                .and_then(|(_, rest)| rest.split_whitespace().nth(1))
+                .and_then(|p| p.parse::<i32>().ok());
+            if ppid == Some(postmaster) {
+                pids.push(pid);
+            }
+        }
+        for pid in pids {
+            let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), signal);
+        }
+    }
+}
+
 impl Drop for Node {
     fn drop(&mut self) {
+        // A frozen postmaster would not hear the stop.
+        self.freeze(false);
         let _ = self.cluster.stop(StopMode::Immediate);
     }
 }

@@ -7,7 +7,7 @@
 //!   delivery starts, with the local deadline measured from the moment the
 //!   claim was sent (`courier_core::lease::deadline_ms`).
 
-use super::context::{Ctx, Held};
+use super::context::{bounded, Ctx, Held};
 use super::delivery::Delivery;
 use super::event::Event;
 use super::Provider;
@@ -80,16 +80,16 @@ async fn claim<P: Provider>(
     let limits = &ctx.cfg.limits;
     let started = Instant::now();
     let sent_ms = ctx.now_ms();
-    let claim = ctx
-        .store
-        .action_claim_to_send(
-            &ctx.owner,
-            n,
-            limits.lease_ttl_ms,
-            limits.store_in_flight_max,
-            ctx.cfg.claim_mode,
-        )
-        .await;
+    let claim = ctx.store.action_claim_to_send(
+        &ctx.owner,
+        n,
+        limits.lease_ttl_ms,
+        limits.store_in_flight_max,
+        ctx.cfg.claim_mode,
+    );
+    // A claim given up is as a claim whose answer was lost: what it took
+    // is reclaimed, looked up first, once its lease runs out.
+    let claim = bounded(limits.lease_ttl_ms, claim).await;
     let found = claim.as_ref().map_or(0, Vec::len);
     ctx.observe(Event::ClaimRan {
         took: started.elapsed(),

@@ -4,6 +4,12 @@
 //! # Invariants
 //! - An action is in `held` exactly while a delivery works on it; the
 //!   heartbeat renews only what is in `held`.
+//! - Every store call of the worker (claims, heartbeats, the steps of a
+//!   delivery, a batch of settles) is given up after one lease time
+//!   ([`bounded`]): a primary that stopped answering without closing its
+//!   connections (frozen, or cut off) cannot hold the worker; the call's
+//!   outcome is then unknown, as after a lost commit answer, and its retry
+//!   re-checks it on whichever node the pool reaches next.
 //! - The local deadline of a held lease only moves later
 //!   (`courier_core::lease::renewed_deadline_ms`).
 
@@ -76,13 +82,14 @@ impl<P: Provider> Ctx<P> {
         let settles = {
             let store = store.clone();
             let overdue = cfg.limits.final_overdue_ms;
+            let ttl_ms = cfg.limits.lease_ttl_ms;
             // Two batches at once, so one commits while the next fills.
             GroupCommit::start(
                 cfg.limits.worker_concurrency_max as usize,
                 2,
                 move |reqs: Vec<SettleReq>| {
                     let store = store.clone();
-                    async move { store.actions_settle(&reqs, overdue).await }
+                    async move { bounded(ttl_ms, store.actions_settle(&reqs, overdue)).await }
                 },
             )
         };
@@ -131,7 +138,7 @@ impl<P> Ctx<P> {
             if fenced.is_cancelled() {
                 return None;
             }
-            match op().await {
+            match bounded(self.cfg.limits.lease_ttl_ms, op()).await {
                 Ok(v) => return Some(v),
                 Err(e) => {
                     self.observe(Event::StoreRetry { error: &e }).await;
@@ -141,5 +148,21 @@ impl<P> Ctx<P> {
                 }
             }
         }
+    }
+}
+
+/// A store call given up after `limit_ms` (the lease time): its outcome is
+/// then unknown, [`StoreError::Unavailable`], and the caller pauses and
+/// retries it, which every write of the worker allows (a retried write
+/// recognises its own earlier success, or is fenced).
+pub(super) async fn bounded<T>(
+    limit_ms: u64,
+    call: impl Future<Output = Result<T, StoreError>>,
+) -> Result<T, StoreError> {
+    match tokio::time::timeout(Duration::from_millis(limit_ms), call).await {
+        Ok(answer) => answer,
+        Err(_) => Err(StoreError::Unavailable(format!(
+            "no answer from the database within {limit_ms} ms (the lease time)"
+        ))),
     }
 }

@@ -9,7 +9,7 @@
 //!   [`extend_one`] before a send.
 //! - A renewal moves the local deadline from the moment it was sent.
 
-use super::context::{Ctx, Held};
+use super::context::{bounded, Ctx, Held};
 use super::Provider;
 use courier_core::step::Extended;
 use courier_store::{Lease, StoreError};
@@ -37,7 +37,7 @@ async fn beat<P: Provider>(ctx: &Ctx<P>) {
     }
     let ttl = ctx.cfg.limits.lease_ttl_ms;
     let sent_ms = ctx.now_ms();
-    match ctx.store.action_heartbeat(&ctx.owner, &held, ttl).await {
+    match bounded(ttl, ctx.store.action_heartbeat(&ctx.owner, &held, ttl)).await {
         Ok(beat) => {
             let map = ctx.held.lock().expect("held map");
             for id in &beat.held {

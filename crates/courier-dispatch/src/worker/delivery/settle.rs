@@ -54,16 +54,20 @@ impl<P: Provider> Delivery<'_, P> {
             .await;
         match failed {
             None => self.abandon(FencedAt::Heartbeat).await,
-            Some(Ok(())) => {
+            Some(Err(f)) if f.current_epoch != Some(lease.epoch) => {
+                self.found_epoch = f.current_epoch;
+                self.abandon(FencedAt::Fail).await;
+            }
+            // Failed, or refused while the action is still at this epoch:
+            // only this delivery writes at it, so the refusal is its own
+            // earlier fail, committed before its answer was lost (a
+            // restart, a failover).
+            Some(_) => {
                 ctx.observe(Event::Failed {
                     action_id: lease.action_id,
                     reason,
                 })
                 .await;
-            }
-            Some(Err(f)) => {
-                self.found_epoch = f.current_epoch;
-                self.abandon(FencedAt::Fail).await;
             }
         }
     }
