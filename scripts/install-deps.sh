@@ -14,6 +14,11 @@
 #   etcd-server etcd-client            the relay's lab and tests
 #   nats-server                        the relay's lab and tests (JetStream)
 #   chromium chromium-driver           the browser tests
+#   patroni python3-etcd               the HA cluster (`courier db ha`, `courier
+#                                      chaos --failover` and its CI test; etcd
+#                                      from the relay's list): Patroni's etcd
+#                                      modules import python3-etcd, which its
+#                                      Depends only offers as one alternative
 #   postgresql-15                      only where PostgreSQL's server binaries
 #                                      are missing (a new machine has them)
 # and, pinned, outside Debian:
@@ -25,18 +30,21 @@
 # Then it checks that every tool and file the build and tests use is there.
 # Idempotent: it installs only what is not installed, and is quick then.
 #
-# Usage: scripts/install-deps.sh [all | relay]   (default: all)
+# Usage: scripts/install-deps.sh [all | relay | ha]   (default: all)
 #   relay  only what `courier relay` and the courier-relay tests need
+#   ha     only what the HA cluster needs (etcd, Patroni)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 group="${1:-all}"
 relay_pkgs=(protobuf-compiler libprotobuf-dev etcd-server etcd-client nats-server)
 browser_pkgs=(chromium chromium-driver)
+ha_pkgs=(etcd-server etcd-client patroni python3-etcd)
 case "$group" in
   relay) pkgs=("${relay_pkgs[@]}") ;;
-  all) pkgs=("${relay_pkgs[@]}" "${browser_pkgs[@]}") ;;
-  *) echo "usage: $0 [all | relay]" >&2; exit 2 ;;
+  ha) pkgs=("${ha_pkgs[@]}") ;;
+  all) pkgs=("${relay_pkgs[@]}" "${browser_pkgs[@]}" patroni python3-etcd) ;;
+  *) echo "usage: $0 [all | relay | ha]" >&2; exit 2 ;;
 esac
 
 have() { command -v "$1" >/dev/null 2>&1; }
@@ -56,7 +64,7 @@ if [ ${#missing[@]} -gt 0 ]; then
 fi
 
 # PostgreSQL refuses to run as root; courier runs it as 'postgres' then.
-if [ "$group" = all ] && [ "$(id -u)" -eq 0 ] && ! id postgres >/dev/null 2>&1; then
+if [ "$group" != relay ] && [ "$(id -u)" -eq 0 ] && ! id postgres >/dev/null 2>&1; then
   useradd --system --no-create-home postgres
 fi
 
@@ -65,7 +73,9 @@ if [ "$group" = all ] && ! cargo nextest --version >/dev/null 2>&1; then
   cargo install cargo-nextest --locked
 fi
 
-./scripts/install-nats.sh
+if [ "$group" != ha ]; then
+  ./scripts/install-nats.sh
+fi
 if [ "$group" = all ]; then
   ./scripts/install-web-deps.sh
 fi
@@ -74,18 +84,33 @@ fi
 fail=0
 need_file() { [ -e "$1" ] || { echo "missing after install: $1 ($2)" >&2; fail=1; }; }
 need_tool() { have "$1" || [ -x "/usr/sbin/$1" ] || { echo "missing after install: $1 ($2)" >&2; fail=1; }; }
-need_tool protoc protobuf-compiler
-need_file /usr/include/google/protobuf/descriptor.proto libprotobuf-dev
 need_tool etcd etcd-server
 need_tool etcdctl etcd-client
-need_tool nats-server nats-server
-need_file .courier/tools/nats-venv/bin/nats-server scripts/install-nats.sh
+if [ "$group" != ha ]; then
+  need_tool protoc protobuf-compiler
+  need_file /usr/include/google/protobuf/descriptor.proto libprotobuf-dev
+  need_tool nats-server nats-server
+  need_file .courier/tools/nats-venv/bin/nats-server scripts/install-nats.sh
+fi
+if [ "$group" != relay ]; then
+  # Patroni's own interpreter (not whatever python3 is first on PATH) must
+  # import its etcd modules: they need python3-etcd.
+  /usr/bin/python3 -c 'import patroni.dcs.etcd, patroni.dcs.etcd3' 2>/dev/null \
+    || { echo "missing after install: Patroni's etcd modules do not import (python3-etcd)" >&2; fail=1; }
+  patroni --version >/dev/null 2>&1 || { echo "missing after install: patroni (patroni)" >&2; fail=1; }
+  pg_bin || { echo "missing after install: initdb (postgresql-15)" >&2; fail=1; }
+fi
 if [ "$group" = all ]; then
   need_tool chromium chromium
   need_tool chromedriver chromium-driver
-  pg_bin || { echo "missing after install: initdb (postgresql-15)" >&2; fail=1; }
   need_file web/test/node_modules/axe-core/axe.min.js axe-core
 fi
 [ "$fail" = 0 ] || exit 1
 
-echo "dependencies ready ($group): $(protoc --version), $(etcd --version 2>/dev/null | head -1), nats-server $(nats-server --version 2>/dev/null | awk '{print $NF}') (Debian) and $(.courier/tools/nats-venv/bin/nats-server --version | awk '{print $NF}') (cluster)"
+if [ "$group" = ha ]; then
+  echo "dependencies ready (ha): $(etcd --version 2>/dev/null | head -1), $(patroni --version)"
+  exit 0
+fi
+extra=""
+if [ "$group" = all ]; then extra=", $(patroni --version)"; fi
+echo "dependencies ready ($group): $(protoc --version), $(etcd --version 2>/dev/null | head -1), nats-server $(nats-server --version 2>/dev/null | awk '{print $NF}') (Debian) and $(.courier/tools/nats-venv/bin/nats-server --version | awk '{print $NF}') (cluster)$extra"

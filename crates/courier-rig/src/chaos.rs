@@ -10,13 +10,23 @@
 //! lease. Then it stops everything and verifies the provider's log
 //! ([`judge::verify_against`]).
 //!
+//! With a failover spec (`courier chaos --failover`) the database is a
+//! local HA cluster ([`crate::ha`]: 3 etcd members, Patroni with a primary
+//! and two standbys) reached through its multi-host URL, and the plan adds
+//! its faults ([`crate::failover`]): node deaths, pauses, switchovers and
+//! postmaster kills. The verdict then adds two rows: acknowledged enqueues
+//! (the load's client-side history) missing from the final primary, and
+//! actions whose status went backwards across a failover.
+//!
 //! Everything random comes from the seed, drawn in a fixed order: the first
-//! workers' seeds, the load's seed, the plan, then each kill's victim and
-//! its replacement's seed.
+//! workers' seeds, the load's seed, the plan (the failovers' order last),
+//! then each kill's victim and its replacement's seed.
 
 use crate::database::{Database, DatabaseSpec};
+use crate::failover::{self, FailoverDone};
 use crate::fleet::{spawn_service, Fleet, Proc};
-use crate::plan::{FaultCounts, FaultKind, FaultPlan, Planned};
+use crate::ha::{HaCluster, HaSettings};
+use crate::plan::{FailoverCounts, FaultCounts, FaultKind, FaultPlan, Planned};
 use crate::progress::{status_line, Bars};
 use crate::spec::{
     chaos_limits, chaos_retention, FakeSpec, ProviderTarget, ServerSpec, WorkerSpec,
@@ -69,6 +79,43 @@ pub struct ChaosConfig {
     pub timeout_s: u64,
     /// Give up when no action became final for this long (after the span).
     pub stall_s: u64,
+    /// Run on a local HA cluster and fail it over (`--failover`).
+    pub failover: Option<FailoverSpec>,
+}
+
+/// The HA cluster of a failover run and what is done to it.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct FailoverSpec {
+    pub settings: HaSettings,
+    pub counts: FailoverCounts,
+}
+
+impl FailoverSpec {
+    /// The proof: synchronous, one of each kind and a postmaster kill.
+    pub fn proof() -> Self {
+        FailoverSpec {
+            settings: HaSettings::synchronous(),
+            counts: FailoverCounts {
+                node_deaths: 1,
+                postmaster_kills: 1,
+                pauses: 1,
+                switchovers: 1,
+                lossy_deaths: 0,
+            },
+        }
+    }
+
+    /// The negative control: asynchronous, one failover that loses the
+    /// tail of the WAL.
+    pub fn control() -> Self {
+        FailoverSpec {
+            settings: HaSettings::asynchronous(),
+            counts: FailoverCounts {
+                lossy_deaths: 1,
+                ..FailoverCounts::default()
+            },
+        }
+    }
 }
 
 impl ChaosConfig {
@@ -93,6 +140,7 @@ impl ChaosConfig {
             database: DatabaseSpec::Throwaway,
             timeout_s: 900,
             stall_s: 120,
+            failover: None,
         }
     }
 
@@ -106,6 +154,14 @@ impl ChaosConfig {
         }
         if self.faults.pg_restarts > 0 && self.database != DatabaseSpec::Throwaway {
             return bad("PostgreSQL restarts need the run's own cluster (no database URL)");
+        }
+        if let Some(f) = &self.failover {
+            if self.database != DatabaseSpec::Throwaway || self.faults.pg_restarts > 0 {
+                return bad(
+                    "a failover run starts its own HA cluster: no database URL, no pg_restarts",
+                );
+            }
+            f.settings.validate().map_err(RigError::Settings)?;
         }
         chaos_limits(self.lease_ttl_ms, self.concurrency)
             .validate()
@@ -140,6 +196,8 @@ pub struct Done {
     pub duplicate_webhooks_absorbed: i64,
     pub backward_reports_ignored: i64,
     pub reclaims: i64,
+    /// The HA cluster's faults and rows (a failover run only).
+    pub failover: Option<FailoverDone>,
 }
 
 /// The JSON report of a run (`courier chaos --report`).
@@ -161,6 +219,8 @@ pub struct Chaos {
     cfg: ChaosConfig,
     dir: PathBuf,
     db: Database,
+    /// The HA cluster of a failover run.
+    ha: Option<HaCluster>,
     store: PgStore,
     server: Proc,
     provider: Option<Proc>,
@@ -197,7 +257,7 @@ impl Chaos {
         // PostgreSQL runs as `postgres` when we are root: it must reach the cluster.
         std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o755))
             .map_err(|e| RigError::io(&dir, e))?;
-        let db = Database::start(&cfg.database, &dir).await?;
+        let (ha, db) = start_database(&cfg, &dir).await?;
         let store = PgStore::connect(&StoreConfig::new(db.url())).await?;
         let secret = cfg
             .provider
@@ -225,10 +285,14 @@ impl Chaos {
         let seeds: Vec<u64> = (0..cfg.workers).map(|_| rng.random()).collect();
         let fleet = Fleet::start(exe, worker, &dir, seeds)?;
         let load_seed = rng.random();
-        let plan = FaultPlan::draw(&mut rng, &cfg.faults, cfg.span());
+        let mut plan = FaultPlan::draw(&mut rng, &cfg.faults, cfg.span());
+        if let Some(f) = &cfg.failover {
+            plan = plan.with_failovers(&mut rng, &f.counts, cfg.span());
+        }
         Ok(Chaos {
             dir,
             db,
+            ha,
             store,
             server,
             provider: provider.proc,
@@ -270,8 +334,11 @@ impl Chaos {
             self.load_seed,
         ));
         let mut live = Live::new(&cfg, std::mem::take(&mut self.plan.faults));
+        if let Some(f) = &cfg.failover {
+            live.done.failover = Some(FailoverDone::planned(&f.counts));
+        }
         let finished = self.drive(&mut live).await?;
-        enqueue.await??;
+        let acked = enqueue.await??;
         tracing::debug!(
             freeze_misses = live.freeze_misses,
             "chaos: freezes retried while no worker held actions"
@@ -286,9 +353,14 @@ impl Chaos {
         }
         let report = judge::verify_against(&self.store, &self.log).await?;
         let s = self.store.summary(1800).await?;
-        let done = absorbed(live.done, &s, &report, judge::resends(&self.log)?);
+        let mut done = absorbed(live.done, &s, &report, judge::resends(&self.log)?);
+        if let Some(f) = done.failover.as_mut() {
+            f.acked = acked.len();
+            f.acked_missing = failover::acked_missing(&self.store, &acked).await?;
+        }
+        let failover_ok = done.failover.as_ref().is_none_or(failover_passed);
         Ok(ChaosOutcome {
-            passed: finished && report.passed(),
+            passed: finished && report.passed() && failover_ok,
             finished,
             wall,
             report,
@@ -296,8 +368,33 @@ impl Chaos {
             cfg,
             dir: self.dir,
             db: self.db,
+            ha: self.ha,
         })
     }
+}
+
+/// Every failover row is 0 and every kind the proof needs was done (the
+/// negative control, whose only failover is its lossy one, fails here).
+pub fn failover_passed(f: &FailoverDone) -> bool {
+    f.acked_missing == 0
+        && f.went_backwards == 0
+        && f.woken_writes == 0
+        && f.kinds_missing().is_empty()
+}
+
+/// The run's database: a throwaway cluster, a URL, or (a failover run) a
+/// new HA cluster under `dir/ha`, reached through its multi-host URL.
+async fn start_database(
+    cfg: &ChaosConfig,
+    dir: &Path,
+) -> Result<(Option<HaCluster>, Database), RigError> {
+    let Some(f) = &cfg.failover else {
+        return Ok((None, Database::start(&cfg.database, dir).await?));
+    };
+    let ha = HaCluster::up(&dir.join("ha"), f.settings, false).await?;
+    let url = ha.url();
+    let db = Database::start(&DatabaseSpec::External { url }, dir).await?;
+    Ok((Some(ha), db))
 }
 
 async fn start_provider(
@@ -491,6 +588,13 @@ impl Chaos {
                 live.done.pg_restarts += 1;
             }
             FaultKind::Freeze => return self.freeze_busiest(live).await,
+            kind => {
+                let (Some(ha), Some(done)) = (self.ha.as_mut(), live.done.failover.as_mut()) else {
+                    return Err(RigError::Settings(format!("{kind:?} needs the HA cluster")));
+                };
+                live.faults_bar.set_message(format!("HA fault: {kind:?}"));
+                failover::apply(ha, &self.store, kind, done).await?;
+            }
         }
         Ok(true)
     }
@@ -538,8 +642,14 @@ impl Chaos {
                 " · a worker is frozen"
             } else {
                 ""
-            }
-        )
+            },
+        ) + &done.failover.as_ref().map_or(String::new(), |f| {
+            format!(
+                " · failovers {} · postmaster restarts {}",
+                f.failovers(),
+                f.restarts
+            )
+        })
     }
 }
 
@@ -555,6 +665,7 @@ pub struct ChaosOutcome {
     pub done: Done,
     pub dir: PathBuf,
     db: Database,
+    ha: Option<HaCluster>,
 }
 
 impl ChaosOutcome {
@@ -601,6 +712,26 @@ impl ChaosOutcome {
         t
     }
 
+    /// The failover run's rows (every one must be 0) and what was done to
+    /// the cluster; None for a run without failovers.
+    pub fn failover_table(&self) -> Option<String> {
+        let f = self.done.failover.as_ref()?;
+        let mut t = String::from("| failover check | result |\n|---|---|\n");
+        for (what, v) in failover_checks(f) {
+            t.push_str(&format!("| {what} | {v} |\n"));
+        }
+        let unplanned = f.kinds_unplanned();
+        if !unplanned.is_empty() {
+            let what = "not the whole proof: kinds not planned";
+            t.push_str(&format!("| {what} | {} |\n", unplanned.join(", ")));
+        }
+        t.push_str("\n| what was done to the cluster | count |\n|---|---|\n");
+        for (what, v) in failover_done(f) {
+            t.push_str(&format!("| {what} | {v} |\n"));
+        }
+        Some(t)
+    }
+
     fn report_fields(&self) -> ChaosReport<'_> {
         ChaosReport {
             seed: self.cfg.seed,
@@ -629,10 +760,77 @@ impl ChaosOutcome {
     /// the run failed; returns the directory when it is kept.
     pub async fn close(self, keep: bool) -> Result<Option<PathBuf>, RigError> {
         self.db.stop().await?;
+        if let Some(ha) = self.ha {
+            ha.down().await?;
+        }
         if keep || !self.passed {
             return Ok(Some(self.dir));
         }
         std::fs::remove_dir_all(&self.dir).ok();
         Ok(None)
     }
+}
+
+/// The failover run's checks: every one must be 0.
+fn failover_checks(f: &FailoverDone) -> [(&'static str, String); 4] {
+    let missing = f.kinds_missing();
+    [
+        (
+            "enqueues acknowledged (201, or 200 on a retry) missing from the final primary",
+            format!("{} of {}", f.acked_missing, f.acked),
+        ),
+        (
+            "actions whose status went backwards across a failover",
+            f.went_backwards.to_string(),
+        ),
+        (
+            "writes the old primary acknowledged after waking from its pause",
+            f.woken_writes.to_string(),
+        ),
+        (
+            "kinds of failover planned but not done (node death, pause, switchover)",
+            if missing.is_empty() {
+                "0".into()
+            } else {
+                missing.join(", ")
+            },
+        ),
+    ]
+}
+
+/// What the failover run did to the cluster.
+fn failover_done(f: &FailoverDone) -> [(&'static str, String); 7] {
+    let secs = |ms: u64| format!("{:.1} s", ms as f64 / 1000.0);
+    [
+        ("failovers", f.failovers().to_string()),
+        (
+            "node deaths (Patroni + PostgreSQL SIGKILLed, wait status and /proc)",
+            f.node_deaths.to_string(),
+        ),
+        (
+            "pauses past the TTL (SIGSTOP, SIGCONT)",
+            f.pauses.to_string(),
+        ),
+        (
+            "switchovers through Patroni's API",
+            f.switchovers.to_string(),
+        ),
+        (
+            "lossy deaths (WAL senders stopped first; the negative control)",
+            f.lossy_deaths.to_string(),
+        ),
+        (
+            "postmaster SIGKILLs restarted in place (not failovers)",
+            format!("{} ({} in all)", f.restarts, secs(f.restart_ms)),
+        ),
+        (
+            "timeline at the end; time without a primary (sum, longest)",
+            format!(
+                "{}; {}, {}",
+                f.timeline,
+                secs(f.no_primary_ms),
+                secs(f.no_primary_max_ms)
+            ),
+        ),
+    ]
 }

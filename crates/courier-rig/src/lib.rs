@@ -11,6 +11,12 @@
 //! - [`fleet`]: child processes of the courier binary, read for their
 //!   "listening on" line, signalled, and reaped; worker slots whose kills are
 //!   confirmed from the wait status.
+//! - [`ha`]: a local highly available PostgreSQL (3 etcd members, 3
+//!   Patroni nodes), its processes our children, and the faults of the
+//!   failover run (node death, postmaster kill, pause, switchover).
+//! - [`failover`]: the failover run's HA faults, each confirmed (a
+//!   leader on a later timeline), and its rows: actions that went backwards
+//!   across a failover, acknowledged enqueues missing at the end.
 //! - [`plan`]: the fault plan, seeded and pure (kills, PostgreSQL
 //!   crash-restarts, freezes, each at a time within the span).
 //! - [`load`]: the actions enqueued through the API (all at once, or spread
@@ -33,7 +39,9 @@
 pub mod chaos;
 pub mod database;
 pub mod demo;
+pub mod failover;
 pub mod fleet;
+pub mod ha;
 pub mod judge;
 pub mod load;
 pub mod plan;

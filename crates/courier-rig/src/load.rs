@@ -61,7 +61,9 @@ fn weighted_store(x: usize, noisy_factor: usize) -> usize {
 /// Enqueues at a steady rate over `span`, with one store `noisy_factor`
 /// times busier than each of the others. A request that fails is retried
 /// (the enqueue is idempotent on its key): the server may be briefly unable
-/// to reach a restarting database.
+/// to reach a restarting database. Returns the client-side history: the id
+/// and key of every acknowledged enqueue (201, or 200 when a retry found the
+/// action its lost answer had created), which must all be in the database.
 pub async fn enqueue_weighted(
     api: String,
     actions: usize,
@@ -69,13 +71,14 @@ pub async fn enqueue_weighted(
     noisy_factor: usize,
     span: Duration,
     seed: u64,
-) -> Result<(), RigError> {
+) -> Result<Vec<Acked>, RigError> {
     let mut rng = StdRng::seed_from_u64(seed);
     let weight_total = noisy_factor + stores.max(1) - 1;
     let http = reqwest::Client::new();
     let url = format!("{api}/v1/actions");
     let t0 = Instant::now();
     let mut inflight = tokio::task::JoinSet::new();
+    let mut acked = Vec::with_capacity(actions);
     for i in 0..actions {
         let due = t0 + span.mul_f64(i as f64 / actions.max(1) as f64);
         tokio::time::sleep_until(due.into()).await;
@@ -88,14 +91,21 @@ pub async fn enqueue_weighted(
         ));
         while inflight.len() > ENQUEUE_CONCURRENCY_MAX {
             if let Some(r) = inflight.join_next().await {
-                r??;
+                acked.push(r??);
             }
         }
     }
     while let Some(r) = inflight.join_next().await {
-        r??;
+        acked.push(r??);
     }
-    Ok(())
+    Ok(acked)
+}
+
+/// An enqueue the API acknowledged: the id it answered, and the key sent.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Acked {
+    pub id: i64,
+    pub key: String,
 }
 
 async fn enqueue_retrying(
@@ -103,11 +113,18 @@ async fn enqueue_retrying(
     url: String,
     i: usize,
     body: serde_json::Value,
-) -> Result<(), RigError> {
+) -> Result<Acked, RigError> {
+    let key = body["key"].as_str().unwrap_or_default().to_string();
     let mut last = String::new();
     for attempt in 0..ENQUEUE_TRIES_MAX {
         match http.post(&url).json(&body).send().await {
-            Ok(r) if r.status().is_success() => return Ok(()),
+            Ok(r) if r.status().is_success() => {
+                let view: serde_json::Value = r.json().await.unwrap_or_default();
+                match view["id"].as_i64() {
+                    Some(id) => return Ok(Acked { id, key }),
+                    None => last = format!("an answer without an id: {view}"),
+                }
+            }
             Ok(r) => last = format!("{}", r.status()),
             Err(e) => last = e.to_string(),
         }

@@ -8,7 +8,9 @@
 //! - kills: one in each of `kills` equal slices of the span, at a random
 //!   point in the middle 80% of its slice;
 //! - PostgreSQL crash-restarts: evenly spaced, never at either end;
-//! - freezes: one per slice, 30% into it.
+//! - freezes: one per slice, 30% into it;
+//! - failovers of the HA cluster ([`FaultPlan::with_failovers`]): evenly
+//!   spaced, never at either end, their kinds in a seeded order.
 //!
 //! # Invariants
 //! - Every offset lies within the span, and the plan is sorted by offset.
@@ -27,6 +29,53 @@ pub enum FaultKind {
     PgRestart,
     /// SIGSTOP the worker holding the most actions, longer than its lease.
     Freeze,
+    /// SIGKILL the HA primary's Patroni and its PostgreSQL together.
+    NodeDeath,
+    /// SIGKILL the HA primary's postmaster alone (Patroni restarts it in place).
+    PostmasterKill,
+    /// SIGSTOP the HA primary's Patroni and PostgreSQL past the TTL, then SIGCONT.
+    Pause,
+    /// A switchover requested through Patroni's API.
+    Switchover,
+    /// The negative control: SIGSTOP the primary's WAL senders, let
+    /// acknowledged writes pile up, then kill the primary (asynchronous only).
+    LossyDeath,
+}
+
+impl FaultKind {
+    /// A fault of the HA cluster (the failover run).
+    pub fn is_failover(self) -> bool {
+        !matches!(
+            self,
+            FaultKind::Kill | FaultKind::PgRestart | FaultKind::Freeze
+        )
+    }
+}
+
+/// How many faults of each kind the HA cluster gets.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct FailoverCounts {
+    pub node_deaths: usize,
+    pub postmaster_kills: usize,
+    pub pauses: usize,
+    pub switchovers: usize,
+    pub lossy_deaths: usize,
+}
+
+impl FailoverCounts {
+    /// Every HA fault, kind by kind.
+    pub fn kinds(&self) -> Vec<FaultKind> {
+        let each = [
+            (FaultKind::NodeDeath, self.node_deaths),
+            (FaultKind::PostmasterKill, self.postmaster_kills),
+            (FaultKind::Pause, self.pauses),
+            (FaultKind::Switchover, self.switchovers),
+            (FaultKind::LossyDeath, self.lossy_deaths),
+        ];
+        each.iter()
+            .flat_map(|(k, n)| std::iter::repeat_n(*k, *n))
+            .collect()
+    }
 }
 
 /// How many faults of each kind.
@@ -75,6 +124,26 @@ impl FaultPlan {
         // Stable: equal offsets keep kills before restarts before freezes.
         faults.sort_by_key(|f| f.at);
         FaultPlan { faults }
+    }
+
+    /// Adds the HA cluster's faults, evenly spaced over the span (never at
+    /// either end), in an order drawn from `rng` (drawn after the rest of
+    /// the plan, so a run without failovers draws the same plan as before).
+    pub fn with_failovers(
+        mut self,
+        rng: &mut impl Rng,
+        counts: &FailoverCounts,
+        span: Duration,
+    ) -> FaultPlan {
+        use rand::seq::SliceRandom;
+        let mut kinds = counts.kinds();
+        kinds.shuffle(rng);
+        let n = kinds.len() as f64;
+        let at = |i: usize| span.mul_f64((i as f64 + 1.0) / (n + 1.0));
+        let failovers = kinds.into_iter().enumerate();
+        (self.faults).extend(failovers.map(|(i, kind)| Planned { at: at(i), kind }));
+        self.faults.sort_by_key(|f| f.at);
+        self
     }
 
     /// How many faults of `kind` the plan holds.
@@ -144,6 +213,47 @@ mod tests {
             .map(|i| SPAN.mul_f64((i as f64 + 0.3) / 5.0))
             .collect();
         assert_eq!(freezes, want);
+    }
+
+    #[test]
+    fn failovers_are_spaced_evenly_in_a_seeded_order_and_leave_the_rest_alone() {
+        let counts = FailoverCounts {
+            node_deaths: 1,
+            postmaster_kills: 1,
+            pauses: 1,
+            switchovers: 1,
+            lossy_deaths: 0,
+        };
+        let draw = |seed| {
+            let mut rng = StdRng::seed_from_u64(seed);
+            FaultPlan::draw(&mut rng, &COUNTS, SPAN).with_failovers(&mut rng, &counts, SPAN)
+        };
+        let p = draw(5);
+        assert_eq!(p, draw(5));
+        let ha: Vec<&Planned> = p.faults.iter().filter(|f| f.kind.is_failover()).collect();
+        let at: Vec<Duration> = ha.iter().map(|f| f.at).collect();
+        assert_eq!(at, [12, 24, 36, 48].map(Duration::from_secs));
+        for kind in [
+            FaultKind::NodeDeath,
+            FaultKind::PostmasterKill,
+            FaultKind::Pause,
+            FaultKind::Switchover,
+        ] {
+            assert_eq!(p.count(kind), 1, "{kind:?}");
+        }
+        assert_eq!(p.count(FaultKind::Kill), 200);
+        assert!(p.faults.windows(2).all(|w| w[0].at <= w[1].at));
+        let orders: std::collections::HashSet<Vec<FaultKind>> = (0..20)
+            .map(|s| {
+                draw(s)
+                    .faults
+                    .iter()
+                    .filter(|f| f.kind.is_failover())
+                    .map(|f| f.kind)
+                    .collect()
+            })
+            .collect();
+        assert!(orders.len() > 1, "the order of the kinds follows the seed");
     }
 
     #[test]

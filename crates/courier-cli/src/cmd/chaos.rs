@@ -5,7 +5,7 @@
 
 use anyhow::Context;
 use courier_dispatch::broken::UnsafeResend;
-use courier_rig::chaos::{Chaos, ChaosConfig, ExternalProvider};
+use courier_rig::chaos::{Chaos, ChaosConfig, ExternalProvider, FailoverSpec};
 use courier_rig::database::DatabaseSpec;
 use courier_rig::plan::FaultCounts;
 use std::path::PathBuf;
@@ -22,7 +22,8 @@ pub struct Args {
     /// SIGKILLs of random workers while actions are worked.
     #[arg(long, default_value_t = 200)]
     kills: usize,
-    /// PostgreSQL crash-restarts (`pg_ctl stop -m immediate`, then start).
+    /// PostgreSQL crash-restarts (`pg_ctl stop -m immediate`, then start);
+    /// none with --failover.
     #[arg(long, default_value_t = 1)]
     pg_restarts: usize,
     /// SIGSTOPs of workers holding actions, longer than their lease.
@@ -65,6 +66,25 @@ pub struct Args {
     /// Give up when no action became final for this long (after the span).
     #[arg(long, default_value_t = 120)]
     stall_s: u64,
+    /// Run on a local HA cluster (3 etcd members, Patroni, a primary and two
+    /// synchronous standbys) and fail it over: node deaths, pauses past the
+    /// TTL, switchovers, postmaster kills (a restart, not a failover).
+    #[arg(long)]
+    failover: bool,
+    #[arg(long, default_value_t = 1, requires = "failover")]
+    node_deaths: usize,
+    #[arg(long, default_value_t = 1, requires = "failover")]
+    pauses: usize,
+    #[arg(long, default_value_t = 1, requires = "failover")]
+    switchovers: usize,
+    #[arg(long, default_value_t = 1, requires = "failover")]
+    postmaster_kills: usize,
+    /// DEMONSTRATION ONLY: the failover run's negative control: asynchronous
+    /// replication and one failover that loses the tail of the WAL (the
+    /// primary's WAL senders stopped, then the primary killed). The
+    /// checker must fail.
+    #[arg(long, conflicts_with = "failover")]
+    failover_control: bool,
     /// Keep the run directory (cluster, logs) instead of deleting it.
     /// (It is always kept when the run fails.)
     #[arg(long)]
@@ -87,6 +107,18 @@ impl Args {
                     .context("--webhook-secret is required")?,
             }),
         };
+        let failover = if self.failover_control {
+            Some(FailoverSpec::control())
+        } else if self.failover {
+            let mut f = FailoverSpec::proof();
+            f.counts.node_deaths = self.node_deaths;
+            f.counts.pauses = self.pauses;
+            f.counts.switchovers = self.switchovers;
+            f.counts.postmaster_kills = self.postmaster_kills;
+            Some(f)
+        } else {
+            None
+        };
         Ok(ChaosConfig {
             seed,
             actions: self.actions,
@@ -94,7 +126,11 @@ impl Args {
             workers: self.workers,
             faults: FaultCounts {
                 kills: self.kills,
-                pg_restarts: self.pg_restarts,
+                pg_restarts: if failover.is_some() {
+                    0
+                } else {
+                    self.pg_restarts
+                },
                 freezes: self.freezes,
             },
             noisy_factor: self.noisy_factor,
@@ -106,6 +142,7 @@ impl Args {
             database: DatabaseSpec::Throwaway,
             timeout_s: self.timeout_s,
             stall_s: self.stall_s,
+            failover,
         })
     }
 }
@@ -113,6 +150,9 @@ impl Args {
 pub async fn run(a: Args) -> anyhow::Result<ExitCode> {
     let seed = a.seed.unwrap_or_else(rand::random);
     println!("courier chaos: seed {seed} (replay with --seed {seed})");
+    if a.failover_control {
+        println!("WARNING: --failover-control: asynchronous replication and a failover that loses acknowledged writes; the checker must fail");
+    }
     if let Some(mode) = a.unsafe_resend {
         println!("WARNING: --unsafe-resend {mode:?}: the workers are broken on purpose; the verifier must fail");
     }
@@ -129,6 +169,10 @@ pub async fn run(a: Args) -> anyhow::Result<ExitCode> {
     let outcome = chaos.run().await?;
     println!();
     print!("{}", outcome.report.table());
+    if let Some(t) = outcome.failover_table() {
+        println!();
+        print!("{t}");
+    }
     println!();
     print!("{}", outcome.done_table());
     println!();

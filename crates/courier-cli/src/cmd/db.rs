@@ -1,5 +1,6 @@
 //! `courier db start | stop | status | url`: the managed local PostgreSQL;
-//! `courier db migrate | prune` on it or on any server (`--database-url`).
+//! `courier db migrate | prune` on it or on any server (`--database-url`);
+//! `courier db ha up | down | status`: the local HA cluster (`db_ha`).
 
 use super::common::{DbArgs, PgDirArg, RetentionArgs};
 use anyhow::Context;
@@ -49,6 +50,9 @@ enum Action {
         #[command(flatten)]
         retention: RetentionArgs,
     },
+    /// A local highly available PostgreSQL: 3 etcd members, Patroni with a
+    /// primary and two synchronous-mode standbys (`up | down | status`).
+    Ha(super::db_ha::Args),
 }
 
 pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
@@ -59,6 +63,7 @@ pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
             key_retention_s,
             retention,
         } => return prune(db_args(database_url, &args.pg), key_retention_s, &retention).await,
+        Action::Ha(ha) => return super::db_ha::run(ha, args.pg.dir()?).await,
         _ => {}
     }
     let pg_dir = args.pg.dir()?;
@@ -89,7 +94,9 @@ pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
             tokio::task::spawn_blocking(move || cluster.stop(mode)).await??;
             println!("PostgreSQL under {dir} stopped");
         }
-        Action::Migrate { .. } | Action::Prune { .. } => unreachable!("handled above"),
+        Action::Migrate { .. } | Action::Prune { .. } | Action::Ha(_) => {
+            unreachable!("handled above")
+        }
         Action::Status => {
             let port = tokio::task::spawn_blocking(move || cluster.running_port()).await??;
             match port {

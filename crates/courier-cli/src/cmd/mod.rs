@@ -5,6 +5,7 @@ pub mod bench_life;
 pub mod chaos;
 pub mod common;
 pub mod db;
+pub mod db_ha;
 pub mod demo;
 pub mod lesson;
 pub mod provider;
