@@ -192,13 +192,24 @@ async fn node_death(
     was: &Leader,
     done: &mut FailoverDone,
 ) -> Result<(), RigError> {
+    killed_over(ha, was, done).await?;
+    done.node_deaths += 1;
+    // The dead node rejoins as a standby (pg_rewind) while the run goes on.
+    ha.start_patroni(was.node)
+}
+
+/// Kills the primary's node and waits for a leader on a later timeline,
+/// counting the failover and the time without a primary.
+async fn killed_over(
+    ha: &mut HaCluster,
+    was: &Leader,
+    done: &mut FailoverDone,
+) -> Result<(), RigError> {
     let t0 = Instant::now();
     ha.kill_node(was.node).await?;
     let (m, _) = ha.wait_new_leader(was.timeline).await?;
     done.failed_over(t0.elapsed(), m.timeline.unwrap_or(0));
-    done.node_deaths += 1;
-    // The dead node rejoins as a standby (pg_rewind) while the run goes on.
-    ha.start_patroni(was.node)
+    Ok(())
 }
 
 /// The negative control's first half: the primary's WAL senders stopped,
@@ -222,10 +233,7 @@ async fn lossy_death(
     was: &Leader,
     done: &mut FailoverDone,
 ) -> Result<(), RigError> {
-    let t0 = Instant::now();
-    ha.kill_node(was.node).await?;
-    let (m, _) = ha.wait_new_leader(was.timeline).await?;
-    done.failed_over(t0.elapsed(), m.timeline.unwrap_or(0));
+    killed_over(ha, was, done).await?;
     done.lossy_deaths += 1;
     ha.start_patroni(was.node)
 }
