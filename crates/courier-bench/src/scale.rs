@@ -23,6 +23,14 @@
 //! over its slices' summed time, so a burst of load falls on every row
 //! alike. Each slice ends with every claimed action settled.
 //!
+//! **Where the time goes.** When the server has `pg_stat_statements`, the
+//! cluster loads it (top-level statements only, so a function's inner
+//! statements are not counted twice; planning tracked too) and each row
+//! also reports its database's statement time (planning and execution) per
+//! settled action, and its costliest
+//! statements, over the drain alone: if a row is slower while its database
+//! time is the same, the time went elsewhere.
+//!
 //! # Invariants
 //! - Every row is measured while its backlog lasts: a row whose backlog
 //!   runs out before the last slice fails the run (raise `--actions`).
@@ -32,6 +40,9 @@
 use crate::stats::{ratio, Percentiles};
 use crate::{bar, run_dir, BenchError};
 use courier_core::Status;
+use courier_store::bench_views::{
+    statements_enable, statements_reset, statements_top, StatementStat,
+};
 use courier_store::cluster::{Cluster, StopMode};
 use courier_store::{ClaimMode, PgStore, SettleReq, StoreConfig};
 use serde::Serialize;
@@ -49,6 +60,10 @@ const FINAL_OVERDUE_MS: u64 = 600_000;
 /// How long a slice may run past its end (its last claims settling) before
 /// the run fails.
 const SLICE_OVERRUN_MAX: Duration = Duration::from_secs(60);
+/// Statements read back per row (all of a drain's fit: claim, sweep,
+/// settle's few); the costliest [`STATEMENTS_SHOWN`] are kept.
+const STATEMENTS_MAX: i64 = 50;
+const STATEMENTS_SHOWN: usize = 4;
 
 /// Everything a scale run needs; checked by [`ScaleConfig::validate`].
 #[derive(Debug, Clone)]
@@ -174,6 +189,11 @@ pub struct ScaleRow {
     /// side alone; buffers do not depend on the machine's load).
     pub claim_buffers: u64,
     pub claim_exec_ms: f64,
+    /// Statement time of the row's database over its drain, per settled
+    /// action (None without pg_stat_statements).
+    pub db_us_per_action: Option<f64>,
+    /// The row's costliest statements over its drain.
+    pub statements: Vec<StatementStat>,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -200,11 +220,11 @@ impl ScaleReport {
             "seed {} · {} claimers · claims of {} (fair, intent written) · {} per store in flight · synchronous_commit off · {} slices of {} ms per row\n\n",
             self.seed, self.claimers, self.claim_batch_max, self.store_in_flight_max, self.slices, self.slice_ms
         );
-        out.push_str("| stores registered | active | settled | claims | claim p50 ms | claim p99 ms | drained per s | slices: slowest - fastest per s | one claim: buffers | one claim: execution ms | seeding s |\n");
-        out.push_str("|---:|---:|---:|---:|---:|---:|---:|---|---:|---:|---:|\n");
+        out.push_str("| stores registered | active | settled | claims | claim p50 ms | claim p99 ms | drained per s | slices: slowest - fastest per s | database us per action | one claim: buffers | one claim: execution ms | seeding s |\n");
+        out.push_str("|---:|---:|---:|---:|---:|---:|---:|---|---:|---:|---:|---:|\n");
         for r in &self.rows {
             out.push_str(&format!(
-                "| {} | {} | {} | {} | {:.2} | {:.2} | {:.0} | {:.0} - {:.0} | {} | {:.2} | {:.1} |\n",
+                "| {} | {} | {} | {} | {:.2} | {:.2} | {:.0} | {:.0} - {:.0} | {} | {} | {:.2} | {:.1} |\n",
                 r.registered,
                 r.active,
                 r.actions,
@@ -214,6 +234,7 @@ impl ScaleReport {
                 r.drain_per_s,
                 r.slice_per_s_min,
                 r.slice_per_s_max,
+                r.db_us_per_action.map_or("-".into(), |u| format!("{u:.0}")),
                 r.claim_buffers,
                 r.claim_exec_ms,
                 r.seed_s
@@ -229,6 +250,21 @@ impl ScaleReport {
                 self.rows.first().map_or(0, |r| r.active)
             ));
         }
+        for r in self.rows.iter().filter(|r| !r.statements.is_empty()) {
+            out.push_str(&format!(
+                "\ncostliest statements, {} registered, {} active (calls per action, mean us executing, mean us planning):\n",
+                r.registered, r.active
+            ));
+            for st in &r.statements {
+                let q: String = st.query.chars().take(80).collect();
+                out.push_str(&format!(
+                    "  {:>6.2} {:>8.0} {:>8.0}  {q}\n",
+                    st.calls as f64 / r.actions.max(1) as f64,
+                    st.mean_exec_us,
+                    st.mean_plan_us
+                ));
+            }
+        }
         out.push_str(&format!(
             "within target: {}\n",
             if self.within_target { "yes" } else { "NO" }
@@ -242,19 +278,37 @@ pub async fn run(cfg: &ScaleConfig) -> Result<ScaleReport, BenchError> {
     cfg.validate().map_err(BenchError::Settings)?;
     let started = Instant::now();
     let dir = run_dir("courier-bench-scale-")?;
-    let cluster = Cluster::new(dir.path().join("pg")).setting("synchronous_commit", "off");
+    let stat_statements = crate::throughput::statements_library_present();
+    let mut cluster = Cluster::new(dir.path().join("pg")).setting("synchronous_commit", "off");
+    if stat_statements {
+        cluster = cluster
+            .setting("shared_preload_libraries", "pg_stat_statements")
+            .setting("pg_stat_statements.track", "top")
+            .setting("pg_stat_statements.track_planning", "on");
+    }
     let c = cluster.clone();
     let url = tokio::task::spawn_blocking(move || c.start()).await??;
     let result = async {
+        let statements = stat_statements && statements_enable(&url).await?;
         let shapes = cfg.shapes();
         let mut rows = Vec::new();
         for (k, (registered, active)) in shapes.iter().enumerate() {
             rows.push(Row::seed(cfg, &url, k, *registered, *active).await?);
         }
+        if statements {
+            statements_reset(&url).await?;
+        }
         drain_in_slices(cfg, &mut rows).await?;
-        rows.into_iter()
-            .map(Row::finish)
-            .collect::<Result<Vec<_>, _>>()
+        let mut out = Vec::new();
+        for (k, row) in rows.into_iter().enumerate() {
+            let stats = if statements {
+                statements_top(&url, &format!("{DATABASE}_{k}"), STATEMENTS_MAX).await?
+            } else {
+                Vec::new()
+            };
+            out.push(row.finish(stats)?);
+        }
+        Ok::<_, BenchError>(out)
     }
     .await;
     let c = cluster.clone();
@@ -402,7 +456,18 @@ impl Row {
         Ok(())
     }
 
-    fn finish(self) -> Result<ScaleRow, BenchError> {
+    /// The row's figures; `stats` are its database's statements over the
+    /// drain (empty without pg_stat_statements).
+    fn finish(self, mut stats: Vec<StatementStat>) -> Result<ScaleRow, BenchError> {
+        let db_us_per_action = (!stats.is_empty()).then(|| {
+            stats
+                .iter()
+                .map(|s| s.total_exec_ms + s.total_plan_ms)
+                .sum::<f64>()
+                * 1000.0
+                / self.settled.max(1) as f64
+        });
+        stats.truncate(STATEMENTS_SHOWN);
         let claim = Percentiles::from_us(self.rtts.iter().copied())
             .ok_or_else(|| BenchError::Task("no claim took an action".into()))?;
         let drain_s = self.drained.as_secs_f64();
@@ -420,6 +485,8 @@ impl Row {
             seed_s: self.seed_s,
             claim_buffers: self.claim_buffers,
             claim_exec_ms: self.claim_exec_ms,
+            db_us_per_action,
+            statements: stats,
         })
     }
 }

@@ -474,7 +474,7 @@ pub async fn run(cfg: &ThroughputConfig) -> Result<ThroughputReport, BenchError>
 
 /// True when this PostgreSQL has pg_stat_statements (a server that cannot
 /// load a preloaded library does not start, so look before asking for it).
-fn statements_library_present() -> bool {
+pub(crate) fn statements_library_present() -> bool {
     // Follow a symlink on PATH to the versioned directory (bin/ next to lib/).
     find_binary("postgres")
         .ok()

@@ -70,6 +70,10 @@ pub struct StatementStat {
     pub calls: i64,
     pub total_exec_ms: f64,
     pub mean_exec_us: f64,
+    /// Planning, when the server tracks it (`pg_stat_statements.track_planning`;
+    /// 0 otherwise).
+    pub total_plan_ms: f64,
+    pub mean_plan_us: f64,
     pub rows: i64,
 }
 
@@ -191,10 +195,10 @@ pub async fn statements_top(
         .query(
             "SELECT btrim(regexp_replace(regexp_replace(s.query, '--[^\\n]*', '', 'g'), '\\s+', ' ', 'g')),
                     s.calls, s.total_exec_time,
-                    s.mean_exec_time * 1000, s.rows
+                    s.mean_exec_time * 1000, s.rows, s.total_plan_time, s.mean_plan_time * 1000
              FROM pg_stat_statements s JOIN pg_database d ON d.oid = s.dbid
              WHERE d.datname = $1
-             ORDER BY s.total_exec_time DESC
+             ORDER BY s.total_exec_time + s.total_plan_time DESC
              LIMIT $2",
             &[&name, &limit],
         )
@@ -207,6 +211,8 @@ pub async fn statements_top(
             total_exec_ms: r.get(2),
             mean_exec_us: r.get(3),
             rows: r.get(4),
+            total_plan_ms: r.get(5),
+            mean_plan_us: r.get(6),
         })
         .collect())
 }
