@@ -9,9 +9,10 @@
 /// The longest key the contract allows.
 pub const KEY_LEN_MAX: usize = 255;
 
-/// The stable idempotency key of an action, from its uid (a random UUID drawn
-/// once, at enqueue). The uid, not the row id, makes keys unique across
-/// databases, so a fresh database never reuses a key a provider still remembers.
+/// The stable idempotency key of an action, from its uid (a UUIDv7 drawn once,
+/// at enqueue: milliseconds, then 74 random bits). The uid, not the row id,
+/// makes keys unique across databases, so a fresh database never reuses a key
+/// a provider still remembers.
 pub fn action_key(action_uid: &str) -> String {
     format!("courier-{action_uid}")
 }

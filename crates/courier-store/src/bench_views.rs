@@ -80,6 +80,19 @@ pub struct StatementStat {
 /// The largest bulk enqueue in one statement.
 pub const BULK_ENQUEUE_MAX: u32 = 1_000_000;
 
+/// SQL for a UUIDv7 at the time `at` (an SQL expression), as
+/// `action_enqueue` draws in Rust (`Uuid::now_v7`): the milliseconds since
+/// the epoch in the first 48 bits, version 7, the rest from
+/// `gen_random_uuid()` (whose variant bits are already right). Seeded rows
+/// then sit in the uid and key indexes where the enqueue puts real ones.
+pub(crate) fn uuid_v7_sql(at: &str) -> String {
+    format!(
+        "encode(set_bit(set_bit(overlay(uuid_send(gen_random_uuid()) \
+         placing substring(int8send((extract(epoch FROM {at}) * 1000)::bigint) FROM 3) \
+         FROM 1 FOR 6), 52, 1), 53, 1), 'hex')::uuid"
+    )
+}
+
 /// The pgbench ceiling's transaction: claim the oldest pending job with
 /// `FOR UPDATE SKIP LOCKED` and mark it done, in one statement (one
 /// transaction, one round trip): the least a claim-and-complete can cost.
@@ -324,12 +337,15 @@ impl PgStore {
         .await?;
         let count = tx
             .execute(
-                "INSERT INTO actions (uid, store, recipient, body)
-                 SELECT gen_random_uuid(),
-                        ($1::text[])[1 + (g % array_length($1::text[], 1))],
-                        '+1555' || lpad((g % 10000000)::text, 7, '0'),
-                        'bench message ' || g
-                 FROM generate_series(0, $2::bigint - 1) AS g",
+                &format!(
+                    "INSERT INTO actions (uid, store, recipient, body)
+                     SELECT {},
+                            ($1::text[])[1 + (g % array_length($1::text[], 1))],
+                            '+1555' || lpad((g % 10000000)::text, 7, '0'),
+                            'bench message ' || g
+                     FROM generate_series(0, $2::bigint - 1) AS g",
+                    uuid_v7_sql("clock_timestamp()")
+                ),
                 &[&stores, &i64::from(n)],
             )
             .await?;

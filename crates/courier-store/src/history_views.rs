@@ -58,10 +58,11 @@ impl PgStore {
         .await?;
         let written: i64 = tx
             .query_one(
+                &format!(
                 "WITH a AS (
                      INSERT INTO actions (uid, store, recipient, body, state, epoch,
                                           enqueued_at, claimed_at, dispatched_at, done_at)
-                     SELECT gen_random_uuid(), 'store-' || lpad((g % $3::bigint)::text, 3, '0'),
+                     SELECT {uid}, 'store-' || lpad((g % $3::bigint)::text, 3, '0'),
                             '+1555' || lpad((g % 10000000)::text, 7, '0'), 'history ' || g,
                             'done', 1, t - interval '3 second', t - interval '2 second',
                             t - interval '1 second', t
@@ -83,6 +84,8 @@ impl PgStore {
                      INSERT INTO events (at, kind, action_id, detail)
                      SELECT final_at, 'backward', action_id, 'seeded' FROM o WHERE action_id % 10 = 0)
                  SELECT count(*) FROM o",
+                    uid = crate::bench_views::uuid_v7_sql("t - interval '3 second'")
+                ),
                 &[&first, &n, &stores, &age_s],
             )
             .await?
