@@ -160,7 +160,7 @@ fn describe() {
     describe_gauge!("courier_open_intents", "Intents without a final status.");
     describe_gauge!(
         "courier_intents_older_than_alert",
-        "Open intents older than the alert threshold (a share of the key retention)."
+        "Open intents older than the alert threshold (a share of the key retention), counted up to 10,000."
     );
     describe_gauge!(
         "courier_oldest_open_intent_age_seconds",

@@ -42,6 +42,16 @@ impl Counts {
         v
     }
 
+    /// Intents without a final status (`outbox.<status>` of every status
+    /// that is not final).
+    pub fn open_intents(&self) -> i64 {
+        courier_core::Status::ALL
+            .iter()
+            .filter(|s| !s.is_final())
+            .map(|s| self.get(&format!("outbox.{}", s.as_str())))
+            .sum()
+    }
+
     /// Actions by state: the states some action is in, in name order.
     pub fn by_state(&self) -> Result<Vec<(ActionState, i64)>, StoreError> {
         self.under("actions.")

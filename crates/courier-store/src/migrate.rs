@@ -60,6 +60,11 @@ pub const MIGRATIONS: &[(i32, &str, &str)] = &[
         "prune_indexes",
         include_str!("../migrations/0007_prune_indexes.sql"),
     ),
+    (
+        8,
+        "open_intents_walk",
+        include_str!("../migrations/0008_open_intents_walk.sql"),
+    ),
 ];
 
 /// The first line that makes a migration run outside a transaction.

@@ -7,6 +7,11 @@ use crate::lease::{Fenced, Lease};
 use crate::pool::PgStore;
 use courier_core::Status;
 
+/// Open intents past the age alert are counted up to this many (a count
+/// that reaches it reads "at least"): the count walks the oldest open intents
+/// and stops there, so its cost does not follow a backlog of open intents.
+pub const INTENTS_PAST_ALERT_COUNTED_MAX: i64 = 10_000;
+
 /// The outbox row as the owner sees it after writing (or finding) the intent.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Intent {
@@ -132,13 +137,17 @@ impl PgStore {
             .collect())
     }
 
-    /// Open intents older than `age_s`: past the provider's key retention a
-    /// resend could be a second message, so these are reported.
+    /// Open intents older than `age_s`, counted up to
+    /// [`INTENTS_PAST_ALERT_COUNTED_MAX`]: past the provider's key retention
+    /// a resend could be a second message, so these are reported.
     pub async fn intents_older_than(&self, age_s: u64) -> Result<i64, StoreError> {
         let client = self.pool.get().await?;
         let age = age_s as f64;
         let row = client
-            .query_one(sql!("outbox/open_older_than"), &[&age])
+            .query_one(
+                sql!("outbox/open_older_than"),
+                &[&age, &INTENTS_PAST_ALERT_COUNTED_MAX],
+            )
             .await?;
         Ok(row.get(0))
     }

@@ -28,6 +28,7 @@ pub struct Summary {
     pub events: Vec<(String, i64)>,
     pub stores: Vec<StoreBacklog>,
     pub oldest_open_intent_s: Option<f64>,
+    /// Counted up to [`crate::INTENTS_PAST_ALERT_COUNTED_MAX`].
     pub intents_older_than_alert: i64,
     pub attempts_total: i64,
     pub lookups_total: i64,
@@ -108,7 +109,10 @@ impl PgStore {
             .collect();
         let alert = intent_alert_s as f64;
         let open = client
-            .query_one(sql!("report/open_intents"), &[&alert])
+            .query_one(
+                sql!("report/open_intents"),
+                &[&alert, &crate::INTENTS_PAST_ALERT_COUNTED_MAX],
+            )
             .await?;
         Ok(Summary {
             by_state,

@@ -137,7 +137,9 @@ pub struct OpsSnapshot {
     pub stores_total: i64,
     pub owners: Vec<OwnerLeases>,
     pub oldest_intents: Vec<OpenIntent>,
+    /// From the maintained counts.
     pub open_intents: i64,
+    /// Counted up to [`crate::INTENTS_PAST_ALERT_COUNTED_MAX`].
     pub intents_older_than_alert: i64,
     pub events: Vec<EventRow>,
     /// Every event kind with its count.
@@ -200,8 +202,8 @@ impl PgStore {
         let stores = snapshot_stores(&tx, q).await?;
         let stores_total = counts.get("stores");
         let owners = snapshot_owners(&tx, q).await?;
-        let (oldest_intents, open_intents, intents_older_than_alert) =
-            snapshot_intents(&tx, q).await?;
+        let open_intents = counts.open_intents();
+        let (oldest_intents, intents_older_than_alert) = snapshot_intents(&tx, q).await?;
         let events = snapshot_events(&tx, q).await?;
         let event_counts = counts.under("events.");
         let replication = replication_read(&*tx).await?;
@@ -360,12 +362,13 @@ async fn snapshot_owners(
         .collect())
 }
 
-/// The oldest open intents, how many are open, and how many are older than
-/// the alert.
+/// The oldest open intents, and how many are older than the alert (counted
+/// up to [`crate::INTENTS_PAST_ALERT_COUNTED_MAX`]; how many are open comes
+/// from the maintained counts).
 async fn snapshot_intents(
     tx: &ReadTx<'_>,
     q: &SnapshotQuery,
-) -> Result<(Vec<OpenIntent>, i64, i64), StoreError> {
+) -> Result<(Vec<OpenIntent>, i64), StoreError> {
     let oldest_intents = tx
         .query(
             "SELECT o.action_id, a.store, o.idem_key, o.status, a.state, o.attempts,
@@ -391,16 +394,14 @@ async fn snapshot_intents(
         })
         .collect::<Result<_, StoreError>>()?;
     let alert = q.intent_alert_s as f64;
-    let row = tx
+    let older: i64 = tx
         .query_one(
-            "SELECT count(*),
-                    count(*) FILTER (WHERE created_at < now() - $1 * interval '1 second')
-             FROM outbox WHERE NOT courier_status_is_final(status)",
-            &[&alert],
+            sql!("outbox/open_older_than"),
+            &[&alert, &crate::INTENTS_PAST_ALERT_COUNTED_MAX],
         )
-        .await?;
-    let (open_intents, intents_older_than_alert): (i64, i64) = (row.get(0), row.get(1));
-    Ok((oldest_intents, open_intents, intents_older_than_alert))
+        .await?
+        .get(0);
+    Ok((oldest_intents, older))
 }
 
 /// The newest events of the kinds asked for: one statement per kind (each

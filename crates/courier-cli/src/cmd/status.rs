@@ -45,17 +45,21 @@ pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
         "attempts {} · lookups by the reconciler {}",
         s.attempts_total, s.lookups_total
     );
+    // The count past the alert stops at its cap (a walk of the oldest).
+    let past = if s.intents_older_than_alert >= courier_store::INTENTS_PAST_ALERT_COUNTED_MAX {
+        format!("{} or more", s.intents_older_than_alert)
+    } else {
+        s.intents_older_than_alert.to_string()
+    };
     match s.oldest_open_intent_s {
-        Some(age) => println!(
-            "oldest open intent: {age:.1} s (alert at {alert_s} s; {} past it)",
-            s.intents_older_than_alert
-        ),
+        Some(age) => {
+            println!("oldest open intent: {age:.1} s (alert at {alert_s} s; {past} past it)")
+        }
         None => println!("oldest open intent: none open"),
     }
     if s.intents_older_than_alert > 0 {
         println!(
-            "ALERT: {} intents are older than {alert_s} s; past the provider's key retention a resend could be a second message",
-            s.intents_older_than_alert
+            "ALERT: {past} intents are older than {alert_s} s; past the provider's key retention a resend could be a second message"
         );
     }
     println!("events:");

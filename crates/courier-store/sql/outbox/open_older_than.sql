@@ -1,4 +1,4 @@
--- Open intents (no final status) older than $1 seconds.
-SELECT count(*) FROM outbox
-WHERE NOT courier_status_is_final(status)
-  AND created_at < now() - $1 * interval '1 second'
+-- Open intents (no final status) older than $1 seconds, counted up to $2:
+-- a walk of the oldest through the partial index outbox_open that stops at
+-- $2 (migration 8 says why it is a function).
+SELECT courier_open_intents_past($1, $2)
