@@ -113,7 +113,8 @@ async fn the_count_past_the_alert_walks_the_open_index_under_a_limit() {
         settings,
         vec![
             "enable_bitmapscan=off".to_string(),
-            "enable_seqscan=off".to_string()
+            "enable_seqscan=off".to_string(),
+            "jit=off".to_string()
         ]
     );
     let mut control_walks = Vec::new();
