@@ -306,17 +306,7 @@ type ReadTx<'a> = deadpool_postgres::Transaction<'a>;
 /// The busiest stores.
 async fn snapshot_stores(tx: &ReadTx<'_>, q: &SnapshotQuery) -> Result<Vec<StoreLoad>, StoreError> {
     Ok(tx
-        .query(
-            "SELECT s.store, s.in_flight, coalesce(p.pending, 0) AS pending,
-                    extract(epoch FROM now() - p.oldest)::float8 AS oldest_pending_s
-             FROM store_in_flight s
-             LEFT JOIN (SELECT store, count(*) AS pending, min(enqueued_at) AS oldest
-                        FROM actions WHERE state = 'pending' GROUP BY store) p
-                    ON p.store = s.store
-             ORDER BY coalesce(p.pending, 0) + s.in_flight DESC, s.store
-             LIMIT $1",
-            &[&i64::from(q.stores_max)],
-        )
+        .query(sql!("report/store_backlog"), &[&i64::from(q.stores_max)])
         .await?
         .iter()
         .map(|r| StoreLoad {
@@ -404,13 +394,30 @@ async fn snapshot_intents(
     Ok((oldest_intents, older))
 }
 
-/// The newest events of the kinds asked for: one statement per kind (each
-/// planned with its kind: through the index `events_kind_id`, migration 7,
-/// for a rare kind, backwards along the primary key for a common one), then
-/// the newest of those, so the cost is kinds x rows, not the events kept.
-/// One statement for every kind (a lateral join over the kinds) was planned
-/// without knowing the kind and walked the primary key backwards filtering
-/// on it: 2.1 s with 800,000 events of which none of the kind asked for.
+/// The newest `$2` events of kind `$1`, newest first (see
+/// `snapshot_events`; `tests/snapshot_events.rs` plans it). The kind is
+/// asked as a range of one value and the order is (kind, id): with an
+/// equality the kind drops out of the order, and then a backwards walk of
+/// the primary key that filters on the kind also gives it, which the planner
+/// took for a common kind. Only `events_kind_id` gives this order.
+pub const EVENTS_NEWEST_OF_KIND: &str = "SELECT id,
+        to_char(at AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS.MS\"Z\"') AS at,
+        kind, action_id, detail
+ FROM events
+ WHERE kind >= $1 AND kind <= $1
+ ORDER BY kind DESC, id DESC
+ LIMIT $2";
+
+/// The newest events of the kinds asked for: one statement per kind, each a
+/// backwards walk of the index `events_kind_id` (migration 7) from the
+/// newest event of its kind ([`EVENTS_NEWEST_OF_KIND`]), so
+/// the cost is kinds x rows, not the events kept. One statement for every
+/// kind (a lateral join over the kinds) was planned without knowing the kind
+/// and walked the primary key backwards filtering on it: 2.1 s with 800,000
+/// events of which none of the kind asked for. Asking for the rows of a kind
+/// directly still let a common kind walk the primary key, which costs what
+/// lies between the newest event and the newest of that kind: 385 ms when
+/// the newest 500,000 events were of another kind (docs/benchmarks.md).
 async fn snapshot_events(tx: &ReadTx<'_>, q: &SnapshotQuery) -> Result<Vec<EventRow>, StoreError> {
     let mut kinds = q.event_kinds.clone();
     kinds.sort();
@@ -418,16 +425,7 @@ async fn snapshot_events(tx: &ReadTx<'_>, q: &SnapshotQuery) -> Result<Vec<Event
     let limit = i64::from(q.events_max);
     let mut events = Vec::new();
     for kind in &kinds {
-        let rows = tx
-            .query(
-                "SELECT id, to_char(at AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS.MS\"Z\"') AS at,
-                        kind, action_id, detail
-                 FROM events WHERE kind = $1
-                 ORDER BY id DESC
-                 LIMIT $2",
-                &[kind, &limit],
-            )
-            .await?;
+        let rows = tx.query(EVENTS_NEWEST_OF_KIND, &[kind, &limit]).await?;
         events.extend(rows.iter().map(|r| EventRow {
             id: r.get("id"),
             at: r.get("at"),
