@@ -19,6 +19,9 @@ pub struct ActionOutcome {
     pub final_status: Option<Status>,
 }
 
+/// Stores a summary lists (the busiest first; only stores with work).
+pub const SUMMARY_STORES_MAX: i64 = 100;
+
 /// Counts for `courier status`, the demo and the chaos report.
 #[derive(Debug, Clone, Default, Serialize)]
 pub struct Summary {
@@ -26,6 +29,7 @@ pub struct Summary {
     pub by_state: Vec<(ActionState, i64)>,
     pub by_status: Vec<(String, i64)>,
     pub events: Vec<(String, i64)>,
+    /// The busiest stores with work, at most [`SUMMARY_STORES_MAX`].
     pub stores: Vec<StoreBacklog>,
     pub oldest_open_intent_s: Option<f64>,
     /// Counted up to [`crate::INTENTS_PAST_ALERT_COUNTED_MAX`].
@@ -98,7 +102,7 @@ impl PgStore {
             .collect();
         let events = counts.under("events.");
         let stores = client
-            .query(sql!("report/store_backlog"), &[])
+            .query(sql!("report/store_backlog"), &[&SUMMARY_STORES_MAX])
             .await?
             .iter()
             .map(|r| StoreBacklog {

@@ -1,4 +1,25 @@
--- Each store's in-flight count and pending actions, busiest first.
-SELECT s.store, s.in_flight,
-       (SELECT count(*) FROM actions a WHERE a.store = s.store AND a.state = 'pending') AS pending
-FROM store_in_flight s ORDER BY pending DESC, s.in_flight DESC, s.store
+-- The busiest $1 stores: pending actions plus those held by workers, then
+-- the oldest pending action's age. Only stores with work are looked at:
+-- those listed in store_work (a pending action) and those of claimed
+-- actions (through the partial index actions_lease), so the cost follows
+-- the stores with work, not the stores registered (with 1,000,000 mostly
+-- idle stores, a list over every store row read all of them at every
+-- dashboard sample). A store's in-flight count is its counter less the
+-- releases not yet folded, as in the view store_in_flight.
+SELECT b.store, b.in_flight, b.pending, b.oldest_pending_s
+FROM (
+    SELECT st.store,
+           (st.in_flight - coalesce((SELECT sum(r.n) FROM store_releases r
+                                     WHERE r.store = st.store), 0))::int AS in_flight,
+           coalesce(p.pending, 0) AS pending,
+           extract(epoch FROM now() - p.oldest)::float8 AS oldest_pending_s
+    FROM (SELECT store FROM store_work
+          UNION
+          SELECT store FROM actions WHERE state = 'claimed') busy
+    JOIN stores st ON st.store = busy.store
+    LEFT JOIN LATERAL (
+        SELECT count(*) AS pending, min(a.enqueued_at) AS oldest
+        FROM actions a WHERE a.store = st.store AND a.state = 'pending') p ON true
+) b
+ORDER BY b.pending + b.in_flight DESC, b.store
+LIMIT $1
