@@ -193,8 +193,10 @@
       else th.removeAttribute("aria-sort");
     }
     document.getElementById("stores-note").textContent =
-      `${fmtInt(snap.stores.length)} busiest of ${fmtInt(snap.stores_total)} stores; click a column to sort.`;
-    if (rows.length === 0) return emptyRow(tbody, 5, "no stores yet");
+      `${fmtInt(snap.stores.length)} busiest of the stores with work (${fmtInt(snap.stores_total)} stores registered); click a column to sort.`;
+    if (rows.length === 0) {
+      return emptyRow(tbody, 5, snap.stores_total > 0 ? "no store has work" : "no stores yet");
+    }
     tbody.replaceChildren(...rows.map((s) => h("tr", {
       dataset: { store: s.store, pending: s.pending, inFlight: s.in_flight },
     }, td(s.store, "mono"), td(fmtInt(s.pending), "num"), td(fmtInt(s.in_flight), "num"),
