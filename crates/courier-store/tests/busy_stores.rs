@@ -4,27 +4,9 @@
 //! dashboard sample.
 
 use courier_store::{SnapshotQuery, SUMMARY_STORES_MAX};
-use courier_testkit::fresh_db;
+use courier_testkit::{explain_buffers, fresh_db};
 
 const IDLE: u32 = 20_000;
-
-/// Shared buffers the statement touched, from `EXPLAIN (ANALYZE, BUFFERS)`.
-async fn buffers(c: &tokio_postgres::Client, sql: &str) -> (u64, String) {
-    let plan: Vec<String> = c
-        .query(&format!("EXPLAIN (ANALYZE, BUFFERS) {sql}"), &[])
-        .await
-        .unwrap()
-        .iter()
-        .map(|r| r.get(0))
-        .collect();
-    let top = plan
-        .iter()
-        .find_map(|l| l.trim().strip_prefix("Buffers: shared hit="))
-        .and_then(|v| v.split(|ch: char| !ch.is_ascii_digit()).next())
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(0);
-    (top, plan.join("\n"))
-}
 
 #[tokio::test]
 async fn the_busiest_stores_are_found_among_the_stores_with_work() {
@@ -86,10 +68,10 @@ async fn the_busiest_stores_are_found_among_the_stores_with_work() {
     const { assert!(SUMMARY_STORES_MAX >= 3) };
 
     let stmt = include_str!("../sql/report/store_backlog.sql").replace("$1", "10");
-    let (read, plan) = buffers(&c, &stmt).await;
+    let (read, plan) = explain_buffers(&c, &stmt).await;
     assert!(read < 200, "{read} buffers:\n{plan}");
     // The negative control: the list over every store row, as it was.
-    let (control, plan) = buffers(
+    let (control, plan) = explain_buffers(
         &c,
         "SELECT s.store, s.in_flight FROM store_in_flight s
          ORDER BY s.in_flight DESC, s.store LIMIT 10",

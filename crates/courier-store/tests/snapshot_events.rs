@@ -5,7 +5,7 @@
 //! burst.
 
 use courier_store::{SnapshotQuery, EVENTS_NEWEST_OF_KIND};
-use courier_testkit::fresh_db;
+use courier_testkit::{explain_buffers, fresh_db};
 
 const OLD_KIND: i64 = 30_000;
 const BURST: i64 = 20_000;
@@ -23,24 +23,6 @@ async fn seed(c: &tokio_postgres::Client) {
     // sets the visibility map, as autovacuum does for an insert-only table)
     // runs outside any.
     c.batch_execute("VACUUM ANALYZE events").await.unwrap();
-}
-
-/// Shared buffers the statement touched, from `EXPLAIN (ANALYZE, BUFFERS)`.
-async fn buffers(c: &tokio_postgres::Client, sql: &str) -> (u64, String) {
-    let plan: Vec<String> = c
-        .query(&format!("EXPLAIN (ANALYZE, BUFFERS) {sql}"), &[])
-        .await
-        .unwrap()
-        .iter()
-        .map(|r| r.get(0))
-        .collect();
-    let top = plan
-        .iter()
-        .find_map(|l| l.trim().strip_prefix("Buffers: shared hit="))
-        .and_then(|v| v.split(|ch: char| !ch.is_ascii_digit()).next())
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(0);
-    (top, plan.join("\n"))
 }
 
 #[tokio::test]
@@ -75,12 +57,12 @@ async fn the_newest_events_of_a_kind_behind_a_burst_cost_the_rows_shown() {
     let stmt = EVENTS_NEWEST_OF_KIND
         .replace("$1", "'backward'")
         .replace("$2", "20");
-    let (read, plan) = buffers(&c, &stmt).await;
+    let (read, plan) = explain_buffers(&c, &stmt).await;
     assert!(read < 200, "{read} buffers:\n{plan}");
     assert!(plan.contains("using events_kind_id"), "{plan}");
     // The negative control: the rows of the kind asked for directly walk
     // the primary key back through the burst.
-    let (control, plan) = buffers(
+    let (control, plan) = explain_buffers(
         &c,
         "SELECT * FROM events WHERE kind = 'backward' ORDER BY id DESC LIMIT 20",
     )

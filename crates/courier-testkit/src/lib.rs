@@ -106,3 +106,24 @@ pub async fn fresh_db() -> TestDb {
         .unwrap_or_else(|e| panic!("connect to {url}: {e}"));
     TestDb { url, store }
 }
+
+/// Runs `sql` under `EXPLAIN (ANALYZE, BUFFERS)`: the shared buffers its top
+/// plan node touched (hit, which a test's small tables always are) and the
+/// plan, for the message. Buffers do not depend on the machine's load, so a
+/// test can compare two forms of a statement by them.
+pub async fn explain_buffers(c: &tokio_postgres::Client, sql: &str) -> (u64, String) {
+    let plan: Vec<String> = c
+        .query(&format!("EXPLAIN (ANALYZE, BUFFERS) {sql}"), &[])
+        .await
+        .expect("explain")
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    let top = plan
+        .iter()
+        .find_map(|l| l.trim().strip_prefix("Buffers: shared hit="))
+        .and_then(|v| v.split(|ch: char| !ch.is_ascii_digit()).next())
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0);
+    (top, plan.join("\n"))
+}
