@@ -42,6 +42,8 @@ use std::time::{Duration, Instant};
 use tokio::process::Command;
 
 /// How long the cluster may take to elect a leader with a synchronous standby.
+/// How long creating the database on a new leader is retried.
+const CREATE_DB_RETRY_S: u64 = 30;
 pub const READY_WAIT_S: u64 = 120;
 /// How long Patroni may take to stop its PostgreSQL on SIGTERM.
 pub const STOP_GRACE_S: u64 = 20;
@@ -322,8 +324,26 @@ impl HaCluster {
     }
 
     /// Creates the `courier` database, and the probe table the pause's
-    /// check writes to, on the leader.
+    /// check writes to, on the leader. A leader just elected can refuse for a
+    /// moment (a fresh-machine CI run saw `CREATE DATABASE courier: db
+    /// error`), so it is retried for up to [`CREATE_DB_RETRY_S`], with the
+    /// server's own message in the error; a database that already exists
+    /// (an earlier try that did commit) counts as created.
     async fn create_database(&self) -> Result<(), RigError> {
+        let deadline = Instant::now() + Duration::from_secs(CREATE_DB_RETRY_S);
+        loop {
+            match self.create_database_once().await {
+                Ok(()) => return Ok(()),
+                Err(e) if Instant::now() >= deadline => return Err(e),
+                Err(e) => {
+                    tracing::warn!(error = %e, "creating the database on the leader; retrying");
+                    tokio::time::sleep(Duration::from_millis(500)).await;
+                }
+            }
+        }
+    }
+
+    async fn create_database_once(&self) -> Result<(), RigError> {
         let view = self.rest.cluster().await.unwrap_or_default();
         let leader = view.leader().and_then(ClusterView::index_of);
         let leader =
@@ -336,7 +356,16 @@ impl HaCluster {
             "CREATE DATABASE courier",
             "CREATE TABLE IF NOT EXISTS ha_probe (id bigserial PRIMARY KEY, at timestamptz NOT NULL DEFAULT now())",
         ] {
-            c.batch_execute(sql).await.map_err(|e| rig_err("postgres", format!("{sql}: {e}")))?;
+            if let Err(e) = c.batch_execute(sql).await {
+                let exists = e.code() == Some(&tokio_postgres::error::SqlState::DUPLICATE_DATABASE);
+                if !exists {
+                    let detail = e.as_db_error().map_or_else(
+                        || e.to_string(),
+                        |d| format!("{} ({})", d.message(), d.code().code()),
+                    );
+                    return Err(rig_err("postgres", format!("{sql}: {detail}")));
+                }
+            }
         }
         Ok(())
     }
