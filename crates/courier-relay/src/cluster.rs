@@ -24,7 +24,7 @@
 //! - A restarted member uses its own ports, data directory and name, so it
 //!   rejoins as itself.
 
-use crate::servers::{find_binary, free_port, ServerError};
+use crate::servers::{find_binary, lease_port, ServerError};
 use nix::sys::signal::{kill, Signal};
 use nix::sys::wait::{waitpid, WaitPidFlag, WaitStatus};
 use nix::unistd::Pid;
@@ -117,6 +117,8 @@ pub struct Member {
     probe: Probe,
     child: Option<Child>,
     stopped: bool,
+    /// Its ports, held while the member lives so a restart finds them free.
+    _leases: Vec<courier_ports::PortLease>,
 }
 
 impl Member {
@@ -409,20 +411,20 @@ fn strings(v: &[&str]) -> Vec<String> {
 fn etcd_members(binary: &Path, dir: &Path) -> Result<(Vec<Member>, Vec<String>), ServerError> {
     let mut ports = Vec::new();
     for _ in 0..MEMBERS {
-        ports.push((free_port()?, free_port()?));
+        ports.push((lease_port()?, lease_port()?));
     }
     let initial: Vec<String> = ports
         .iter()
         .enumerate()
-        .map(|(i, (_, peer))| format!("e{}=http://127.0.0.1:{peer}", i + 1))
+        .map(|(i, (_, peer))| format!("e{}=http://127.0.0.1:{}", i + 1, peer.port()))
         .collect();
     let initial = initial.join(",");
     let mut members = Vec::new();
     let mut endpoints = Vec::new();
-    for (i, (client, peer)) in ports.iter().enumerate() {
+    for (i, (client, peer)) in ports.into_iter().enumerate() {
         let name = format!("e{}", i + 1);
-        let endpoint = format!("http://127.0.0.1:{client}");
-        let peer_url = format!("http://127.0.0.1:{peer}");
+        let endpoint = format!("http://127.0.0.1:{}", client.port());
+        let peer_url = format!("http://127.0.0.1:{}", peer.port());
         let data = dir.join(format!("{name}-data")).display().to_string();
         let args = strings(&[
             "--name",
@@ -458,6 +460,7 @@ fn etcd_members(binary: &Path, dir: &Path) -> Result<(Vec<Member>, Vec<String>),
             probe: Probe::Etcd(endpoint.clone()),
             child: None,
             stopped: false,
+            _leases: vec![client, peer],
         });
         endpoints.push(endpoint);
     }
@@ -488,15 +491,16 @@ type NatsMembers = (Vec<Member>, Vec<String>, Vec<u16>);
 fn nats_members(binary: &Path, dir: &Path) -> Result<NatsMembers, ServerError> {
     let mut ports = Vec::new();
     for _ in 0..MEMBERS {
-        ports.push((free_port()?, free_port()?, free_port()?));
+        ports.push([lease_port()?, lease_port()?, lease_port()?]);
     }
-    let routes: Vec<u16> = ports.iter().map(|p| p.1).collect();
+    let routes: Vec<u16> = ports.iter().map(|p| p[1].port()).collect();
     let (mut members, mut urls, mut http) = (Vec::new(), Vec::new(), Vec::new());
-    for (i, p) in ports.iter().enumerate() {
+    for (i, leases) in ports.into_iter().enumerate() {
+        let p = (leases[0].port(), leases[1].port(), leases[2].port());
         let name = format!("n{}", i + 1);
         let conf = dir.join(format!("{name}.conf"));
         let store = dir.join(format!("{name}-store"));
-        std::fs::write(&conf, nats_config(&name, *p, &routes, &store)).map_err(|e| {
+        std::fs::write(&conf, nats_config(&name, p, &routes, &store)).map_err(|e| {
             ServerError::Io {
                 path: conf.display().to_string(),
                 reason: e.to_string(),
@@ -510,6 +514,7 @@ fn nats_members(binary: &Path, dir: &Path) -> Result<NatsMembers, ServerError> {
             probe: Probe::Nats(p.2),
             child: None,
             stopped: false,
+            _leases: leases.into(),
         });
         urls.push(format!("nats://127.0.0.1:{}", p.0));
         http.push(p.2);

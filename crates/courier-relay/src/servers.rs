@@ -89,18 +89,14 @@ pub fn find_binary(name: &str, package: &'static str) -> Result<PathBuf, ServerE
         })
 }
 
-/// A loopback port that was free a moment ago.
-pub fn free_port() -> Result<u16, ServerError> {
-    let l = std::net::TcpListener::bind("127.0.0.1:0").map_err(|e| ServerError::Spawn {
-        name: "port probe".into(),
+/// A loopback port leased for as long as the lease lives (see
+/// `courier_ports`): no other courier process takes it before our server
+/// binds it, or while a restarted server comes back on it.
+pub fn lease_port() -> Result<courier_ports::PortLease, ServerError> {
+    courier_ports::lease().map_err(|e| ServerError::Spawn {
+        name: "port lease".into(),
         reason: e.to_string(),
-    })?;
-    l.local_addr()
-        .map(|a| a.port())
-        .map_err(|e| ServerError::Spawn {
-            name: "port probe".into(),
-            reason: e.to_string(),
-        })
+    })
 }
 
 fn log_tail(path: &Path) -> String {
@@ -168,6 +164,7 @@ where
 pub struct ManagedEtcd {
     child: Child,
     pub endpoint: String,
+    _leases: [courier_ports::PortLease; 2],
 }
 
 impl ManagedEtcd {
@@ -178,9 +175,10 @@ impl ManagedEtcd {
     ) -> Result<Self, ServerError> {
         let binary = find_binary(binary, "etcd-server")?;
         let mut last = None;
-        // A port taken between the probe and etcd's bind makes etcd exit: try new ports.
+        // A port taken by something outside courier makes etcd exit: try new ports.
         for _ in 0..3 {
-            let (client, peer) = (free_port()?, free_port()?);
+            let leases = [lease_port()?, lease_port()?];
+            let (client, peer) = (leases[0].port(), leases[1].port());
             let endpoint = format!("http://127.0.0.1:{client}");
             let peer_url = format!("http://127.0.0.1:{peer}");
             let data = dir.join("etcd-data");
@@ -220,7 +218,13 @@ impl ManagedEtcd {
             })
             .await;
             match ready {
-                Ok(()) => return Ok(ManagedEtcd { child, endpoint }),
+                Ok(()) => {
+                    return Ok(ManagedEtcd {
+                        child,
+                        endpoint,
+                        _leases: leases,
+                    })
+                }
                 Err(e @ ServerError::Exited { .. }) => {
                     let _ = std::fs::remove_dir_all(&data);
                     last = Some(e)
@@ -265,6 +269,7 @@ pub struct ManagedNats {
     child: Option<Child>,
     binary: PathBuf,
     port: u16,
+    _lease: courier_ports::PortLease,
     store_dir: PathBuf,
     log: PathBuf,
     pub url: String,
@@ -279,11 +284,13 @@ impl ManagedNats {
         let binary = find_binary(binary, "nats-server")?;
         let mut last = None;
         for _ in 0..3 {
-            let port = free_port()?;
+            let lease = lease_port()?;
+            let port = lease.port();
             let mut nats = ManagedNats {
                 child: None,
                 binary: binary.clone(),
                 port,
+                _lease: lease,
                 store_dir: dir.join("nats-store"),
                 log: dir.join("nats.log"),
                 url: format!("nats://127.0.0.1:{port}"),

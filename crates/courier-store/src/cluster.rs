@@ -11,7 +11,6 @@
 //! - `--database-url` bypasses this module entirely: an existing server's files
 //!   are never touched.
 
-use std::net::TcpListener;
 use std::os::unix::fs::PermissionsExt;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
@@ -149,15 +148,20 @@ impl Cluster {
         let mut last_err = String::new();
         while Instant::now() < deadline {
             // Prefer the port of the last start, so clients that knew the
-            // cluster before a restart find it again.
+            // cluster before a restart find it again. The lease keeps other
+            // courier processes off the port until the server listens.
             let previous = std::fs::read_to_string(self.port_file())
                 .ok()
-                .and_then(|s| s.trim().parse::<u16>().ok())
-                .filter(|p| port_is_free(*p));
-            let port = match previous {
-                Some(p) => p,
-                None => free_port().map_err(|e| io_err(Path::new("127.0.0.1:0"), e))?,
-            };
+                .and_then(|s| s.trim().parse::<u16>().ok());
+            let lease = match previous {
+                Some(p) => courier_ports::lease_preferring(p),
+                None => courier_ports::lease(),
+            }
+            .map_err(|e| ClusterError::Command {
+                what: "choosing a port".into(),
+                detail: e.to_string(),
+            })?;
+            let port = lease.port();
             let mut opts = format!(
                 "-c listen_addresses=127.0.0.1 -p {port} -k {} -c max_connections=300 -c shared_buffers=128MB",
                 self.sock().display()
@@ -472,15 +476,6 @@ pub fn find_binary(name: &'static str) -> Result<PathBuf, ClusterError> {
         .unwrap_or_default();
     candidates.sort();
     candidates.pop().ok_or(ClusterError::BinariesMissing(name))
-}
-
-fn port_is_free(port: u16) -> bool {
-    TcpListener::bind(("127.0.0.1", port)).is_ok()
-}
-
-fn free_port() -> std::io::Result<u16> {
-    let l = TcpListener::bind("127.0.0.1:0")?;
-    Ok(l.local_addr()?.port())
 }
 
 fn io_err(path: &Path, source: std::io::Error) -> ClusterError {

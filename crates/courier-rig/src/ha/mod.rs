@@ -41,9 +41,9 @@ use std::process::Stdio;
 use std::time::{Duration, Instant};
 use tokio::process::Command;
 
-/// How long the cluster may take to elect a leader with a synchronous standby.
 /// How long creating the database on a new leader is retried.
 const CREATE_DB_RETRY_S: u64 = 30;
+/// How long the cluster may take to elect a leader with a synchronous standby.
 pub const READY_WAIT_S: u64 = 120;
 /// How long Patroni may take to stop its PostgreSQL on SIGTERM.
 pub const STOP_GRACE_S: u64 = 20;
@@ -53,6 +53,7 @@ pub struct HaCluster {
     dir: PathBuf,
     settings: HaSettings,
     ports: Ports,
+    _port_leases: Vec<courier_ports::PortLease>,
     etcd: Vec<Option<Proc>>,
     patroni: Vec<Option<Proc>>,
     rest: Rest,
@@ -80,30 +81,21 @@ fn run_as() -> Result<Option<(u32, u32)>, RigError> {
     }
 }
 
-fn free_ports(n: usize) -> Result<Vec<u16>, RigError> {
-    // Hold every listener until all are picked, so no port is picked twice.
-    let ls: Vec<std::net::TcpListener> = (0..n)
-        .map(|_| std::net::TcpListener::bind("127.0.0.1:0"))
-        .collect::<Result<_, _>>()
-        .map_err(|e| RigError::io("127.0.0.1:0", e))?;
-    ls.iter()
-        .map(|l| {
-            Ok(l.local_addr()
-                .map_err(|e| RigError::io("127.0.0.1:0", e))?
-                .port())
-        })
-        .collect()
-}
-
-fn pick_ports() -> Result<Ports, RigError> {
-    let p = free_ports(4 * MEMBERS)?;
+/// Twelve ports, leased for as long as the cluster handle lives: a node
+/// restarted by a fault comes back on its port, and no other courier process
+/// (another test's cluster) can take a port before its server binds it.
+fn pick_ports() -> Result<(Ports, Vec<courier_ports::PortLease>), RigError> {
+    let leases =
+        courier_ports::lease_many(4 * MEMBERS).map_err(|e| RigError::Settings(e.to_string()))?;
+    let p: Vec<u16> = leases.iter().map(|l| l.port()).collect();
     let take = |k: usize| [p[k * MEMBERS], p[k * MEMBERS + 1], p[k * MEMBERS + 2]];
-    Ok(Ports {
+    let ports = Ports {
         etcd_client: take(0),
         etcd_peer: take(1),
         rest: take(2),
         pg: take(3),
-    })
+    };
+    Ok((ports, leases))
 }
 
 impl HaCluster {
@@ -123,7 +115,7 @@ impl HaCluster {
         std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o755))
             .map_err(|e| RigError::io(&dir, e))?;
         // Written first: it marks the directory as ours for `clean`.
-        let ports = pick_ports()?;
+        let (ports, port_leases) = pick_ports()?;
         let ports_file = dir.join("ports.json");
         let json = serde_json::to_string(&ports).expect("ports encode");
         std::fs::write(&ports_file, json).map_err(|e| RigError::io(&ports_file, e))?;
@@ -132,6 +124,7 @@ impl HaCluster {
             dir,
             settings,
             ports,
+            _port_leases: port_leases,
             etcd: (0..MEMBERS).map(|_| None).collect(),
             patroni: (0..MEMBERS).map(|_| None).collect(),
             detached,
