@@ -65,6 +65,11 @@ pub const MIGRATIONS: &[(i32, &str, &str)] = &[
         "open_intents_walk",
         include_str!("../migrations/0008_open_intents_walk.sql"),
     ),
+    (
+        9,
+        "releases_fold",
+        include_str!("../migrations/0009_releases_fold.sql"),
+    ),
 ];
 
 /// The first line that makes a migration run outside a transaction.

@@ -18,9 +18,9 @@ fifo_stores AS (
     ORDER BY st.store
     FOR NO KEY UPDATE
 ),
+-- Deleted and returned through the index, as in claim_fair.sql.
 released AS (
-    DELETE FROM store_releases r USING fifo_stores f WHERE r.store = f.store
-    RETURNING r.store, r.n
+    SELECT f.store, f.n FROM courier_releases_fold(ARRAY(SELECT store FROM fifo_stores)) f
 ),
 locked_stores AS (SELECT store FROM fifo_stores),
 -- The FIFO claim sweeps nothing from store_work; fair claims clean up
