@@ -511,12 +511,21 @@ async fn claims_read_releases_through_the_index_with_missing_stale_and_fresh_sta
             let old_fold = "WITH s AS (SELECT store FROM stores ORDER BY store LIMIT 16)
                 DELETE FROM store_releases r USING s WHERE r.store = s.store";
             let (seq, _) = scans_of_releases(&mut c, old_fold, &[]).await;
-            assert!(seq > 0, "the control: the old fold did not scan, so this measure cannot tell");
+            assert!(
+                seq > 0,
+                "the control: the old fold did not scan, so this measure cannot tell"
+            );
         }
         for mode in [ClaimMode::Fair, ClaimMode::Fifo] {
             let (seq, idx) = scans_of_releases(&mut c, claim(mode), &params).await;
-            assert_eq!(seq, 0, "{mode:?}, {state}: the claim read store_releases sequentially");
-            assert!(idx > 0, "{mode:?}, {state}: the claim did not read store_releases at all");
+            assert_eq!(
+                seq, 0,
+                "{mode:?}, {state}: the claim read store_releases sequentially"
+            );
+            assert!(
+                idx > 0,
+                "{mode:?}, {state}: the claim did not read store_releases at all"
+            );
         }
     }
 }
