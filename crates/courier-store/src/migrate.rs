@@ -70,6 +70,11 @@ pub const MIGRATIONS: &[(i32, &str, &str)] = &[
         "releases_fold",
         include_str!("../migrations/0009_releases_fold.sql"),
     ),
+    (
+        10,
+        "releases_fold_in_the_callers_snapshot",
+        include_str!("../migrations/0010_releases_fold_in_the_callers_snapshot.sql"),
+    ),
 ];
 
 /// The first line that makes a migration run outside a transaction.

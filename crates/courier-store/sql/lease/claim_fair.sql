@@ -34,11 +34,15 @@ s AS (
     LIMIT $2
     FOR NO KEY UPDATE OF st SKIP LOCKED
 ),
--- The locked stores' releases, deleted and returned (migration 9: through
--- the index, whatever the statistics say; a join of `s` with the table was
--- planned as a scan of all of it when they were missing or stale).
+-- The locked stores' releases that this statement sees, deleted and
+-- returned, through the indexes whatever the statistics say (migrations 9
+-- and 10: a join of `s` with the table was planned as a scan of all of it
+-- when they were missing or stale; a fold with a snapshot of its own also
+-- took releases committed after this statement began, and could count a
+-- store below zero).
 released AS (
-    SELECT f.store, f.n FROM courier_releases_fold(ARRAY(SELECT store FROM s)) f
+    SELECT f.store, f.n
+    FROM courier_releases_delete(courier_releases_of(ARRAY(SELECT store FROM s))) f
 ),
 -- The store rows this claim holds: it counts only against them.
 locked_stores AS (SELECT store FROM s),

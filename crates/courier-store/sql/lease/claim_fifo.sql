@@ -18,9 +18,10 @@ fifo_stores AS (
     ORDER BY st.store
     FOR NO KEY UPDATE
 ),
--- Deleted and returned through the index, as in claim_fair.sql.
+-- Found in this statement's snapshot and deleted by id, as in claim_fair.sql.
 released AS (
-    SELECT f.store, f.n FROM courier_releases_fold(ARRAY(SELECT store FROM fifo_stores)) f
+    SELECT f.store, f.n
+    FROM courier_releases_delete(courier_releases_of(ARRAY(SELECT store FROM fifo_stores))) f
 ),
 locked_stores AS (SELECT store FROM fifo_stores),
 -- The FIFO claim sweeps nothing from store_work; fair claims clean up
