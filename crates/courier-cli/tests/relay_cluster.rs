@@ -81,23 +81,42 @@ fn cluster_run_survives_every_leader_fault_with_an_exact_counter() {
     assert!(out.contains("| SIGKILL etcd leader | 1 | 1 |"), "{out}");
 }
 
+/// Whether a leader change lands between a broken consumer's commit and its
+/// ack (so that the message comes back and is applied again) depends on
+/// timing: one fresh-machine run of seed 4 had 52 redeliveries, all of
+/// messages not yet applied, and no doubled effect. Every run must fail the
+/// checker (the missing dedup records are found whatever the timing); the
+/// doubled effect, the harm itself, must show in one of up to three seeds.
+const NO_DEDUP_SEEDS: [&str; 3] = ["4", "5", "6"];
+
 #[test]
 fn a_consumer_without_dedup_doubles_effects_across_leader_changes() {
-    let (ok, r, out) = relay_run(
-        &[
-            "--seed",
-            "4",
-            "--protocol",
+    let mut outputs = Vec::new();
+    for seed in NO_DEDUP_SEEDS {
+        let (ok, r, out) = relay_run(
+            &[
+                "--seed",
+                seed,
+                "--protocol",
+                "no-dedup",
+                "--no-process-kills",
+            ],
             "no-dedup",
-            "--no-process-kills",
-        ],
-        "no-dedup",
+        );
+        assert!(!ok, "the broken consumer passed:\n{out}");
+        assert_eq!(r["passed"], false);
+        assert_eq!(u(&r, "relay_kills") + u(&r, "worker_kills"), 0, "{out}");
+        assert!(out.contains("VIOLATED dedup-per-result"), "{out}");
+        if u(&r["effects"], "doubled_amount") > 0 {
+            assert!(u(&r, "counter") > u(&r, "expected_counter"), "{out}");
+            assert!(out.contains("effects: DOUBLED"), "{out}");
+            assert!(out.contains("VIOLATED single-effect"), "{out}");
+            return;
+        }
+        outputs.push(out);
+    }
+    panic!(
+        "no seed of {NO_DEDUP_SEEDS:?} doubled an effect of the consumer without dedup:\n{}",
+        outputs.join("\n---\n")
     );
-    assert!(!ok, "the broken consumer passed:\n{out}");
-    assert_eq!(r["passed"], false);
-    assert_eq!(u(&r, "relay_kills") + u(&r, "worker_kills"), 0, "{out}");
-    assert!(u(&r, "counter") > u(&r, "expected_counter"), "{out}");
-    assert!(u(&r["effects"], "doubled_amount") > 0, "{out}");
-    assert!(out.contains("effects: DOUBLED"), "{out}");
-    assert!(out.contains("VIOLATED single-effect"), "{out}");
 }
