@@ -377,6 +377,16 @@ async fn buffers(
         .sum()
 }
 
+/// A connection of the test's own (not the pool's), for transactions it
+/// rolls back.
+async fn own_client(url: &str) -> tokio_postgres::Client {
+    let (c, conn) = tokio_postgres::connect(url, tokio_postgres::NoTls)
+        .await
+        .unwrap();
+    tokio::spawn(conn);
+    c
+}
+
 /// The fair claim's walk before migration 0005: every store row, in serving
 /// order, probed for pending work.
 const WALK_OF_EVERY_STORE: &str = "
@@ -394,13 +404,7 @@ const WALK_OF_EVERY_STORE: &str = "
 #[tokio::test]
 async fn fair_claim_reads_in_proportion_to_stores_with_work_not_stores_registered() {
     let db = fresh_db().await;
-    let mut c = tokio_postgres::connect(&db.url, tokio_postgres::NoTls)
-        .await
-        .map(|(c, conn)| {
-            tokio::spawn(conn);
-            c
-        })
-        .unwrap();
+    let mut c = own_client(&db.url).await;
     idle_and_active(&c, REGISTERED, 100, 5).await;
     c.batch_execute("ANALYZE").await.unwrap();
     let now: Option<chrono::DateTime<chrono::Utc>> = None;
@@ -462,13 +466,7 @@ async fn scans_of_releases(
 #[tokio::test]
 async fn claims_read_releases_through_the_index_with_missing_stale_and_fresh_statistics() {
     let db = fresh_db().await;
-    let mut c = tokio_postgres::connect(&db.url, tokio_postgres::NoTls)
-        .await
-        .map(|(c, conn)| {
-            tokio::spawn(conn);
-            c
-        })
-        .unwrap();
+    let mut c = own_client(&db.url).await;
     c.batch_execute("ALTER TABLE store_releases SET (autovacuum_enabled = off)")
         .await
         .unwrap();
