@@ -18,8 +18,10 @@
 -- nothing but the index (tests/plans.rs). The fold deletes every release of
 -- the given stores, which the caller holds locked (so no one else deletes
 -- them and the DELETE never waits), and returns them. It runs with a
--- snapshot of its own and may fold a release that committed after the
--- caller's statement began: the caller subtracts exactly what is returned.
+-- snapshot of its own, so it also folds releases committed after the
+-- caller's statement began; that could count a store below zero
+-- (`courier bench history` caught it), and migration 10 replaces it with a
+-- fold of what the caller's statement sees.
 CREATE FUNCTION courier_releases_fold(stores text[]) RETURNS TABLE (store text, n integer)
     LANGUAGE sql VOLATILE
     SET enable_seqscan = off

@@ -85,8 +85,7 @@ fn run_as() -> Result<Option<(u32, u32)>, RigError> {
 /// restarted by a fault comes back on its port, and no other courier process
 /// (another test's cluster) can take a port before its server binds it.
 fn pick_ports() -> Result<(Ports, Vec<courier_ports::PortLease>), RigError> {
-    let leases =
-        courier_ports::lease_many(4 * MEMBERS).map_err(|e| RigError::Settings(e.to_string()))?;
+    let leases = courier_ports::lease_many(4 * MEMBERS).map_err(|e| rig_err("port lease", e))?;
     let p: Vec<u16> = leases.iter().map(|l| l.port()).collect();
     let take = |k: usize| [p[k * MEMBERS], p[k * MEMBERS + 1], p[k * MEMBERS + 2]];
     let ports = Ports {
