@@ -323,7 +323,7 @@ async fn lookups_find_known_keys_and_404_unknown_ones() {
     assert_eq!(missing.error(), "not_found");
     // The status moves on to a final one, and the lookup says so.
     eventually("a final status", || {
-        read_log(&s.log)
+        read_log_so_far(&s.log)
             .iter()
             .any(|e| matches!(e.op, LogOp::Status { is_final: true, .. }))
     })
@@ -451,7 +451,7 @@ async fn statuses_move_forward_to_exactly_one_final_each_logged_in_order() {
         assert_eq!(s.await.unwrap(), 201);
     }
     eventually("every message final", || {
-        count(&read_log(&s.log), |op| {
+        count(&read_log_so_far(&s.log), |op| {
             matches!(op, LogOp::Status { is_final: true, .. })
         }) == n
     })
