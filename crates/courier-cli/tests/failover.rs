@@ -63,6 +63,9 @@ fn a_node_death_of_the_synchronous_primary_loses_nothing() {
     assert!(ok, "{stdout}");
     let f = &r["done"]["failover"];
     assert_eq!(f["node_deaths"], 1, "{f}");
+    // The dead node rejoins after the failover: the run saw the cluster
+    // unhealthy for a while, and its stall clock stood still meanwhile.
+    assert!(f["unhealthy_ms"].as_u64().unwrap() > 0, "{f}");
     assert!(
         f["timeline"].as_u64().unwrap() >= 2,
         "the timeline moved on: {f}"

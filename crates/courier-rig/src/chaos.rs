@@ -44,6 +44,8 @@ use std::time::{Duration, Instant};
 
 pub const API_KEY: &str = "chaos-api-key";
 pub const SECRET: &str = "chaos-webhook-secret";
+/// How often a failover run asks Patroni whether the cluster is healthy.
+const HEALTH_EVERY_MS: u64 = 500;
 
 /// A provider the chaos run did not start (any implementation of the contract).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -338,6 +340,9 @@ impl Chaos {
             live.done.failover = Some(FailoverDone::planned(&f.counts));
         }
         let finished = self.drive(&mut live).await?;
+        if let (Some(since), Some(f)) = (live.unhealthy_since.take(), live.done.failover.as_mut()) {
+            f.unhealthy(since.elapsed());
+        }
         let acked = enqueue.await??;
         tracing::debug!(
             freeze_misses = live.freeze_misses,
@@ -454,6 +459,12 @@ struct Live {
     freeze_misses: usize,
     last_final: i64,
     last_progress: Instant,
+    /// When the HA cluster's health was last asked (failover runs only).
+    health_asked: Option<Instant>,
+    /// Since when it has been unhealthy (a member down or rejoining, or
+    /// no synchronous standby): a synchronous primary may not acknowledge
+    /// a commit then, so the stall clock does not run.
+    unhealthy_since: Option<Instant>,
     /// Kept so the bars stay drawn.
     _mp: MultiProgress,
     bars: Bars,
@@ -484,6 +495,8 @@ impl Live {
             freeze_misses: 0,
             last_final: -1,
             last_progress: now,
+            health_asked: None,
+            unhealthy_since: None,
             _mp: mp,
             bars,
             faults_bar,
@@ -501,7 +514,13 @@ impl Live {
 
     fn judge(&mut self, s: &Summary, frozen: bool) -> Verdict {
         let final_count = s.state("done") + s.state("failed");
-        if final_count != self.last_final {
+        if self.unhealthy_since.is_some() {
+            // No action may be able to finish while the cluster heals (a
+            // strict synchronous primary without a standby holds every
+            // commit): the stall clock restarts when it is healthy again.
+            self.last_final = final_count;
+            self.last_progress = Instant::now();
+        } else if final_count != self.last_final {
             self.last_final = final_count;
             self.last_progress = Instant::now();
         } else if Instant::now() > self.t0 + self.span && self.last_progress.elapsed() > self.stall
@@ -525,6 +544,7 @@ impl Chaos {
             // Thaw a frozen worker once its lease has surely run out.
             self.fleet.thaw(Some(now))?;
             self.apply_due(live, now).await?;
+            self.watch_health(live).await;
             let s = match self.store.summary(1800).await {
                 Ok(s) => s,
                 Err(e) => {
@@ -549,6 +569,38 @@ impl Chaos {
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
         Ok(false)
+    }
+
+    /// Failover runs: asks Patroni how the cluster is, at most every
+    /// [`HEALTH_EVERY_MS`], and adds the time it spends unhealthy to the
+    /// failover row.
+    async fn watch_health(&self, live: &mut Live) {
+        let (Some(ha), Some(done)) = (self.ha.as_ref(), live.done.failover.as_mut()) else {
+            return;
+        };
+        let now = Instant::now();
+        if live
+            .health_asked
+            .is_some_and(|t| now < t + Duration::from_millis(HEALTH_EVERY_MS))
+        {
+            return;
+        }
+        live.health_asked = Some(now);
+        // No answer from any node counts as unhealthy.
+        let healthy = ha
+            .rest()
+            .cluster()
+            .await
+            .is_some_and(|v| v.healthy(ha.settings().synchronous));
+        let now = Instant::now();
+        match (healthy, live.unhealthy_since) {
+            (false, None) => live.unhealthy_since = Some(now),
+            (true, Some(since)) => {
+                done.unhealthy(now - since);
+                live.unhealthy_since = None;
+            }
+            _ => {}
+        }
     }
 
     /// Applies every fault whose time has come, in time order; one that
@@ -799,7 +851,7 @@ fn failover_checks(f: &FailoverDone) -> [(&'static str, String); 4] {
 }
 
 /// What the failover run did to the cluster.
-fn failover_done(f: &FailoverDone) -> [(&'static str, String); 7] {
+fn failover_done(f: &FailoverDone) -> [(&'static str, String); 8] {
     let secs = |ms: u64| format!("{:.1} s", ms as f64 / 1000.0);
     [
         ("failovers", f.failovers().to_string()),
@@ -831,6 +883,10 @@ fn failover_done(f: &FailoverDone) -> [(&'static str, String); 7] {
                 secs(f.no_primary_ms),
                 secs(f.no_primary_max_ms)
             ),
+        ),
+        (
+            "time the cluster was unhealthy after the faults (a member down or rejoining, or no synchronous standby; the stall clock stops)",
+            secs(f.unhealthy_ms),
         ),
     ]
 }

@@ -56,6 +56,9 @@ pub struct FailoverDone {
     pub no_primary_max_ms: u64,
     /// From each postmaster kill to the same node leading again.
     pub restart_ms: u64,
+    /// How long the run loop saw the cluster unhealthy (a member down or
+    /// rejoining, or no synchronous standby when synchronous), summed.
+    pub unhealthy_ms: u64,
     /// Writes the old primary acknowledged after it woke from a pause.
     pub woken_writes: usize,
     /// Actions whose state or final status went backwards across a failover.
@@ -68,6 +71,11 @@ pub struct FailoverDone {
 impl FailoverDone {
     pub fn failovers(&self) -> usize {
         self.node_deaths + self.pauses + self.switchovers + self.lossy_deaths
+    }
+
+    /// Adds a span the cluster was seen unhealthy.
+    pub fn unhealthy(&mut self, span: Duration) {
+        self.unhealthy_ms += span.as_millis() as u64;
     }
 
     /// The run's plan: node deaths, pauses and switchovers asked for.

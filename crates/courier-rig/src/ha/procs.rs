@@ -93,9 +93,12 @@ mod tests {
             .unwrap();
         let sh_pid = sh.id() as i32;
         let deadline = Instant::now() + Duration::from_secs(5);
+        // A child seen between fork and exec still shows sh's command
+        // line: wait until it is sleep.
         let kids = loop {
             let k = children(sh_pid);
-            if !k.is_empty() || Instant::now() > deadline {
+            let execed = k.len() == 1 && cmdline(k[0]).starts_with("sleep 30");
+            if execed || Instant::now() > deadline {
                 break k;
             }
             tokio::time::sleep(Duration::from_millis(10)).await;
