@@ -46,13 +46,17 @@
 //!      in name order; nothing else that waits locks a store row
 //!      exclusively, because settles and fails release their slot by
 //!      appending to `store_releases` (migration 2), not by updating the
-//!      store row, and an enqueue only takes FOR KEY SHARE on it (waiting at
-//!      most for a sweep of `store_work`, which never waits).
+//!      store row, and an enqueue takes no lock on it at all (migration 11:
+//!      a key-share lock there made claims with older snapshots wait, SKIP
+//!      LOCKED notwithstanding; `tests/claim_waits.rs`). An enqueue waits at
+//!      most for a sweep of `store_work`, which never waits.
 //! - Every store with a pending action has a row in `store_work`, the
 //!   stores the fair claim walks (migration 5): a trigger adds it in the
-//!   enqueue's transaction, after taking FOR KEY SHARE on the store row, and
-//!   only `courier_store_work_sweep` removes rows, after locking the store
-//!   row FOR UPDATE SKIP LOCKED and with a snapshot taken after that lock
+//!   enqueue's transaction, after taking the store's shared advisory lock
+//!   (migration 11), and only `courier_store_work_sweep` removes rows, after
+//!   locking the store row FOR UPDATE SKIP LOCKED (against claims) and
+//!   trying the exclusive advisory lock (against enqueues; a store it cannot
+//!   have is skipped), with a snapshot taken after both
 //!   (`tests/store_work.rs` races enqueues with claims, and catches a sweep
 //!   broken on purpose; [`PgStore::store_work_missing`] is the check).
 //! - A store's in-flight count (`store_in_flight`) never exceeds the cap: a

@@ -75,6 +75,11 @@ pub const MIGRATIONS: &[(i32, &str, &str)] = &[
         "releases_fold_in_the_callers_snapshot",
         include_str!("../migrations/0010_releases_fold_in_the_callers_snapshot.sql"),
     ),
+    (
+        11,
+        "enqueues_hold_no_store_row",
+        include_str!("../migrations/0011_enqueues_hold_no_store_row.sql"),
+    ),
 ];
 
 /// The first line that makes a migration run outside a transaction.

@@ -2,10 +2,10 @@
 //!
 //! The fair claim walks `store_work`, so a store with a pending action and
 //! no row there would never be served. Rows are added by a trigger on every
-//! insert of actions and removed only by the sweep, which locks the store
-//! row first (FOR UPDATE SKIP LOCKED: an enqueue still open holds FOR KEY
-//! SHARE on it) and checks for pending work with a snapshot taken after that
-//! lock. The race it answers: a claim takes the last pending action of a
+//! insert of actions and removed only by the sweep, which first takes the
+//! store's exclusive advisory lock or skips the store (an enqueue still open
+//! holds the shared one; migration 11) and checks for pending work with a
+//! snapshot taken after that lock. The race it answers: a claim takes the last pending action of a
 //! store while an enqueue of that store commits. These tests run that race,
 //! once step by step and once with many enqueues and claims at once, and
 //! run both again with the sweep broken on purpose (one statement, no lock:

@@ -3,7 +3,7 @@
 -- a store. The stores come from `store_work` (migration 0005), walked
 -- through its index in serving order, so idle stores are never visited.
 -- Store rows are locked FOR NO KEY UPDATE (enough to serialize claims of one
--- store, no obstacle to an enqueue's foreign-key check) and SKIP LOCKED.
+-- store) and SKIP LOCKED; enqueues lock no store row (migration 11).
 -- Each store locks at most its share of the batch (the batch over the
 -- number of stores, rounded up), so a claim locks about as many action rows
 -- as it takes.
