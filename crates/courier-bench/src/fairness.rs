@@ -85,6 +85,12 @@ pub struct FairnessConfig {
     /// Actions each worker works on at once; sized when not given.
     pub concurrency: Option<u32>,
     pub store_in_flight_max: u32,
+    /// Size the per-store cap from the service time instead: a noisy store
+    /// gets the slots its rate needs at the utilisation target (at least
+    /// `store_in_flight_max`), as the worker capacity is sized for headroom.
+    /// Without it, a cap of 1 holds a store at one action per service time
+    /// (about 20/s) and a noisy store at 50/s piles up behind its own cap.
+    pub store_cap_sized: bool,
     pub claim_batch_max: u32,
     pub idle_poll_ms: u64,
     /// The share of worker capacity the baseline should keep busy.
@@ -121,6 +127,7 @@ impl FairnessConfig {
             workers: None,
             concurrency: None,
             store_in_flight_max: 1,
+            store_cap_sized: false,
             claim_batch_max: 16,
             idle_poll_ms: 10,
             utilisation_target: 0.6,
@@ -245,6 +252,19 @@ impl FairnessConfig {
             self.concurrency,
             WORKERS_DEFAULT,
         )
+    }
+
+    /// The per-store cap a run with capacity `c` uses: the fixed one, or,
+    /// when sized, the slots a noisy store's rate keeps busy at the
+    /// utilisation target (rounded up), never below the fixed one.
+    pub fn store_cap(&self, c: &Calibration) -> u32 {
+        if !self.store_cap_sized {
+            return self.store_in_flight_max;
+        }
+        let noisy_hz = self.rate_per_store_hz * f64::from(self.noise_factor);
+        let needed = noisy_hz * c.service_ms / 1000.0 / self.utilisation_target;
+        let sized = needed.ceil().clamp(1.0, 10_000.0) as u32;
+        sized.max(self.store_in_flight_max)
     }
 
     /// True when the calibration run is skipped (fixed capacity or asked for).
@@ -536,7 +556,7 @@ pub async fn run(cfg: &FairnessConfig) -> Result<FairnessReport, BenchError> {
         duration_s: cfg.duration_s,
         rounds: cfg.rounds,
         warmup_s: cfg.warmup_s,
-        store_in_flight_max: cfg.store_in_flight_max,
+        store_in_flight_max: cfg.store_cap(&calibration),
         claim_batch_max: cfg.claim_batch_max,
         idle_poll_ms: cfg.idle_poll_ms,
         provider_latency: cfg.latency.to_string(),
@@ -666,7 +686,7 @@ struct Plan {
 impl Plan {
     fn new(cfg: &FairnessConfig, c: Calibration, duration_s: u64) -> Result<Plan, BenchError> {
         let limits = Limits {
-            store_in_flight_max: cfg.store_in_flight_max,
+            store_in_flight_max: cfg.store_cap(&c),
             claim_batch_max: cfg.claim_batch_max,
             worker_concurrency_max: c.concurrency,
             ..Limits::default()
@@ -1148,6 +1168,26 @@ mod tests {
             c.utilisation_planned <= 0.6 && c.utilisation_planned > 0.45,
             "{c:?}"
         );
+    }
+
+    #[test]
+    fn a_sized_store_cap_gives_a_noisy_store_room_for_its_rate() {
+        let mut cfg = FairnessConfig {
+            stores: 100,
+            noise_factor: 20,
+            rate_per_store_hz: 2.5,
+            ..FairnessConfig::new(1)
+        };
+        let c = cfg.calibration_for(45.0, 0.6).unwrap();
+        assert_eq!(cfg.store_cap(&c), 1, "fixed unless asked");
+        cfg.store_cap_sized = true;
+        // 50/s x 45 ms = 2.25 actions held at once, at 60% busy: 3.75.
+        assert_eq!(cfg.store_cap(&c), 4);
+        // A slow store needs no more than the floor, and the floor holds.
+        cfg.rate_per_store_hz = 0.025;
+        assert_eq!(cfg.store_cap(&c), 1);
+        cfg.store_in_flight_max = 3;
+        assert_eq!(cfg.store_cap(&c), 3);
     }
 
     #[test]

@@ -129,6 +129,11 @@ struct FairnessArgs {
     /// Actions of one store held by workers at once (default 1).
     #[arg(long)]
     store_in_flight_max: Option<u32>,
+    /// Size the per-store cap for the noisy stores' rate at the utilisation
+    /// target (at least --store-in-flight-max), as --matrix does in every
+    /// cell.
+    #[arg(long)]
+    size_store_cap: bool,
     /// Actions claimed in one round trip (default 16).
     #[arg(long)]
     claim_batch_max: Option<u32>,
@@ -315,6 +320,7 @@ fn fairness_config(a: &FairnessArgs, seed: u64) -> anyhow::Result<FairnessConfig
     );
     cfg.workers = a.workers.or(cfg.workers);
     cfg.concurrency = a.concurrency.or(cfg.concurrency);
+    cfg.store_cap_sized |= a.size_store_cap;
     cfg.validate().map_err(anyhow::Error::msg)?;
     cfg.calibration().map_err(anyhow::Error::msg)?;
     Ok(cfg)
