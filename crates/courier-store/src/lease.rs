@@ -175,7 +175,13 @@ impl PgStore {
         if !sweep.is_empty() {
             // After the claim has committed: the sweep locks the store rows
             // the claim held, and must see its own snapshot after that lock.
-            self.store_work_sweep_on(&client, &sweep).await?;
+            // The claim stands whatever becomes of the sweep: its actions are
+            // held, and an error here would leave them to wait out their
+            // lease. A row not swept now is swept by a later claim (each
+            // sweeps the first rows in line that have no work).
+            if let Err(e) = self.store_work_sweep_on(&client, &sweep).await {
+                tracing::warn!(error = %e, stores = sweep.len(), "store_work sweep failed; the claim stands");
+            }
         }
         Ok(claimed)
     }

@@ -124,6 +124,36 @@ async fn a_store_whose_work_is_claimed_leaves_store_work_and_comes_back_with_new
     );
 }
 
+#[tokio::test]
+async fn a_failed_sweep_does_not_cost_the_claim_its_actions() {
+    let db = fresh_db().await;
+    let s = &db.store;
+    let c = s.client().await.unwrap();
+    fixtures::enqueued(s, "s1", 1).await;
+    // The sweep's function gone: every sweep fails.
+    c.batch_execute(
+        "ALTER FUNCTION courier_store_work_sweep(text[]) RENAME TO courier_store_work_sweep_gone",
+    )
+    .await
+    .unwrap();
+    let got = s
+        .action_claim(&owner(), 16, LONG_LEASE_MS, CAP, ClaimMode::Fair)
+        .await
+        .expect("the claim committed: its actions come back");
+    assert_eq!(got.len(), 1, "{got:?}");
+    let rows = c.query("SELECT store FROM store_work", &[]).await.unwrap();
+    assert_eq!(rows.len(), 1, "the row the failed sweep left");
+    // With the sweep back, a later claim sweeps the idle row at the front.
+    c.batch_execute(
+        "ALTER FUNCTION courier_store_work_sweep_gone(text[]) RENAME TO courier_store_work_sweep",
+    )
+    .await
+    .unwrap();
+    assert!(claim(s, 16).await.is_empty());
+    let rows = c.query("SELECT store FROM store_work", &[]).await.unwrap();
+    assert!(rows.is_empty(), "the row was not swept later");
+}
+
 /// What a race of concurrent enqueues and claims saw.
 #[derive(Debug, Default)]
 struct RaceSeen {
