@@ -514,13 +514,10 @@ impl Live {
 
     fn judge(&mut self, s: &Summary, frozen: bool) -> Verdict {
         let final_count = s.state("done") + s.state("failed");
-        if self.unhealthy_since.is_some() {
-            // No action may be able to finish while the cluster heals (a
-            // strict synchronous primary without a standby holds every
-            // commit): the stall clock restarts when it is healthy again.
-            self.last_final = final_count;
-            self.last_progress = Instant::now();
-        } else if final_count != self.last_final {
+        // No action may be able to finish while the cluster heals (a strict
+        // synchronous primary without a standby holds every commit): the
+        // stall clock restarts when it is healthy again.
+        if self.unhealthy_since.is_some() || final_count != self.last_final {
             self.last_final = final_count;
             self.last_progress = Instant::now();
         } else if Instant::now() > self.t0 + self.span && self.last_progress.elapsed() > self.stall
