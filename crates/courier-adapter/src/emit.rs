@@ -18,6 +18,7 @@ pub const SYSTEM: &str = "courier";
 /// same; a test checks that they agree and that each exists).
 pub const EVENT_TABLES: &[&str] = &[
     "public.actions",
+    "public.actions_ready",
     "public.outbox",
     "public.stores",
     "public.store_releases",
@@ -32,11 +33,11 @@ pub const EVENT_TABLES: &[&str] = &[
 pub const EVENT_INDEXES: &[&str] = &[
     "public.actions_pkey",
     "public.actions_uid_key",
-    "public.actions_pending_by_store",
-    "public.actions_pending_fifo",
     "public.actions_lease",
     "public.actions_store_client_key",
     "public.actions_finished",
+    "public.actions_ready_pkey",
+    "public.actions_ready_store",
     "public.outbox_pkey",
     "public.outbox_idem_key_key",
     "public.outbox_next_check",

@@ -283,12 +283,12 @@ impl PgStore {
     }
 
     /// Actions waiting for a claim now (the queue benchmark's depth). One
-    /// count over the pending actions' partial index, so its cost follows
-    /// the backlog, not the history.
+    /// count of `actions_ready` (migration 12), so its cost follows the
+    /// backlog, not the history.
     pub async fn actions_pending_count(&self) -> Result<i64, StoreError> {
         let client = self.client().await?;
         let row = client
-            .query_one("SELECT count(*) FROM actions WHERE state = 'pending'", &[])
+            .query_one("SELECT count(*) FROM actions_ready", &[])
             .await?;
         Ok(row.get(0))
     }
@@ -442,8 +442,8 @@ impl PgStore {
     }
 
     /// Creates the pgbench ceiling's job table with `rows` pending jobs
-    /// (dropping an earlier one) and a partial index on the pending ones,
-    /// the same shape as `actions_pending_fifo`.
+    /// (dropping an earlier one) and a partial index on the pending ones
+    /// (the shape of courier's FIFO index before migration 12).
     pub async fn pgbench_jobs_create(&self, rows: u32) -> Result<(), StoreError> {
         if rows > BULK_ENQUEUE_MAX * 10 {
             return Err(StoreError::Query(format!(

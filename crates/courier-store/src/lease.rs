@@ -220,6 +220,15 @@ impl PgStore {
         Ok(rows.iter().map(|r| r.get(0)).collect())
     }
 
+    /// Actions whose `actions_ready` row disagrees with their state: always
+    /// none (migration 12). The checker of `tests/actions_ready.rs`; it
+    /// reads every action.
+    pub async fn actions_ready_mismatch(&self) -> Result<Vec<i64>, StoreError> {
+        let client = self.pool.get().await?;
+        let rows = client.query(sql!("lease/ready_mismatch"), &[]).await?;
+        Ok(rows.iter().map(|r| r.get(0)).collect())
+    }
+
     /// The same store whose sweep of `store_work` checks for pending work
     /// without locking the store rows first (in one statement, one
     /// snapshot): the maintenance broken on purpose, so that

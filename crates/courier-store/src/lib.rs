@@ -59,6 +59,13 @@
 //!   have is skipped), with a snapshot taken after both
 //!   (`tests/store_work.rs` races enqueues with claims, and catches a sweep
 //!   broken on purpose; [`PgStore::store_work_missing`] is the check).
+//! - A committed action is pending if and only if it has a committed row in
+//!   `actions_ready`, the table the claims find pending work in (migration
+//!   12): triggers on `actions` add and remove the rows in the transaction
+//!   of each change, and the claims lock the action row and re-check its
+//!   state before taking it (`tests/actions_ready.rs` races enqueues, claims
+//!   and settles, and catches a trigger disabled on purpose;
+//!   [`PgStore::actions_ready_mismatch`] is the check).
 //! - A store's in-flight count (`store_in_flight`) never exceeds the cap: a
 //!   claim folds only the releases it deletes, and a release it cannot see
 //!   yet only makes it count more in flight.

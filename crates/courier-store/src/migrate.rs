@@ -80,6 +80,11 @@ pub const MIGRATIONS: &[(i32, &str, &str)] = &[
         "enqueues_hold_no_store_row",
         include_str!("../migrations/0011_enqueues_hold_no_store_row.sql"),
     ),
+    (
+        12,
+        "actions_ready",
+        include_str!("../migrations/0012_actions_ready.sql"),
+    ),
 ];
 
 /// The first line that makes a migration run outside a transaction.

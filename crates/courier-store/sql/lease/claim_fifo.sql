@@ -1,15 +1,23 @@
 -- The middle of the FIFO claim, for comparison: the oldest pending actions
--- of all stores. `store > ''` (always true) matches the predicate of its
--- index, which only this claim may use (migration 0003). The per-store cap
--- does not apply ($4 is only referenced so both claims take the same
--- parameters). Unlike the fair claim, it waits: for the store rows of what
--- it took (to count them), which it locks in name order.
+-- of all stores, walked in the order of actions_ready's primary key
+-- (migration 12), each action row locked as it is reached (SKIP LOCKED) and
+-- re-checked as still pending. The lock is in a LATERAL subquery, which the
+-- planner cannot merge into the walk: joined plainly, with statistics that
+-- saw no pending action, it scanned all of `actions` and hashed it
+-- (tests/plans.rs). The walk passes at most 1,000 actions that other claims
+-- hold. The per-store cap does not apply ($4 is only referenced so both
+-- claims take the same parameters). Unlike the fair claim, it waits: for the
+-- store rows of what it took (to count them), which it locks in name order.
 chosen AS (
-    SELECT a.id, a.store FROM actions a
-    WHERE a.state = 'pending' AND a.store > '' AND $4 >= 0
-    ORDER BY a.id
+    SELECT a.id, a.store
+    FROM (SELECT r.id FROM actions_ready r
+          ORDER BY r.id
+          LIMIT GREATEST($2 - (SELECT count(*) FROM reclaimed), 0) + 1000) r
+    CROSS JOIN LATERAL (
+        SELECT a.id, a.store FROM actions a
+        WHERE a.id = r.id AND a.state = 'pending' AND $4 >= 0
+        FOR UPDATE SKIP LOCKED) a
     LIMIT GREATEST($2 - (SELECT count(*) FROM reclaimed), 0)
-    FOR UPDATE SKIP LOCKED
 ),
 -- The chosen actions' store rows, locked in name order (so two FIFO claims
 -- cannot wait on each other in a cycle) before their releases are folded.

@@ -6,7 +6,7 @@
 WITH gone AS (
     DELETE FROM store_work w
     WHERE w.store = ANY ($1::text[])
-      AND NOT EXISTS (SELECT 1 FROM actions a WHERE a.store = w.store AND a.state = 'pending')
+      AND NOT EXISTS (SELECT 1 FROM actions_ready r WHERE r.store = w.store)
     RETURNING w.store
 )
 SELECT coalesce(array_agg(store), ARRAY[]::text[]) AS removed FROM gone

@@ -12,14 +12,18 @@ FROM (
            (st.in_flight - coalesce((SELECT sum(r.n) FROM store_releases r
                                      WHERE r.store = st.store), 0))::int AS in_flight,
            coalesce(p.pending, 0) AS pending,
-           extract(epoch FROM now() - p.oldest)::float8 AS oldest_pending_s
+           extract(epoch FROM now() - (SELECT a.enqueued_at FROM actions a
+                                       WHERE a.id = p.first_id))::float8 AS oldest_pending_s
     FROM (SELECT store FROM store_work
           UNION
           SELECT store FROM actions WHERE state = 'claimed') busy
     JOIN stores st ON st.store = busy.store
+    -- The pending actions from actions_ready (migration 12: its size
+    -- follows the backlog, not history); the oldest is the one first in id
+    -- order (ids are drawn as actions are enqueued).
     LEFT JOIN LATERAL (
-        SELECT count(*) AS pending, min(a.enqueued_at) AS oldest
-        FROM actions a WHERE a.store = st.store AND a.state = 'pending') p ON true
+        SELECT count(*) AS pending, min(r.id) AS first_id
+        FROM actions_ready r WHERE r.store = st.store) p ON true
 ) b
 ORDER BY b.pending + b.in_flight DESC, b.store
 LIMIT $1
