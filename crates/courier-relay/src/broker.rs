@@ -52,6 +52,8 @@ pub enum BrokerError {
 /// How often the client pings its server; two unanswered pings drop the
 /// connection and the client moves on to another server of the list.
 pub const PING_INTERVAL: Duration = Duration::from_millis(500);
+/// How long the census waits before it fetches again after a failed fetch.
+const CENSUS_RETRY_AFTER: Duration = Duration::from_millis(200);
 
 /// Parses a comma-separated list of server URLs.
 pub fn server_list(url: &str) -> Result<Vec<async_nats::ServerAddr>, String> {
@@ -373,22 +375,47 @@ impl Broker {
             .map_err(|e| request("census consumer")(e.to_string()))?;
         let started = Instant::now();
         let mut seen = 0u64;
+        // A fetch can fail while the cluster settles after a fault (503, no
+        // responders, while the stream elects a leader): it is tried again
+        // until the deadline. The consumer acknowledges nothing and its
+        // position moves only past messages delivered, so none is counted
+        // twice.
+        let mut last_error = String::new();
         while seen < total {
             if started.elapsed() > deadline {
                 return Err(request("census")(format!(
-                    "read {seen} of {total} messages in {} ms",
-                    deadline.as_millis()
+                    "read {seen} of {total} messages in {} ms{}",
+                    deadline.as_millis(),
+                    if last_error.is_empty() {
+                        String::new()
+                    } else {
+                        format!("; last fetch error: {last_error}")
+                    }
                 )));
             }
-            let mut batch = reader
+            let mut batch = match reader
                 .batch()
                 .max_messages(500)
                 .expires(Duration::from_millis(500))
                 .messages()
                 .await
-                .map_err(|e| request("census fetch")(e.to_string()))?;
+            {
+                Ok(batch) => batch,
+                Err(e) => {
+                    last_error = e.to_string();
+                    tokio::time::sleep(CENSUS_RETRY_AFTER).await;
+                    continue;
+                }
+            };
             while let Some(msg) = batch.next().await {
-                let msg = msg.map_err(|e| request("census fetch")(e.to_string()))?;
+                let msg = match msg {
+                    Ok(msg) => msg,
+                    Err(e) => {
+                        last_error = e.to_string();
+                        tokio::time::sleep(CENSUS_RETRY_AFTER).await;
+                        break;
+                    }
+                };
                 let id = msg
                     .headers
                     .as_ref()
