@@ -153,6 +153,21 @@ impl PgStore {
 
     /// `VACUUM ANALYZE` of the courier's tables (what autovacuum does after
     /// a bulk load, done at once so a run does not wait for it).
+    /// Vacuums and analyses the small tables of work in progress (the
+    /// pending actions, the stores with work, the store rows, releases and
+    /// count deltas), not the history: what autovacuum has done on a server
+    /// between two bursts, and what a benchmark's cluster, stopped right
+    /// after its last round, did not get to do.
+    pub async fn work_tables_vacuum_analyze(&self) -> Result<(), StoreError> {
+        let client = self.client().await?;
+        client
+            .batch_execute(
+                "VACUUM ANALYZE actions_ready, store_work, stores, store_releases, count_deltas",
+            )
+            .await?;
+        Ok(())
+    }
+
     pub async fn tables_vacuum_analyze(&self) -> Result<(), StoreError> {
         let client = self.client().await?;
         client

@@ -24,6 +24,8 @@ use crate::clock::Clock;
 use crate::connect::EachHost;
 use crate::error::StoreError;
 use deadpool_postgres::{ClientWrapper, HookError, Manager, ManagerConfig, Pool, RecyclingMethod};
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio_postgres::NoTls;
 
@@ -37,6 +39,10 @@ pub struct PgStore {
     pub(crate) merges_lock_claimed_actions: bool,
     /// Only `tests/store_work.rs` sets it (`with_store_work_sweep_unlocked`).
     pub(crate) store_work_sweep_unlocked: bool,
+    /// When (ms since the epoch, by the store's clock or this machine's)
+    /// each owner's next claim looks for expired leases
+    /// ([`crate::RECLAIM_EVERY_MS`]); shared by the store's clones.
+    pub(crate) reclaim_next_ms: Arc<Mutex<HashMap<Arc<str>, i64>>>,
 }
 
 /// How to connect.
@@ -115,6 +121,7 @@ impl PgStore {
             clock: Clock::database(),
             merges_lock_claimed_actions: false,
             store_work_sweep_unlocked: false,
+            reclaim_next_ms: Arc::default(),
         };
         let mut client = store.pool.get().await?;
         if cfg.migrate {
@@ -148,6 +155,8 @@ impl PgStore {
     pub fn with_clock(&self, clock: Clock) -> PgStore {
         PgStore {
             clock,
+            // Its own pacing of the reclaim: the clocks' times differ.
+            reclaim_next_ms: Arc::default(),
             ..self.clone()
         }
     }

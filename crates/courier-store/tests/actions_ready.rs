@@ -89,22 +89,19 @@ async fn enqueues_claims_and_settles_racing_keep_actions_ready_exact() {
         r.unwrap();
     }
     assert!(store.actions_ready_mismatch().await.unwrap().is_empty());
-    let pending: i64 = store
+    let counts = store
         .client()
         .await
         .unwrap()
-        .query_one("SELECT count(*) FROM actions WHERE state = 'pending'", &[])
+        .query_one(
+            "SELECT count(*) FILTER (WHERE state = 'pending'),
+                    count(*) FILTER (WHERE state <> 'pending')
+             FROM actions",
+            &[],
+        )
         .await
-        .unwrap()
-        .get(0);
-    let claimed: i64 = store
-        .client()
-        .await
-        .unwrap()
-        .query_one("SELECT count(*) FROM actions WHERE state <> 'pending'", &[])
-        .await
-        .unwrap()
-        .get(0);
+        .unwrap();
+    let (pending, claimed): (i64, i64) = (counts.get(0), counts.get(1));
     eprintln!("{checks} checks; {pending} pending and {claimed} claimed or settled at the end");
     assert!(
         checks >= 10 && claimed > 0,
