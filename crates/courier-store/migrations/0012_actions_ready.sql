@@ -8,7 +8,7 @@
 -- removes them. Autovacuum comes after a share of the table's rows (20%):
 -- with 10,000,000 finished actions, after 2,000,000 dead rows, and each of
 -- its passes reads every index of the history. With that history the fair
--- claim of 64 read 13,000-16,000 buffers against 5,000-6,000 on an empty
+-- claim of 64 read 13,000-15,900 buffers against 4,700-5,800 on an empty
 -- database, and claim to settle ran at 0.69-0.77x of the empty database's
 -- rate (`courier bench history`, docs/benchmarks.md). Vacuuming `actions`
 -- after a fixed number of dead rows instead kept the claims up (1.02x) but

@@ -159,19 +159,24 @@ impl PgStore {
     /// between two bursts, and what a benchmark's cluster, stopped right
     /// after its last round, did not get to do.
     pub async fn work_tables_vacuum_analyze(&self) -> Result<(), StoreError> {
-        let client = self.client().await?;
-        client
-            .batch_execute(
-                "VACUUM ANALYZE actions_ready, store_work, stores, store_releases, count_deltas",
-            )
-            .await?;
-        Ok(())
+        self.vacuum_analyze(&[
+            "actions_ready",
+            "store_work",
+            "stores",
+            "store_releases",
+            "count_deltas",
+        ])
+        .await
     }
 
     pub async fn tables_vacuum_analyze(&self) -> Result<(), StoreError> {
+        self.vacuum_analyze(COURIER_TABLES).await
+    }
+
+    async fn vacuum_analyze(&self, tables: &[&str]) -> Result<(), StoreError> {
         let client = self.client().await?;
         client
-            .batch_execute(&format!("VACUUM ANALYZE {}", COURIER_TABLES.join(", ")))
+            .batch_execute(&format!("VACUUM ANALYZE {}", tables.join(", ")))
             .await?;
         Ok(())
     }

@@ -2,8 +2,8 @@
 -- of all stores, walked in the order of actions_ready's primary key
 -- (migration 12), each action row locked as it is reached (SKIP LOCKED) and
 -- re-checked as still pending. The lock is in a LATERAL subquery, which the
--- planner cannot merge into the walk: joined plainly, with statistics that
--- saw no pending action, it scanned all of `actions` and hashed it
+-- planner cannot merge into the walk: joined plainly, in a database never
+-- analysed, it scanned all of `actions` and joined it to the walk
 -- (tests/plans.rs). The walk passes at most 1,000 actions that other claims
 -- hold. The per-store cap does not apply ($4 is only referenced so both
 -- claims take the same parameters). Unlike the fair claim, it waits: for the
