@@ -1,15 +1,19 @@
-//! `courier bench live-migration`: the next migration applied while workers
-//! run against a large database. The database is brought back to the
-//! version before the newest no-transaction migration (its indexes dropped,
-//! its row removed), seeded with finished actions and a pending backlog;
-//! workers claim and settle the backlog while an enqueuer adds more and the
-//! runner applies the migration (`CREATE INDEX CONCURRENTLY`). Nothing may
-//! be lost (every action settled once, one message each at the stub) and no
-//! claim may take longer than `claim_ms_max`.
+//! `courier bench live-migration`: the newest migrations applied while
+//! workers run against a large database. The database is seeded with
+//! finished actions and brought back to before the live migrations, the
+//! no-transaction halves of 13 and 15 (14: the backfill of `actions_done`
+//! from the whole history, then two `DROP INDEX CONCURRENTLY`; 16: two
+//! more), each undone by its entry in [`LIVE`]; then a pending backlog is
+//! enqueued, workers claim and settle it while an enqueuer adds more, and
+//! the runner applies the migrations. Nothing may be lost (every action
+//! settled once, one message each at the stub) and no claim may take
+//! longer than `claim_ms_max`.
 //!
-//! `blocking` is the negative control: the same indexes built the old way,
-//! `CREATE INDEX` in one transaction, which holds writers (claims are
-//! writes) until the build ends.
+//! `blocking` is the negative control: the same statements without
+//! CONCURRENTLY, in one transaction that first takes the lock creating
+//! migrations 13's and 15's triggers takes (SHARE ROW EXCLUSIVE on
+//! `actions` and `outbox`), as one transactional migration holding the
+//! backfill would: writers (claims are writes) wait for the backfill.
 //!
 //! # Invariants
 //! - The claims measured are the workers' own statements (`claim_us_max`),
@@ -36,7 +40,8 @@ pub struct LiveMigrationConfig {
     /// Actions enqueued one by one (through the API's statement) meanwhile.
     pub enqueued_during: u32,
     pub workers: u32,
-    /// Build the indexes without CONCURRENTLY, in one transaction.
+    /// Apply the live migrations' statements without CONCURRENTLY, in one
+    /// transaction under the lock of migrations 13's and 15's triggers.
     pub blocking: bool,
     pub claim_ms_max: u64,
     pub timeout_s: u64,
@@ -74,10 +79,10 @@ pub struct LiveMigrationReport {
 impl LiveMigrationReport {
     pub fn table(&self) -> String {
         format!(
-            "| measure | value |\n|---|---:|\n| finished actions in the database | {} |\n| migration | {} ({}) |\n| migration took (s) | {:.1} |\n| actions settled / expected | {} / {} |\n| messages at the provider stub | {} |\n| slowest claim statement (ms; limit {}) | {:.0} |\n| slowest enqueue meanwhile (ms) | {:.0} |\n\nwithin target: {}\n",
+            "| measure | value |\n|---|---:|\n| finished actions in the database | {} |\n| migrations | {} ({}) |\n| migration took (s) | {:.1} |\n| actions settled / expected | {} / {} |\n| messages at the provider stub | {} |\n| slowest claim statement (ms; limit {}) | {:.0} |\n| slowest enqueue meanwhile (ms) | {:.0} |\n\nwithin target: {}\n",
             self.actions_seeded,
             self.migration,
-            if self.blocking { "CREATE INDEX in a transaction: the negative control" } else { "CREATE INDEX CONCURRENTLY" },
+            if self.blocking { "in one transaction under the triggers' lock: the negative control" } else { "by the runner, outside any transaction" },
             self.migration_s,
             self.settled,
             self.expected,
@@ -90,66 +95,92 @@ impl LiveMigrationReport {
     }
 }
 
-/// The newest no-transaction migration: the one this run applies live.
-fn live_migration() -> Result<&'static (i32, &'static str, &'static str), BenchError> {
-    MIGRATIONS
-        .iter()
-        .rev()
-        .find(|m| migrate::is_no_transaction(m.2))
-        .ok_or_else(|| BenchError::Task("no no-transaction migration to apply".into()))
+/// The migrations this run applies live, each with what brings a migrated
+/// database back to before it (run newest first). Before 14, actions_done
+/// holds what finished since 13 (here: nothing, the worst case) and the
+/// partial indexes of 12 stand; before 16, those of `outbox` stand.
+pub const LIVE: &[(i32, &str)] = &[
+    (
+        14,
+        "TRUNCATE actions_done;
+         CREATE INDEX IF NOT EXISTS actions_lease ON actions (lease_until)
+             WHERE state = 'claimed';
+         CREATE INDEX IF NOT EXISTS actions_finished ON actions (done_at)
+             WHERE state IN ('done', 'failed');
+         ALTER TABLE actions RESET (fillfactor);",
+    ),
+    (
+        16,
+        "CREATE INDEX IF NOT EXISTS outbox_open ON outbox (created_at)
+             WHERE status NOT IN ('delivered', 'failed');
+         CREATE INDEX IF NOT EXISTS outbox_next_check ON outbox (next_check_at)
+             WHERE next_check_at IS NOT NULL;
+         ALTER TABLE outbox RESET (fillfactor);",
+    ),
+];
+
+/// The live migrations as the runner knows them: (version, name, sql).
+fn live_migrations() -> Result<Vec<&'static (i32, &'static str, &'static str)>, BenchError> {
+    LIVE.iter()
+        .map(|(v, _)| {
+            MIGRATIONS
+                .iter()
+                .find(|m| m.0 == *v && migrate::is_no_transaction(m.2))
+                .ok_or_else(|| BenchError::Task(format!("no no-transaction migration {v}")))
+        })
+        .collect()
 }
 
-/// Brings a migrated database back to before the live migration: drops the
-/// indexes it creates and forgets it.
+/// Brings a migrated database back to before the live migrations and
+/// forgets them.
 async fn roll_back(store: &PgStore) -> Result<(), BenchError> {
-    let (version, _, sql) = live_migration()?;
+    live_migrations()?;
     let c = store.client().await?;
-    for statement in migrate::statements(sql) {
-        let created = statement
-            .lines()
-            .find_map(|l| l.trim().strip_prefix("CREATE INDEX CONCURRENTLY "))
-            .and_then(|rest| rest.split_whitespace().next());
-        if let Some(name) = created {
-            c.batch_execute(&format!("DROP INDEX IF EXISTS {name}"))
-                .await
-                .map_err(courier_store::StoreError::from)?;
-        }
+    for (version, undo) in LIVE.iter().rev() {
+        c.batch_execute(undo)
+            .await
+            .map_err(courier_store::StoreError::from)?;
+        c.execute(
+            "DELETE FROM schema_migrations WHERE version = $1",
+            &[version],
+        )
+        .await
+        .map_err(courier_store::StoreError::from)?;
     }
-    c.execute(
-        "DELETE FROM schema_migrations WHERE version = $1",
-        &[version],
-    )
-    .await
-    .map_err(courier_store::StoreError::from)?;
     Ok(())
 }
 
-/// Applies the live migration: through the runner, or (the negative
-/// control) its statements without CONCURRENTLY in one transaction.
+/// Applies the live migrations: through the runner, or (the negative
+/// control) their statements without CONCURRENTLY in one transaction under
+/// the triggers' lock.
 async fn apply(store: &PgStore, blocking: bool) -> Result<(), BenchError> {
     if !blocking {
         store.migrate().await?;
         return Ok(());
     }
-    let (version, name, sql) = live_migration()?;
-    let body: String = migrate::statements(sql)
-        .iter()
-        .map(|s| s.replace(" CONCURRENTLY", ""))
-        .collect();
     let mut c = store.client().await?;
     let tx = c
         .transaction()
         .await
         .map_err(courier_store::StoreError::from)?;
-    tx.batch_execute(&body)
+    tx.batch_execute("LOCK TABLE actions, outbox IN SHARE ROW EXCLUSIVE MODE")
         .await
         .map_err(courier_store::StoreError::from)?;
-    tx.execute(
-        "INSERT INTO schema_migrations (version, name) VALUES ($1, $2)",
-        &[version, name],
-    )
-    .await
-    .map_err(courier_store::StoreError::from)?;
+    for (version, name, sql) in live_migrations()? {
+        let body: String = migrate::statements(sql)
+            .iter()
+            .map(|s| s.replace(" CONCURRENTLY", ""))
+            .collect();
+        tx.batch_execute(&body)
+            .await
+            .map_err(courier_store::StoreError::from)?;
+        tx.execute(
+            "INSERT INTO schema_migrations (version, name) VALUES ($1, $2)",
+            &[version, name],
+        )
+        .await
+        .map_err(courier_store::StoreError::from)?;
+    }
     tx.commit().await.map_err(courier_store::StoreError::from)?;
     Ok(())
 }
@@ -204,10 +235,14 @@ pub async fn run(cfg: &LiveMigrationConfig, url: &str) -> Result<LiveMigrationRe
     let c = store.client().await?;
     let schema_current = migrate::status(&c).await?.is_current();
     let (settled, messages) = (settled(), stub.messages());
-    let (version, name, _) = live_migration()?;
+    let migration = live_migrations()?
+        .iter()
+        .map(|(v, name, _)| format!("{v} ({name})"))
+        .collect::<Vec<_>>()
+        .join(", ");
     Ok(LiveMigrationReport {
         actions_seeded: cfg.actions,
-        migration: format!("{version} ({name})"),
+        migration,
         blocking: cfg.blocking,
         migration_s,
         settled,

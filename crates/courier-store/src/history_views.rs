@@ -18,10 +18,15 @@ use crate::pool::PgStore;
 /// The courier's tables, whose sizes the soak follows.
 pub const COURIER_TABLES: &[&str] = &[
     "actions",
+    "actions_ready",
+    "actions_held",
+    "actions_done",
     "outbox",
+    "intents_watched",
     "webhook_events",
     "events",
     "stores",
+    "store_work",
     "store_releases",
     "counts",
     "count_deltas",
@@ -99,8 +104,10 @@ impl PgStore {
         let client = self.client().await?;
         Ok(client
             .query(
-                "SELECT idem_key FROM outbox WHERE NOT courier_status_is_final(status)
-                 ORDER BY created_at LIMIT $1",
+                "SELECT o.idem_key FROM intents_watched w
+                 JOIN outbox o ON o.action_id = w.action_id
+                 WHERE w.open
+                 ORDER BY w.created_at, w.action_id LIMIT $1",
                 &[&i64::from(limit)],
             )
             .await?
@@ -154,13 +161,16 @@ impl PgStore {
     /// `VACUUM ANALYZE` of the courier's tables (what autovacuum does after
     /// a bulk load, done at once so a run does not wait for it).
     /// Vacuums and analyses the small tables of work in progress (the
-    /// pending actions, the stores with work, the store rows, releases and
-    /// count deltas), not the history: what autovacuum has done on a server
+    /// pending actions, the held leases, the intents still awaited, the
+    /// stores with work, the store rows, releases and count deltas), not
+    /// the history: what autovacuum has done on a server
     /// between two bursts, and what a benchmark's cluster, stopped right
     /// after its last round, did not get to do.
     pub async fn work_tables_vacuum_analyze(&self) -> Result<(), StoreError> {
         self.vacuum_analyze(&[
             "actions_ready",
+            "actions_held",
+            "intents_watched",
             "store_work",
             "stores",
             "store_releases",

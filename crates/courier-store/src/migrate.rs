@@ -85,6 +85,31 @@ pub const MIGRATIONS: &[(i32, &str, &str)] = &[
         "actions_ready",
         include_str!("../migrations/0012_actions_ready.sql"),
     ),
+    (
+        13,
+        "hot_state_changes",
+        include_str!("../migrations/0013_hot_state_changes.sql"),
+    ),
+    (
+        14,
+        "hot_state_changes_backfill",
+        include_str!("../migrations/0014_hot_state_changes_backfill.sql"),
+    ),
+    (
+        15,
+        "intents_watched",
+        include_str!("../migrations/0015_intents_watched.sql"),
+    ),
+    (
+        16,
+        "intents_watched_indexes",
+        include_str!("../migrations/0016_intents_watched_indexes.sql"),
+    ),
+    (
+        17,
+        "side_triggers_by_key",
+        include_str!("../migrations/0017_side_triggers_by_key.sql"),
+    ),
 ];
 
 /// The first line that makes a migration run outside a transaction.
@@ -266,7 +291,7 @@ mod tests {
             .filter(|m| is_no_transaction(m.2))
             .map(|m| m.0)
             .collect();
-        assert_eq!(marked, vec![7]);
+        assert_eq!(marked, vec![7, 14, 16]);
     }
 
     #[test]
@@ -277,5 +302,9 @@ mod tests {
         assert!(s[1].contains("ON t (x);"));
         let v7 = MIGRATIONS.iter().find(|m| m.0 == 7).unwrap().2;
         assert_eq!(statements(v7).len(), 9);
+        let v14 = MIGRATIONS.iter().find(|m| m.0 == 14).unwrap().2;
+        let s = statements(v14);
+        assert_eq!(s.len(), 4, "{s:?}");
+        assert!(s[0].contains("\nINSERT INTO actions_done"), "{s:?}");
     }
 }

@@ -115,6 +115,15 @@ impl PgStore {
         })
     }
 
+    /// Intents whose `intents_watched` row disagrees with them: always none
+    /// (migration 15). A checker for `tests/intents_watched.rs`; it reads
+    /// every intent.
+    pub async fn intents_watched_mismatch(&self) -> Result<Vec<i64>, StoreError> {
+        let client = self.pool.get().await?;
+        let rows = client.query(sql!("outbox/watched_mismatch"), &[]).await?;
+        Ok(rows.iter().map(|r| r.get(0)).collect())
+    }
+
     /// Picks actions due for a reconciling lookup (final status overdue, or a
     /// conflict) and pushes their next check out, so concurrent reconcilers
     /// take different ones.

@@ -332,7 +332,7 @@ async fn snapshot_owners(
                     extract(epoch FROM max(lease_until) - now())::float8 AS lease_left_s,
                     extract(epoch FROM now() - (max(lease_until)
                             - $2 * interval '1 millisecond'))::float8 AS heartbeat_age_s
-             FROM actions WHERE state = 'claimed'
+             FROM actions_held
              GROUP BY owner
              ORDER BY count(*) DESC, owner
              LIMIT $1",
@@ -363,9 +363,11 @@ async fn snapshot_intents(
         .query(
             "SELECT o.action_id, a.store, o.idem_key, o.status, a.state, o.attempts,
                     extract(epoch FROM now() - o.created_at)::float8 AS age_s
-             FROM outbox o JOIN actions a ON a.id = o.action_id
-             WHERE NOT courier_status_is_final(o.status)
-             ORDER BY o.created_at, o.action_id
+             FROM intents_watched w
+             JOIN outbox o ON o.action_id = w.action_id
+             JOIN actions a ON a.id = o.action_id
+             WHERE w.open
+             ORDER BY w.created_at, w.action_id
              LIMIT $1",
             &[&i64::from(q.intents_max)],
         )

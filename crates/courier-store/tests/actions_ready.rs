@@ -1,4 +1,6 @@
-//! `actions_ready` holds exactly the pending actions (migration 12).
+//! `actions_ready` holds exactly the pending actions (migration 12);
+//! `actions_held` exactly the claimed ones with their leases, and
+//! `actions_done` exactly the finished ones (migration 13).
 //!
 //! The claims find pending work only there, so an action pending without a
 //! row would never be claimed, and a row left behind would be walked (and
@@ -7,7 +9,10 @@
 //! concurrent enqueues, fair and FIFO claims and settles, with the checker
 //! (`PgStore::actions_ready_mismatch`) run while they race; that the checker
 //! catches a trigger disabled on purpose; and that the migration's backfill
-//! picks up the actions already pending.
+//! picks up the actions already pending. The race also heartbeats, fails,
+//! finishes (by a final settle and by a webhook) and reclaims, and the
+//! checker of migration 13 (`PgStore::actions_side_mismatch`) runs with the
+//! first.
 
 use courier_core::Status;
 use courier_store::*;
@@ -57,19 +62,61 @@ async fn enqueues_claims_and_settles_racing_keep_actions_ready_exact() {
             } else {
                 ClaimMode::Fair
             };
+            let mut n = 0usize;
             while !stop.load(Ordering::Relaxed) {
                 let got = s
                     .action_claim_to_send(&owner, 8, LONG_LEASE_MS, 4, mode)
                     .await
                     .unwrap();
-                // Settle every other one: they move on from 'claimed', and
-                // free their stores' slots.
-                for c in got.iter().step_by(2) {
-                    fixtures::settle(&s, &c.lease, Status::Accepted, Some("m"), false).await;
+                // Every action moves on a different way: settled (left
+                // dispatched), settled and then finished by a webhook,
+                // finished by its settle, failed, or kept and heartbeated.
+                // They leave 'claimed', and free their stores' slots.
+                let mut kept = Vec::new();
+                for c in &got {
+                    n += 1;
+                    match n % 5 {
+                        0 => {
+                            fixtures::settle(&s, &c.lease, Status::Accepted, Some("m"), false)
+                                .await;
+                        }
+                        1 => {
+                            fixtures::settle(&s, &c.lease, Status::Accepted, Some("m"), false)
+                                .await;
+                            let key = courier_core::action_key(&c.uid);
+                            fixtures::webhook(&s, &format!("evt-{key}"), &key, Status::Delivered)
+                                .await;
+                        }
+                        2 => {
+                            fixtures::settle(&s, &c.lease, Status::Delivered, Some("m"), false)
+                                .await;
+                        }
+                        3 => s.action_fail(&c.lease, "refused").await.unwrap().unwrap(),
+                        _ => kept.push((c.lease.action_id, c.lease.epoch)),
+                    }
+                }
+                if !kept.is_empty() {
+                    s.action_heartbeat(&owner, &kept, LONG_LEASE_MS)
+                        .await
+                        .unwrap();
                 }
                 if got.is_empty() {
                     tokio::time::sleep(Duration::from_millis(2)).await;
                 }
+            }
+        });
+    }
+    // An owner whose leases run out at once: the others' claims reclaim its
+    // actions (a new owner and epoch in actions_held).
+    {
+        let (s, stop) = (store.clone(), stop.clone());
+        tasks.spawn(async move {
+            let owner: Arc<str> = Arc::from("short");
+            while !stop.load(Ordering::Relaxed) {
+                s.action_claim_to_send(&owner, 2, 1, 4, ClaimMode::Fair)
+                    .await
+                    .unwrap();
+                tokio::time::sleep(Duration::from_millis(50)).await;
             }
         });
     }
@@ -81,6 +128,11 @@ async fn enqueues_claims_and_settles_racing_keep_actions_ready_exact() {
             wrong.is_empty(),
             "actions_ready disagrees with actions for {wrong:?}"
         );
+        let wrong = store.actions_side_mismatch().await.unwrap();
+        assert!(
+            wrong.is_empty(),
+            "actions_held or actions_done disagrees with actions for {wrong:?}"
+        );
         checks += 1;
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
@@ -89,25 +141,104 @@ async fn enqueues_claims_and_settles_racing_keep_actions_ready_exact() {
         r.unwrap();
     }
     assert!(store.actions_ready_mismatch().await.unwrap().is_empty());
+    assert!(store.actions_side_mismatch().await.unwrap().is_empty());
     let counts = store
         .client()
         .await
         .unwrap()
         .query_one(
             "SELECT count(*) FILTER (WHERE state = 'pending'),
-                    count(*) FILTER (WHERE state <> 'pending')
+                    count(*) FILTER (WHERE state <> 'pending'),
+                    count(*) FILTER (WHERE state = 'claimed'),
+                    count(*) FILTER (WHERE state = 'done'),
+                    count(*) FILTER (WHERE state = 'failed'),
+                    count(*) FILTER (WHERE epoch > 1),
+                    (SELECT count(*) FROM actions_held),
+                    (SELECT count(*) FROM actions_done)
              FROM actions",
             &[],
         )
         .await
         .unwrap();
     let (pending, claimed): (i64, i64) = (counts.get(0), counts.get(1));
-    eprintln!("{checks} checks; {pending} pending and {claimed} claimed or settled at the end");
+    let (held, done, failed, reclaimed): (i64, i64, i64, i64) =
+        (counts.get(2), counts.get(3), counts.get(4), counts.get(5));
+    eprintln!(
+        "{checks} checks; {pending} pending and {claimed} claimed or settled at the end; \
+         {held} held, {done} done, {failed} failed, {reclaimed} reclaimed"
+    );
     assert!(
-        checks >= 10 && claimed > 0,
+        checks >= 10 && claimed > 0 && held > 0 && done > 0 && failed > 0 && reclaimed > 0,
         "the race did too little to tell"
     );
     assert_eq!(ready_count(&store).await, pending);
+    assert_eq!(counts.get::<_, i64>(6), held);
+    assert_eq!(counts.get::<_, i64>(7), done + failed);
+}
+
+/// The control of migration 13's checker: with the update trigger disabled,
+/// a settle that finishes an action leaves its lease behind and writes no
+/// finished row; with the delete trigger disabled, a deleted action's
+/// finished row stays. The checker names each.
+#[tokio::test]
+async fn the_side_checker_catches_a_disabled_trigger() {
+    let db = fresh_db().await;
+    let c = db.store.client().await.unwrap();
+    fixtures::enqueued(&db.store, "s1", 3).await;
+    let owner: Arc<str> = Arc::from("w");
+    let got = db
+        .store
+        .action_claim_to_send(&owner, 3, LONG_LEASE_MS, 10, ClaimMode::Fair)
+        .await
+        .unwrap();
+    assert_eq!(got.len(), 3);
+    fixtures::settle(
+        &db.store,
+        &got[0].lease,
+        Status::Delivered,
+        Some("m"),
+        false,
+    )
+    .await;
+    assert!(db.store.actions_side_mismatch().await.unwrap().is_empty());
+
+    c.batch_execute("ALTER TABLE actions DISABLE TRIGGER actions_held_done_update")
+        .await
+        .unwrap();
+    let id = got[1].lease.action_id;
+    fixtures::settle(
+        &db.store,
+        &got[1].lease,
+        Status::Delivered,
+        Some("m"),
+        false,
+    )
+    .await;
+    assert_eq!(
+        db.store.actions_side_mismatch().await.unwrap(),
+        vec![
+            ("actions_done".to_string(), id),
+            ("actions_held".to_string(), id)
+        ]
+    );
+    c.batch_execute(
+        "ALTER TABLE actions ENABLE TRIGGER actions_held_done_update;
+         ALTER TABLE actions DISABLE TRIGGER actions_held_done_delete",
+    )
+    .await
+    .unwrap();
+    c.execute(
+        "WITH o AS (DELETE FROM outbox WHERE action_id = $1)
+         DELETE FROM actions WHERE id = $1",
+        &[&got[0].lease.action_id],
+    )
+    .await
+    .unwrap();
+    let wrong = db.store.actions_side_mismatch().await.unwrap();
+    assert!(
+        wrong.contains(&("actions_done".to_string(), got[0].lease.action_id)),
+        "{wrong:?}"
+    );
 }
 
 /// The control: with the update trigger disabled, a claim leaves its
@@ -160,13 +291,7 @@ async fn the_checker_catches_a_disabled_trigger() {
 #[tokio::test]
 async fn the_migration_backfills_the_pending_actions() {
     let db = fresh_db().await;
-    let mut c = tokio_postgres::connect(&db.url, tokio_postgres::NoTls)
-        .await
-        .map(|(c, conn)| {
-            tokio::spawn(conn);
-            c
-        })
-        .unwrap();
+    let mut c = db.raw_client().await;
     // Back to version 11: no table, no triggers, the partial index back.
     c.batch_execute(
         "DROP TRIGGER actions_ready_insert ON actions;
@@ -213,5 +338,145 @@ async fn the_migration_backfills_the_pending_actions() {
     assert_eq!(
         gone, 0,
         "the partial indexes of pending actions are still there"
+    );
+}
+
+/// Migrations 13 and 14 applied to a database with actions already claimed
+/// and finished list exactly those, drop the two partial indexes of
+/// `actions`, and leave a fifth of each new page free.
+#[tokio::test]
+async fn migrations_13_and_14_backfill_the_held_and_finished_actions() {
+    let db = fresh_db().await;
+    let mut c = db.raw_client().await;
+    // Back to version 12: no tables, no triggers, the partial indexes back.
+    c.batch_execute(
+        "DROP TRIGGER actions_held_done_insert ON actions;
+         DROP TRIGGER actions_held_done_update ON actions;
+         DROP TRIGGER actions_held_done_delete ON actions;
+         DROP FUNCTION courier_held_done_insert(), courier_held_done_update(),
+                       courier_held_done_delete();
+         DROP TABLE actions_held, actions_done;
+         CREATE INDEX actions_lease ON actions (lease_until) WHERE state = 'claimed';
+         CREATE INDEX actions_finished ON actions (done_at) WHERE state IN ('done', 'failed');
+         ALTER TABLE actions RESET (fillfactor);
+         DELETE FROM schema_migrations WHERE version IN (13, 14)",
+    )
+    .await
+    .unwrap();
+    // Written as version 12's statements would leave them (this binary's
+    // claims read actions_held).
+    let ids = fixtures::enqueued(&db.store, "s1", 4).await;
+    c.execute(
+        "UPDATE actions SET state = 'claimed', owner = 'w', epoch = 1,
+                lease_until = now() + interval '1 minute', claimed_at = now()
+         WHERE id = ANY ($1)",
+        &[&ids],
+    )
+    .await
+    .unwrap();
+    c.execute(
+        "UPDATE actions SET state = CASE WHEN id = $1 THEN 'done' ELSE 'failed' END,
+                lease_until = NULL, done_at = now()
+         WHERE id IN ($1, $2)",
+        &[&ids[0], &ids[1]],
+    )
+    .await
+    .unwrap();
+    fixtures::enqueued(&db.store, "s2", 1).await;
+    assert_eq!(migrate::run(&mut c).await.unwrap(), 2);
+    assert!(db.store.actions_side_mismatch().await.unwrap().is_empty());
+    let held: Vec<i64> = c
+        .query("SELECT id FROM actions_held ORDER BY id", &[])
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    assert_eq!(held, ids[2..].to_vec());
+    let done: Vec<i64> = c
+        .query("SELECT id FROM actions_done ORDER BY id", &[])
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    assert_eq!(done, ids[..2].to_vec());
+    let row = c
+        .query_one(
+            "SELECT (SELECT count(*) FROM pg_indexes
+                     WHERE indexname IN ('actions_lease', 'actions_finished')),
+                    (SELECT reloptions::text FROM pg_class WHERE relname = 'actions')",
+            &[],
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        row.get::<_, i64>(0),
+        0,
+        "the partial indexes are still there"
+    );
+    assert_eq!(
+        row.get::<_, Option<String>>(1).as_deref(),
+        Some("{fillfactor=80}")
+    );
+}
+
+/// A claim, a heartbeat, a settle and a finishing webhook are HOT updates
+/// of `actions` (no new index entry) when the page has room: what
+/// migrations 13 and 14 are for. The control puts a partial index naming
+/// `state` back, and the same steps are not HOT.
+#[tokio::test]
+async fn state_changes_of_actions_are_hot_updates() {
+    // Few enough that every version of their rows fits in one page: HOT
+    // then needs no pruning, which a busy machine's snapshots may delay.
+    const N: usize = 6;
+    let db = fresh_db().await;
+    let c = db.store.client().await.unwrap();
+    let one = db.one_connection().await;
+    async fn hot_share(db: &courier_testkit::TestDb, one: &PgStore, s: &str) -> (i64, i64) {
+        fixtures::enqueued(one, s, N).await;
+        let before = db.updates_of(one, "actions").await;
+        let owner: Arc<str> = Arc::from("w");
+        let got = one
+            .action_claim_to_send(&owner, N as u32, LONG_LEASE_MS, 20, ClaimMode::Fair)
+            .await
+            .unwrap();
+        assert_eq!(got.len(), N);
+        let held: Vec<(i64, i64)> = got
+            .iter()
+            .map(|g| (g.lease.action_id, g.lease.epoch))
+            .collect();
+        one.action_heartbeat(&owner, &held, LONG_LEASE_MS)
+            .await
+            .unwrap();
+        for g in &got {
+            fixtures::settle(one, &g.lease, Status::Accepted, Some("m"), false).await;
+            let key = courier_core::action_key(&g.uid);
+            fixtures::webhook(one, &format!("evt-{key}"), &key, Status::Delivered).await;
+        }
+        let after = db.updates_of(one, "actions").await;
+        (after.0 - before.0, after.1 - before.1)
+    }
+    let (updated, hot) = hot_share(&db, &one, "s1").await;
+    eprintln!("{hot} of {updated} updates of actions were HOT");
+    assert_eq!(
+        updated,
+        4 * N as i64,
+        "a claim, heartbeat, settle and webhook each"
+    );
+    assert!(
+        hot * 10 >= updated * 9,
+        "{hot} of {updated} updates were HOT"
+    );
+
+    c.batch_execute("CREATE INDEX actions_lease ON actions (lease_until) WHERE state = 'claimed'")
+        .await
+        .unwrap();
+    let (updated, hot) = hot_share(&db, &one, "s2").await;
+    eprintln!("with a partial index on state: {hot} of {updated} updates were HOT");
+    assert_eq!(updated, 4 * N as i64);
+    assert!(
+        hot * 10 < updated,
+        "{hot} of {updated} updates were HOT with the index"
     );
 }

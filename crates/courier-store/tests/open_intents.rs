@@ -2,7 +2,8 @@
 //! counts, and how many are past the age alert is counted by a walk of the
 //! oldest that stops at `INTENTS_PAST_ALERT_COUNTED_MAX`, so neither read
 //! costs in proportion to the open intents (a backlog of webhooks) or to the
-//! dead index entries that settled intents leave behind.
+//! dead index entries that settled intents leave behind. Both walk
+//! `intents_watched` (migration 15), the intents still awaited.
 
 use courier_store::{SnapshotQuery, INTENTS_PAST_ALERT_COUNTED_MAX};
 use courier_testkit::fresh_db;
@@ -85,7 +86,7 @@ async fn the_count_past_the_alert_is_exact_below_its_cap_and_stops_at_it() {
     assert_eq!(snap.open_intents, scanned, "the maintained count is exact");
 }
 
-/// The walk is an index (or index-only) scan of `outbox_open` under a limit, with the
+/// The walk is an index (or index-only) scan of `intents_watched_open` under a limit, with the
 /// statistics as they are after the intents were written (none) and after
 /// an analyse: the function's own body, planned under its own settings (read
 /// back from `pg_proc`). The same body under the default settings is the
@@ -120,7 +121,7 @@ async fn the_count_past_the_alert_walks_the_open_index_under_a_limit() {
     let mut control_walks = Vec::new();
     for analysed in [false, true] {
         if analysed {
-            c.batch_execute("ANALYZE outbox").await.unwrap();
+            c.batch_execute("ANALYZE intents_watched").await.unwrap();
         }
         for own_settings in [true, false] {
             let tx = c.transaction().await.unwrap();
@@ -144,7 +145,7 @@ async fn the_count_past_the_alert_walks_the_open_index_under_a_limit() {
             let walk = plan.contains("Limit")
                 // An index scan or an index-only one: both walk in order
                 // and mark dead entries.
-                && plan.contains("Scan using outbox_open")
+                && plan.contains("Scan using intents_watched_open")
                 && !plan.contains("Bitmap");
             if own_settings {
                 assert!(walk, "analysed {analysed}, own settings:\n{plan}");

@@ -80,6 +80,61 @@ impl TestDb {
         let clock = Clock::manual(now);
         (self.store.with_clock(clock.clone()), clock)
     }
+
+    /// A connection of its own, outside the store's pool: for what needs
+    /// `&mut` (`migrate::run`, transactions) or session settings.
+    pub async fn raw_client(&self) -> tokio_postgres::Client {
+        let (c, conn) = tokio_postgres::connect(&self.url, tokio_postgres::NoTls)
+            .await
+            .expect("connect");
+        tokio::spawn(conn);
+        c
+    }
+
+    /// The store over a single connection: a test that counts a table's
+    /// updates in the cumulative statistics runs its steps through it, then
+    /// [`TestDb::updates_of`] has that one backend send its counts at once
+    /// (a backend sends them when it goes idle, at most once a second).
+    pub async fn one_connection(&self) -> PgStore {
+        let mut cfg = StoreConfig::new(&self.url);
+        cfg.pool_size_max = 1;
+        cfg.migrate = false;
+        PgStore::connect(&cfg).await.expect("connect")
+    }
+
+    /// `table`'s (updates, HOT updates) in the cumulative statistics, after
+    /// `one` (from [`TestDb::one_connection`]) sent its counts.
+    pub async fn updates_of(&self, one: &PgStore, table: &str) -> (i64, i64) {
+        let r = self
+            .table_stats(
+                one,
+                table,
+                "coalesce(n_tup_upd, 0), coalesce(n_tup_hot_upd, 0)",
+            )
+            .await;
+        (r.get(0), r.get(1))
+    }
+
+    /// `table`'s sequential scans so far, likewise.
+    pub async fn seq_scans_of(&self, one: &PgStore, table: &str) -> i64 {
+        self.table_stats(one, table, "coalesce(seq_scan, 0)")
+            .await
+            .get(0)
+    }
+
+    async fn table_stats(&self, one: &PgStore, table: &str, columns: &str) -> tokio_postgres::Row {
+        let c = one.client().await.expect("the one connection");
+        // Sent when this statement's transaction ends, before its answer.
+        c.batch_execute("SELECT pg_stat_force_next_flush()")
+            .await
+            .expect("flush the statistics");
+        c.query_one(
+            &format!("SELECT {columns} FROM pg_stat_user_tables WHERE relname = $1"),
+            &[&table],
+        )
+        .await
+        .expect("the table's statistics")
+    }
 }
 
 pub async fn fresh_db() -> TestDb {

@@ -38,7 +38,8 @@ enum Which {
     /// A long run at ~65% of capacity with pruning on: sizes, claim p99 and
     /// worker memory, the last third against the first.
     Soak(super::bench_life::SoakArgs),
-    /// The next migration applied while workers run on a large database.
+    /// The newest migrations (the no-transaction 14 and 16) applied while
+    /// workers run on a large database.
     LiveMigration(super::bench_life::LiveMigrationArgs),
     /// Is the fake provider ever the bottleneck? Sends/s and latency over
     /// real loopback HTTP (faults off, latency 0, unique keys, keep-alive).

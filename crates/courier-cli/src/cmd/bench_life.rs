@@ -135,7 +135,8 @@ pub struct LiveMigrationArgs {
     /// Finished actions in the database (default 1000000).
     #[arg(long, default_value_t = 1_000_000)]
     actions: i64,
-    /// The negative control: build the indexes without CONCURRENTLY, in one transaction.
+    /// The negative control: the live migrations' statements without CONCURRENTLY, in one
+    /// transaction under the lock that creating migrations 13's and 15's triggers takes.
     #[arg(long)]
     blocking: bool,
     #[arg(long)]

@@ -1,7 +1,7 @@
 -- The busiest $1 stores: pending actions plus those held by workers, then
 -- the oldest pending action's age. Only stores with work are looked at:
 -- those listed in store_work (a pending action) and those of claimed
--- actions (through the partial index actions_lease), so the cost follows
+-- actions (actions_held, migration 13), so the cost follows
 -- the stores with work, not the stores registered (with 1,000,000 mostly
 -- idle stores, a list over every store row read all of them at every
 -- dashboard sample). A store's in-flight count is its counter less the
@@ -16,7 +16,7 @@ FROM (
                                        WHERE a.id = p.first_id))::float8 AS oldest_pending_s
     FROM (SELECT store FROM store_work
           UNION
-          SELECT store FROM actions WHERE state = 'claimed') busy
+          SELECT store FROM actions_held) busy
     JOIN stores st ON st.store = busy.store
     -- The pending actions from actions_ready (migration 12: its size
     -- follows the backlog, not history); the oldest is the one first in id
