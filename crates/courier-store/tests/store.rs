@@ -426,3 +426,28 @@ async fn a_settle_retried_after_a_lost_commit_answer_is_accepted() {
         })
     );
 }
+
+/// Every pooled connection runs without JIT (src/pool.rs says why), and
+/// keeps the options its URL gives; a connection of its own (the control)
+/// has the server's default, JIT on.
+#[tokio::test]
+async fn pooled_connections_run_without_jit_and_keep_the_urls_options() {
+    let db = fresh_db().await;
+    async fn show(c: &tokio_postgres::Client, what: &str) -> String {
+        c.query_one(&format!("SHOW {what}"), &[])
+            .await
+            .unwrap()
+            .get(0)
+    }
+    let pooled = db.store.client().await.unwrap();
+    assert_eq!(show(&pooled, "jit").await, "off");
+    let raw = db.raw_client().await;
+    assert_eq!(show(&raw, "jit").await, "on", "the server's default");
+
+    let mut cfg = StoreConfig::new(format!("{}?options=-c%20statement_timeout%3D12345", db.url));
+    cfg.migrate = false;
+    let with_options = PgStore::connect(&cfg).await.unwrap();
+    let c = with_options.client().await.unwrap();
+    assert_eq!(show(&c, "jit").await, "off");
+    assert_eq!(show(&c, "statement_timeout").await, "12345ms");
+}
