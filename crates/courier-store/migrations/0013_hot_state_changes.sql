@@ -31,7 +31,8 @@
 -- actions_done holds (done_at, id). Statement triggers on `actions` keep
 -- both in the transaction of each change, whatever the writer, next to
 -- those of `actions_ready`. `PgStore::actions_side_mismatch` is the checker
--- (tests/actions_ready.rs races it and catches each trigger disabled).
+-- (tests/actions_ready.rs races it, and catches the update and the delete
+-- trigger disabled on purpose).
 --
 -- The tables are new, so their indexes need no CONCURRENTLY. Creating the
 -- first trigger takes SHARE ROW EXCLUSIVE on actions until commit, so the
