@@ -29,6 +29,9 @@ use courier_core::Limits;
 use courier_dispatch::worker::{Worker, WorkerConfig};
 use courier_fake::{FakeConfig, FaultRates, Latency};
 use courier_provider::{ClientConfig, ProviderClient};
+use courier_store::bench_views::{
+    statements_enable, statements_reset, statements_top, StatementStat,
+};
 use courier_store::cluster::{Cluster, StopMode};
 use courier_store::{ClaimMode, NewAction, PgStore, StoreConfig};
 use serde::Serialize;
@@ -56,6 +59,9 @@ pub const TREND_MAX: f64 = 1.2;
 /// How often `pg_stat_user_tables` is read for the sequential scans of
 /// `actions` during a run's load.
 const SCAN_POLL: Duration = Duration::from_secs(2);
+
+/// Statements reported per run.
+const STATEMENTS_MAX: i64 = 6;
 
 const API_KEY: &str = "bench-api-key";
 const SECRET: &str = "bench-webhook-secret";
@@ -308,6 +314,12 @@ pub struct FairnessRun {
     /// Every store but the noisy ones, enqueued after the warm-up: each
     /// figure the median of that figure over the rounds.
     pub quiet: Percentiles,
+    /// The same actions' wait from enqueue to claim (the part of the
+    /// latency the claim decides), medians over the rounds.
+    pub quiet_wait: Option<Percentiles>,
+    /// The first round's costliest statements (empty without
+    /// pg_stat_statements).
+    pub statements: Vec<StatementStat>,
     /// The quiet stores' p95 over the fair baseline's of the same round,
     /// the median over the rounds: a round that a busy machine slowed is
     /// outvoted instead of averaged in.
@@ -453,30 +465,35 @@ impl FairnessReport {
             s.rounds, s.duration_s
         ));
         out.push_str(&format!(
-            "{:<26} {:<5} {:>9} {:>9} {:>9} {:>8} {:>10} {:>9} {:>6}\n",
+            "{:<26} {:<5} {:>9} {:>9} {:>9} {:>8} {:>11} {:>10} {:>9} {:>6}\n",
             "scenario",
             "claim",
             "quiet p50",
             "quiet p95",
             "quiet p99",
             "p95 vs",
+            "to claim",
             "noisy p95",
             "accepted",
             "busy"
         ));
         out.push_str(&format!(
-            "{:<26} {:<5} {:>9} {:>9} {:>9} {:>8} {:>10} {:>9} {:>6}\n",
-            "", "", "ms", "ms", "ms", "fair base", "ms", "per s", ""
+            "{:<26} {:<5} {:>9} {:>9} {:>9} {:>8} {:>11} {:>10} {:>9} {:>6}\n",
+            "", "", "ms", "ms", "ms", "fair base", "p50/p95 ms", "ms", "per s", ""
         ));
         for r in &self.runs {
             out.push_str(&format!(
-                "{:<26} {:<5} {:>9.1} {:>9.1} {:>9.1} {:>7.2}x {:>10} {:>9.0} {:>5.0}%\n",
+                "{:<26} {:<5} {:>9.1} {:>9.1} {:>9.1} {:>7.2}x {:>11} {:>10} {:>9.0} {:>5.0}%\n",
                 r.label,
                 claim_name(r.claim),
                 r.quiet.p50_ms,
                 r.quiet.p95_ms,
                 r.quiet.p99_ms,
                 r.quiet_p95_ratio,
+                r.quiet_wait.map_or("-".to_string(), |w| format!(
+                    "{:.1}/{:.1}",
+                    w.p50_ms, w.p95_ms
+                )),
                 r.noisy
                     .map_or("-".to_string(), |n| format!("{:.1}", n.p95_ms)),
                 r.throughput_per_s,
@@ -502,6 +519,27 @@ impl FairnessReport {
             v.fifo_bulk_ratio
         ));
         out.push_str(&v.more_lines());
+        for r in self
+            .runs
+            .iter()
+            .filter(|r| r.scenario == Scenario::Baseline && !r.statements.is_empty())
+        {
+            out.push_str(&format!(
+                "\ncostliest statements, {} {} (calls per action, mean us executing, us planning per call):\n",
+                r.label,
+                claim_name(r.claim)
+            ));
+            let actions = (r.actions / u64::from(self.settings.rounds).max(1)).max(1);
+            for st in &r.statements {
+                let q: String = st.query.chars().take(80).collect();
+                out.push_str(&format!(
+                    "  {:>6.2} {:>8.0} {:>8.0}  {q}\n",
+                    st.calls as f64 / actions as f64,
+                    st.mean_exec_us,
+                    st.total_plan_ms * 1000.0 / st.calls.max(1) as f64
+                ));
+            }
+        }
         out
     }
 }
@@ -520,10 +558,20 @@ pub async fn run(cfg: &FairnessConfig) -> Result<FairnessReport, BenchError> {
     Plan::new(cfg, assumed, cfg.duration_s)?;
     let started = Instant::now();
     let dir = run_dir("courier-bench-fairness-")?;
-    let cluster = Cluster::new(dir.path().join("pg")).setting("synchronous_commit", "off");
+    let mut cluster = Cluster::new(dir.path().join("pg")).setting("synchronous_commit", "off");
+    // Where each run's database time goes, when the server has it (as
+    // `courier bench scale`): top-level statements only, planning too.
+    let stat_statements = crate::throughput::statements_library_present();
+    if stat_statements {
+        cluster = cluster
+            .setting("shared_preload_libraries", "pg_stat_statements")
+            .setting("pg_stat_statements.track", "top")
+            .setting("pg_stat_statements.track_planning", "on");
+    }
     let c = cluster.clone();
     let url = tokio::task::spawn_blocking(move || c.start()).await??;
     let result = async {
+        let statements = stat_statements && statements_enable(&url).await?;
         let mut fake = FakeConfig::new(dir.path().join("provider.jsonl"), API_KEY, SECRET);
         fake.faults = FaultRates::NONE;
         fake.latency = cfg.latency;
@@ -533,6 +581,7 @@ pub async fn run(cfg: &FairnessConfig) -> Result<FairnessReport, BenchError> {
             cfg,
             server_url: url.clone(),
             provider_url: provider.url(),
+            statements,
         };
         let runs = async {
             let (calibration, measured) = calibration_run(&ctx, assumed).await?;
@@ -674,6 +723,9 @@ struct Ctx<'a> {
     cfg: &'a FairnessConfig,
     server_url: String,
     provider_url: String,
+    /// The server has pg_stat_statements: each run reports its costliest
+    /// statements.
+    statements: bool,
 }
 
 /// The capacity and length of a run.
@@ -819,6 +871,12 @@ async fn all_runs(ctx: &Ctx<'_>, plan: &Plan) -> Result<Vec<FairnessRun>, BenchE
 struct Samples {
     /// Quiet stores' latencies after the warm-up, in microseconds.
     quiet_us: Vec<u64>,
+    /// The same actions' waits from enqueue to claim, in microseconds.
+    quiet_wait_us: Vec<u64>,
+    /// The run's costliest statements (load and drain, and the latency
+    /// query that follows them is not yet counted); empty without
+    /// pg_stat_statements.
+    statements: Vec<StatementStat>,
     /// Quiet stores' `(enqueued_ms, latency_us)`, warm-up included.
     quiet_timeline: Vec<(f64, u64)>,
     noisy_us: Vec<u64>,
@@ -862,6 +920,11 @@ fn summarise(
     let quiet = Percentiles::median_of(&quiet_by_round).ok_or_else(|| {
         BenchError::Settings(format!("{label} ({}): no round ran", claim_name(claim)))
     })?;
+    let wait_by_round: Vec<Percentiles> = rounds
+        .iter()
+        .filter_map(|r| Percentiles::from_us(r.quiet_wait_us.iter().copied()))
+        .collect();
+    let quiet_wait = Percentiles::median_of(&wait_by_round);
     let noisy_by_round: Vec<Percentiles> = rounds
         .iter()
         .filter_map(|r| Percentiles::from_us(r.noisy_us.iter().copied()))
@@ -884,6 +947,11 @@ fn summarise(
         label,
         claim,
         quiet,
+        quiet_wait,
+        statements: rounds
+            .first()
+            .map(|r| r.statements.clone())
+            .unwrap_or_default(),
         quiet_p95_ratio: f64::NAN,
         quiet_by_round,
         ratio_by_round: Vec::new(),
@@ -916,6 +984,9 @@ async fn run_one(
     let mut sc = StoreConfig::new(&url);
     sc.pool_size_max = 16;
     let store = PgStore::connect(&sc).await?;
+    if ctx.statements {
+        statements_reset(&ctx.server_url).await?;
+    }
 
     // The workers, each with its own pool and provider client, like processes.
     let shutdown = CancellationToken::new();
@@ -1030,10 +1101,16 @@ async fn run_one(
     bar.finish_with_message(format!("done · accepted {}", accepted()));
     drained?;
 
+    let statements = if ctx.statements {
+        statements_top(&ctx.server_url, DATABASE, STATEMENTS_MAX).await?
+    } else {
+        Vec::new()
+    };
     let rows = store.latencies_enqueue_to_accepted().await?;
     let warmup_ms = cfg.warmup_s as f64 * 1000.0;
     let is_noisy = |s: &str| (0..cfg.noisy_stores).any(|i| store_name(i) == s);
     let mut quiet_us = Vec::new();
+    let mut quiet_wait_us = Vec::new();
     let mut quiet_timeline = Vec::new();
     let mut noisy_us = Vec::new();
     let (mut hold_us_total, mut last_ms) = (0u64, 0f64);
@@ -1052,6 +1129,7 @@ async fn run_one(
             quiet_timeline.push((r.enqueued_ms, r.latency_us));
             if r.enqueued_ms >= warmup_ms {
                 quiet_us.push(r.latency_us);
+                quiet_wait_us.push(r.wait_us);
             }
         }
     }
@@ -1059,7 +1137,9 @@ async fn run_one(
     Ok(Samples {
         trend,
         seq_scans_per_s,
+        statements,
         quiet_us,
+        quiet_wait_us,
         quiet_timeline,
         noisy_us,
         actions: rows.len() as u64,
@@ -1263,6 +1343,8 @@ mod tests {
             label: String::new(),
             claim,
             quiet: p,
+            quiet_wait: None,
+            statements: Vec::new(),
             quiet_p95_ratio: ratio,
             quiet_by_round: vec![p],
             ratio_by_round: vec![ratio],

@@ -29,6 +29,9 @@ pub struct ActionLatency {
     /// How long a worker held it: claim to settle
     /// (`actions.dispatched_at - actions.claimed_at`), in microseconds.
     pub hold_us: u64,
+    /// How long it waited to be claimed: enqueue to its (latest) claim
+    /// (`actions.claimed_at - actions.enqueued_at`), in microseconds.
+    pub wait_us: u64,
 }
 
 /// Counts of actions by whether a worker still has something to do.
@@ -241,7 +244,9 @@ impl PgStore {
                         (extract(epoch FROM a.enqueued_at - t.first) * 1000)::float8,
                         greatest(round(extract(epoch FROM o.accepted_at - a.enqueued_at) * 1e6), 0)::bigint,
                         greatest(round(extract(epoch FROM coalesce(a.dispatched_at, o.accepted_at)
-                                                         - coalesce(a.claimed_at, a.enqueued_at)) * 1e6), 0)::bigint
+                                                         - coalesce(a.claimed_at, a.enqueued_at)) * 1e6), 0)::bigint,
+                        greatest(round(extract(epoch FROM coalesce(a.claimed_at, a.enqueued_at)
+                                                         - a.enqueued_at) * 1e6), 0)::bigint
                  FROM actions a
                  JOIN outbox o ON o.action_id = a.id
                  CROSS JOIN (SELECT min(enqueued_at) AS first FROM actions) t
@@ -257,6 +262,7 @@ impl PgStore {
                 enqueued_ms: r.get(1),
                 latency_us: u64::try_from(r.get::<_, i64>(2)).unwrap_or(0),
                 hold_us: u64::try_from(r.get::<_, i64>(3)).unwrap_or(0),
+                wait_us: u64::try_from(r.get::<_, i64>(4)).unwrap_or(0),
             })
             .collect())
     }
@@ -383,18 +389,37 @@ impl PgStore {
     /// reads where timings on a shared machine cannot.
     pub async fn claim_explained(&self, n: i64, cap: i32) -> Result<(u64, f64), StoreError> {
         let mut client = self.client().await?;
-        let tx = client.transaction().await?;
-        let now: Option<chrono::DateTime<chrono::Utc>> = None;
-        let rows = tx
-            .query(
-                &format!(
-                    "EXPLAIN (ANALYZE, BUFFERS) {}",
-                    crate::claim_statement(crate::ClaimMode::Fair)
-                ),
-                &[&"bench-explain", &n, &60_000f64, &cap, &true, &now],
-            )
+        // As claims run it: prepared, with the claims' planner settings, so
+        // EXECUTE takes the generic plan (EXPLAIN of the statement with its
+        // parameters bound would plan for their values). A prepared
+        // statement is the session's, not the transaction's: deallocated
+        // whatever the EXPLAIN gave.
+        client
+            .batch_execute(&format!(
+                "PREPARE courier_explained_claim (text, bigint, double precision, integer, boolean, timestamptz) AS {}",
+                crate::claim_statement(crate::ClaimMode::Fair)
+            ))
             .await?;
-        tx.rollback().await?;
+        let explained = async {
+            let tx = client.transaction().await?;
+            tx.batch_execute(crate::CLAIM_PLAN_SETTINGS).await?;
+            // Integers written in (EXPLAIN EXECUTE takes no parameters).
+            let rows = tx
+                .query(
+                    &format!(
+                        "EXPLAIN (ANALYZE, BUFFERS) EXECUTE courier_explained_claim('bench-explain', {n}, 60000, {cap}, true, NULL)"
+                    ),
+                    &[],
+                )
+                .await?;
+            tx.rollback().await?;
+            Ok::<_, StoreError>(rows)
+        }
+        .await;
+        client
+            .batch_execute("DEALLOCATE courier_explained_claim")
+            .await?;
+        let rows = explained?;
         let lines: Vec<String> = rows.iter().map(|r| r.get(0)).collect();
         let buffers = lines
             .iter()

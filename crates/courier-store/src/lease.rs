@@ -103,6 +103,44 @@ pub const RECLAIM_EVERY_MS: i64 = 1_000;
 /// Owners whose pacing one store keeps.
 const RECLAIM_OWNERS_MAX: usize = 1_024;
 
+/// The planner settings a claim runs with, in its own transaction.
+///
+/// - **Its generic plan**, made once per connection for each of the four
+///   claim statements (fair and FIFO, with and without the look for
+///   expired leases), and again after an ANALYZE of a table it reads: the server judged the
+///   fair claim's generic plan costlier than its custom ones and planned it
+///   afresh on every call, 1.3-1.4 ms of planning against 1.4 ms executing
+///   (`courier bench fairness`'s statements, docs/benchmarks.md; FIFO's
+///   claim 27 us).
+/// - **Read by key**: no sequential scan, hash join or merge join. A
+///   generic plan is made from the statistics and table sizes of its
+///   moment and kept until the next `ANALYZE`: made while `actions` held a
+///   few dozen rows, it scanned `actions` sequentially in every claim (up to
+///   693 scans per second as the table grew in a fairness run); and over
+///   `stores` never analysed, it joined the served stores by a full index
+///   scan. A claim touches about as many rows as it takes, which nested
+///   loops over its indexes reach at any size.
+///
+/// `tests/plans.rs` checks the plans these settings give with statistics
+/// missing, taken while the tables were tiny (and the plan kept as they
+/// grew) and fresh; a generic plan with the planner's other settings at
+/// their defaults, the control, fails the same check.
+#[doc(hidden)]
+pub const CLAIM_PLAN_SETTINGS: &str = sql!("lease/claim_plan");
+
+/// What a claim's pipeline opens with.
+const CLAIM_BEGIN: &str = concat!("BEGIN;\n", sql!("lease/claim_plan"));
+
+/// Every claim statement of a mode: with the look for expired leases, and
+/// without it (what most claims run, see [`RECLAIM_EVERY_MS`]). For tests.
+#[doc(hidden)]
+pub fn claim_statements(mode: ClaimMode) -> [&'static str; 2] {
+    match mode {
+        ClaimMode::Fair => [CLAIM_FAIR, CLAIM_FAIR_NO_RECLAIM],
+        ClaimMode::Fifo => [CLAIM_FIFO, CLAIM_FIFO_NO_RECLAIM],
+    }
+}
+
 /// The text of a claim statement, so tests can check its plans (parameters:
 /// $1 owner, $2 batch size, $3 lease ttl ms, $4 per-store cap, $5 write
 /// intents, $6 the time or NULL). Not an API: run claims with
@@ -181,15 +219,32 @@ impl PgStore {
             (ClaimMode::Fair, false) => CLAIM_FAIR_NO_RECLAIM,
             (ClaimMode::Fifo, false) => CLAIM_FIFO_NO_RECLAIM,
         };
-        // Prepared once per connection: planning the claim costs about as
-        // much as running it.
+        // Prepared once per connection and run with its generic plan, read
+        // by key (CLAIM_PLAN_SETTINGS; the plan is made again after an
+        // ANALYZE of a table it reads). The settings are the transaction's
+        // own (SET LOCAL), and the three requests leave together
+        // (tokio-postgres pipelines requests polled at once), so they cost
+        // no extra round trip; a claim that fails makes the COMMIT a
+        // rollback.
         let statement = client.prepare_cached(sql).await?;
-        let rows = client
-            .query(
-                &statement,
-                &[&owner.as_ref(), &n, &ttl, &cap, &write_intents, &now],
-            )
-            .await?;
+        let params: [&(dyn tokio_postgres::types::ToSql + Sync); 6] =
+            [&owner.as_ref(), &n, &ttl, &cap, &write_intents, &now];
+        // `biased`: polled in this order, so sent in this order. `statement`
+        // must be a prepared Statement: with SQL text, the prepare's round
+        // trip would let the COMMIT leave before the claim.
+        let (begun, rows, committed) = tokio::join!(
+            biased;
+            client.batch_execute(if self.claim_custom_plans {
+                "BEGIN"
+            } else {
+                CLAIM_BEGIN
+            }),
+            client.query(&statement, &params),
+            client.batch_execute("COMMIT"),
+        );
+        begun?;
+        let rows = rows?;
+        committed?;
         let mut claimed = Vec::with_capacity(rows.len());
         let mut sweep: Vec<String> = Vec::new();
         for r in &rows {
@@ -303,6 +358,15 @@ impl PgStore {
         let client = self.pool.get().await?;
         let rows = client.query(sql!("lease/side_mismatch"), &[]).await?;
         Ok(rows.iter().map(|r| (r.get(0), r.get(1))).collect())
+    }
+
+    /// The same store whose claims run with the server's planner settings
+    /// (custom plans for the fair claim, planned per call): the control of
+    /// the test that claims run with their generic plan.
+    pub fn with_claim_custom_plans(&self) -> PgStore {
+        let mut control = self.clone();
+        control.claim_custom_plans = true;
+        control
     }
 
     /// The same store whose sweep of `store_work` checks for pending work

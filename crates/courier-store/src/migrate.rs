@@ -110,6 +110,11 @@ pub const MIGRATIONS: &[(i32, &str, &str)] = &[
         "side_triggers_by_key",
         include_str!("../migrations/0017_side_triggers_by_key.sql"),
     ),
+    (
+        18,
+        "trigger_planner_settings",
+        include_str!("../migrations/0018_trigger_planner_settings.sql"),
+    ),
 ];
 
 /// The first line that makes a migration run outside a transaction.

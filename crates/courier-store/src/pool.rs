@@ -39,6 +39,9 @@ pub struct PgStore {
     pub(crate) merges_lock_claimed_actions: bool,
     /// Only `tests/store_work.rs` sets it (`with_store_work_sweep_unlocked`).
     pub(crate) store_work_sweep_unlocked: bool,
+    /// Claims leave the plan to the server instead of forcing the generic
+    /// one. Only `tests/plans.rs` sets it (`with_claim_custom_plans`).
+    pub(crate) claim_custom_plans: bool,
     /// When (ms since the epoch, by the store's clock or this machine's)
     /// each owner's next claim looks for expired leases
     /// ([`crate::RECLAIM_EVERY_MS`]); shared by the store's clones.
@@ -134,6 +137,7 @@ impl PgStore {
             clock: Clock::database(),
             merges_lock_claimed_actions: false,
             store_work_sweep_unlocked: false,
+            claim_custom_plans: false,
             reclaim_next_ms: Arc::default(),
         };
         let mut client = store.pool.get().await?;

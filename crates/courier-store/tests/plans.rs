@@ -620,3 +620,327 @@ async fn fair_claim_reads_what_it_takes_from_deep_backlogs_behind_stale_statisti
         }
     }
 }
+
+/// Generic and custom plans made so far for the claim statements prepared
+/// on this connection (both claims open with `WITH reclaimed AS`).
+async fn claim_plans_made(c: &tokio_postgres::Client) -> (i64, i64) {
+    let row = c
+        .query_one(
+            "SELECT coalesce(sum(generic_plans), 0)::bigint, coalesce(sum(custom_plans), 0)::bigint
+             FROM pg_prepared_statements WHERE statement LIKE '%WITH reclaimed AS%'",
+            &[],
+        )
+        .await
+        .unwrap();
+    (row.get(0), row.get(1))
+}
+
+/// Claims run with their generic plan, planned once per connection: the
+/// server judged the fair claim's generic plan costlier than its custom
+/// ones and planned it on every call, as long as running it. The control
+/// leaves the choice to the server: the fair claim is planned afresh on
+/// (nearly) every call, beyond the five custom plans the server always
+/// makes first.
+#[tokio::test]
+async fn claims_run_their_generic_plan_not_one_planned_per_call() {
+    let db = fresh_db().await;
+    let mut sc = StoreConfig::new(&db.url);
+    sc.migrate = false;
+    sc.pool_size_max = 1;
+    let store = PgStore::connect(&sc).await.unwrap();
+    {
+        let c = store.client().await.unwrap();
+        idle_and_active(&c, 100, 40, 10).await;
+    }
+    const CLAIMS: i64 = 12;
+    let owner: std::sync::Arc<str> = "w".into();
+    for (label, s, modes) in [
+        (
+            "forced",
+            store.clone(),
+            &[ClaimMode::Fair, ClaimMode::Fifo][..],
+        ),
+        (
+            "control",
+            store.with_claim_custom_plans(),
+            &[ClaimMode::Fair][..],
+        ),
+    ] {
+        let before = claim_plans_made(&s.client().await.unwrap()).await;
+        for mode in modes {
+            for _ in 0..CLAIMS / modes.len() as i64 {
+                let got = s.action_claim(&owner, 2, 60_000, 4, *mode).await.unwrap();
+                assert!(!got.is_empty(), "{label}: the claim found nothing");
+            }
+        }
+        let after = claim_plans_made(&s.client().await.unwrap()).await;
+        let (generic, custom) = (after.0 - before.0, after.1 - before.1);
+        eprintln!("{label}: {generic} generic and {custom} custom plans for {CLAIMS} claims");
+        if label == "forced" {
+            assert_eq!(custom, 0, "{label}: the claims were planned per call");
+            assert_eq!(
+                generic, CLAIMS,
+                "{label}: every claim runs the generic plan"
+            );
+        } else {
+            assert!(
+                custom >= CLAIMS - 2,
+                "{label}: the control made {custom} custom plans for {CLAIMS} fair claims"
+            );
+        }
+    }
+}
+
+/// Every claim statement (fair and FIFO, with and without the look for
+/// expired leases) prepared on a connection, as a worker's pool prepares
+/// them, twice: named `{mode}{i}_claims` and `{mode}{i}_control`.
+async fn prepare_claims(c: &tokio_postgres::Client) -> Vec<String> {
+    let mut names = Vec::new();
+    for (name, mode) in [("fair", ClaimMode::Fair), ("fifo", ClaimMode::Fifo)] {
+        for (i, sql) in claim_statements(mode).iter().enumerate() {
+            for kind in ["claims", "control"] {
+                c.batch_execute(&format!(
+                    "PREPARE {name}{i}_{kind} (text, bigint, double precision, integer, boolean, timestamptz) AS {sql}"
+                ))
+                .await
+                .unwrap();
+            }
+            names.push(format!("{name}{i}"));
+        }
+    }
+    names
+}
+
+/// The plan a prepared claim runs under `settings` (SET LOCAL statements,
+/// in a transaction of its own, rolled back): its cached generic plan, made
+/// at its first execution and kept until an ANALYZE of a table it reads.
+async fn cached_plan(c: &mut tokio_postgres::Client, name: &str, settings: &str) -> Vec<String> {
+    let tx = c.transaction().await.unwrap();
+    tx.batch_execute(settings).await.unwrap();
+    let rows = tx
+        .query(
+            &format!("EXPLAIN EXECUTE {name}('w', 16, 60000, 4, true, NULL)"),
+            &[],
+        )
+        .await
+        .expect("explain the claim");
+    tx.rollback().await.unwrap();
+    rows.iter().map(|r| r.get::<_, String>(0)).collect()
+}
+
+/// What in a plan reads more than the rows it is after: a sequential scan,
+/// a hash or merge join (each reads one side whole), or an index scan of
+/// `actions`, `stores` or `outbox` without an index condition (a walk of
+/// the whole index). The walks in order with a LIMIT (`store_work_order`,
+/// `actions_ready`'s keys, `actions_held_lease`) read what the LIMIT lets
+/// them, and are not listed.
+fn reads_beyond_keys(plan: &[String]) -> Vec<String> {
+    let mut found = Vec::new();
+    for (i, line) in plan.iter().enumerate() {
+        let l = line.trim_start().trim_start_matches("->  ");
+        if l.starts_with("Seq Scan")
+            || l.starts_with("Hash Join")
+            || l.starts_with("Hash Semi Join")
+            || l.starts_with("Hash Anti Join")
+            || l.starts_with("Hash Left Join")
+            || l.starts_with("Hash Right Join")
+            || l.starts_with("Merge ")
+        {
+            found.push(l.to_string());
+        }
+        let whole_index = ["actions ", "stores ", "outbox "].iter().any(|t| {
+            (l.starts_with("Index Scan") || l.starts_with("Index Only Scan"))
+                && l.contains(&format!(" on {t}"))
+        }) && !plan.get(i + 1).is_some_and(|n| n.contains("Index Cond"));
+        if whole_index {
+            found.push(l.to_string());
+        }
+    }
+    found
+}
+
+/// The plans claims run (their generic plan, CLAIM_PLAN_SETTINGS) read by
+/// key in every state statistics pass through: never analysed; analysed
+/// while `actions` held a few dozen rows; the plan made then, kept while
+/// the table grew a hundredfold (a young database between two autovacuum
+/// passes: such a plan scanned `actions` in every claim of a fairness run);
+/// and fresh, with 10,000 more idle stores. The control, the same generic
+/// plans with the planner's other settings at their defaults, reads beyond
+/// keys in the grown state.
+#[tokio::test]
+async fn claims_plans_read_by_key_with_missing_tiny_grown_and_fresh_statistics() {
+    let db = fresh_db().await;
+    let mut c = own_client(&db.url).await;
+    idle_and_active(&c, 1_000, 5, 1).await;
+    // No table the claims read is analysed behind the test's back (that
+    // would make their plans again, from the grown tables).
+    for table in [
+        "outbox",
+        "actions_ready",
+        "actions_held",
+        "actions_done",
+        "intents_watched",
+        "store_releases",
+        "count_deltas",
+    ] {
+        c.batch_execute(&format!(
+            "ALTER TABLE {table} SET (autovacuum_enabled = off)"
+        ))
+        .await
+        .unwrap();
+    }
+    c.batch_execute(
+        "INSERT INTO actions (uid, store, recipient, body, state, done_at)
+         SELECT gen_random_uuid(), 'active-00000', '+15551234567', 'old', 'done', now()
+         FROM generate_series(1, 60);",
+    )
+    .await
+    .unwrap();
+    let names = prepare_claims(&c).await;
+    const CONTROL: &str = "SET LOCAL plan_cache_mode = force_generic_plan";
+    let mut control_caught = Vec::new();
+    let mut check = async |c: &mut tokio_postgres::Client, state: &str| {
+        for name in &names {
+            let plan = cached_plan(c, &format!("{name}_claims"), CLAIM_PLAN_SETTINGS).await;
+            let found = reads_beyond_keys(&plan);
+            assert!(
+                found.is_empty(),
+                "{state}, {name}: the claim reads beyond keys: {found:?}\n{}",
+                plan.join("\n")
+            );
+            let control =
+                reads_beyond_keys(&cached_plan(c, &format!("{name}_control"), CONTROL).await);
+            eprintln!("{state}, {name}, control: {control:?}");
+            if control
+                .iter()
+                .any(|l| l.starts_with("Seq Scan on actions "))
+            {
+                control_caught.push(format!("{state}, {name}"));
+            }
+        }
+    };
+    check(&mut c, "never analysed").await;
+    c.batch_execute("ANALYZE").await.unwrap();
+    check(&mut c, "analysed tiny").await;
+    // 6,000 finished actions and 300 stores with one pending each, the
+    // statistics and the cached plans untouched.
+    c.batch_execute(
+        "INSERT INTO actions (uid, store, recipient, body, state, done_at)
+         SELECT gen_random_uuid(), format('idle-%s', lpad((1 + i % 1000)::text, 7, '0')),
+                '+15551234567', 'old', 'done', now()
+         FROM generate_series(1, 6000) i;",
+    )
+    .await
+    .unwrap();
+    more_active(&c, 5, 300, 1).await;
+    check(&mut c, "analysed tiny, grown").await;
+    c.execute(
+        "INSERT INTO stores (store, last_served_at)
+         SELECT format('more-idle-%s', i), now() - interval '1 day'
+         FROM generate_series(1, 10000) i",
+        &[],
+    )
+    .await
+    .unwrap();
+    c.batch_execute("ANALYZE").await.unwrap();
+    check(&mut c, "fresh").await;
+    assert!(
+        control_caught
+            .iter()
+            .any(|s| s.starts_with("analysed tiny, grown")),
+        "the control (generic plans, other settings default) should scan actions once grown; \
+         it did in: {control_caught:?}"
+    );
+}
+
+/// The planner settings the claims change in their transaction
+/// (`CLAIM_PLAN_SETTINGS`: `SET LOCAL name = value` statements).
+fn claim_settings() -> Vec<String> {
+    CLAIM_PLAN_SETTINGS
+        .lines()
+        .filter_map(|l| l.trim().strip_prefix("SET LOCAL "))
+        .filter_map(|l| l.split_once('=').map(|(name, _)| name.trim().to_string()))
+        .collect()
+}
+
+/// The trigger functions on courier's tables that do not set, for
+/// themselves, each of `settings`: those whose plans a claim that fires them
+/// first on a connection would make with its own settings.
+async fn triggers_unpinned(c: &tokio_postgres::Client, settings: &[String]) -> Vec<String> {
+    let rows = c
+        .query(
+            "SELECT DISTINCT p.proname, coalesce(p.proconfig, ARRAY[]::text[])
+             FROM pg_trigger t
+             JOIN pg_proc p ON p.oid = t.tgfoid
+             JOIN pg_class r ON r.oid = t.tgrelid
+             JOIN pg_namespace n ON n.oid = r.relnamespace
+             WHERE NOT t.tgisinternal AND n.nspname = current_schema()
+             ORDER BY 1",
+            &[],
+        )
+        .await
+        .unwrap();
+    let mut unpinned = Vec::new();
+    for r in &rows {
+        let name: String = r.get(0);
+        let config: Vec<String> = r.get(1);
+        let missing: Vec<&String> = settings
+            .iter()
+            .filter(|s| !config.iter().any(|c| c.starts_with(&format!("{s}="))))
+            .collect();
+        if !missing.is_empty() {
+            unpinned.push(format!("{name} lacks {missing:?}"));
+        }
+    }
+    unpinned
+}
+
+/// Every trigger function on courier's tables plans with settings of its
+/// own (migration 18): PL/pgSQL keeps a function's plans for the session,
+/// made with the settings of the statement that first fired it, and a claim
+/// turns hash and merge joins off. The control: a trigger function added
+/// without them is caught.
+#[tokio::test]
+async fn trigger_functions_pin_every_planner_setting_the_claims_change() {
+    let db = fresh_db().await;
+    let c = own_client(&db.url).await;
+    let settings = claim_settings();
+    assert_eq!(
+        settings,
+        [
+            "plan_cache_mode",
+            "enable_seqscan",
+            "enable_hashjoin",
+            "enable_mergejoin"
+        ],
+        "the settings read from CLAIM_PLAN_SETTINGS"
+    );
+    let triggers: i64 = c
+        .query_one(
+            "SELECT count(DISTINCT t.tgfoid) FROM pg_trigger t WHERE NOT t.tgisinternal",
+            &[],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert!(triggers >= 14, "{triggers} trigger functions found");
+    let unpinned = triggers_unpinned(&c, &settings).await;
+    assert!(
+        unpinned.is_empty(),
+        "trigger functions without their own settings: {unpinned:?}"
+    );
+    // The control.
+    c.batch_execute(
+        "CREATE FUNCTION courier_unpinned() RETURNS trigger LANGUAGE plpgsql AS $$
+         BEGIN RETURN NULL; END $$;
+         CREATE TRIGGER actions_unpinned AFTER UPDATE ON actions
+             FOR EACH STATEMENT EXECUTE FUNCTION courier_unpinned();",
+    )
+    .await
+    .unwrap();
+    let unpinned = triggers_unpinned(&c, &settings).await;
+    assert!(
+        unpinned.iter().any(|u| u.starts_with("courier_unpinned ")),
+        "the control was not caught: {unpinned:?}"
+    );
+}
