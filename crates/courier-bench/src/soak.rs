@@ -152,12 +152,20 @@ pub struct SoakSample {
     pub claim_buckets: Vec<(f64, u64)>,
 }
 
+/// A run is a soak at its offered load only while the fleet keeps up: no
+/// sample of the last third may hold more pending actions than this many
+/// seconds of the offered load. (A fleet that falls behind measures a
+/// queue: session 13's fourth run grew to 161,887 pending at 703/s.)
+pub const KEPT_UP_S: f64 = 10.0;
+
 /// A third of the measured span.
 #[derive(Debug, Clone, Serialize)]
 pub struct Third {
     pub tables_mb: f64,
     pub claim_p99_ms: Option<f64>,
     pub worker_rss_mb: f64,
+    /// The most pending actions at one sample.
+    pub pending_max: i64,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -171,6 +179,10 @@ pub struct SoakReport {
     pub tables_ratio: f64,
     pub claim_p99_ratio: Option<f64>,
     pub rss_ratio: f64,
+    /// The most pending actions the last third may hold at a sample
+    /// ([`KEPT_UP_S`] of the offered load), and whether it held no more.
+    pub pending_limit: f64,
+    pub kept_up: bool,
     pub passed: bool,
     pub wall_time_s: f64,
 }
@@ -192,7 +204,7 @@ impl SoakReport {
         }
         let p99 = |t: &Third| t.claim_p99_ms.map_or("-".into(), |v| format!("{v:.2}"));
         out.push_str(&format!(
-            "\noffered {:.0} actions/s{} ({} enqueued)\n\n| measure | first third | last third | ratio | target |\n|---|---:|---:|---:|---:|\n| tables + indexes (MB, mean) | {:.1} | {:.1} | {:.2}x | <= 1.10x |\n| claim p99 (ms) | {} | {} | {} | <= 1.20x |\n| worker RSS (MB, mean) | {:.1} | {:.1} | {:.2}x | <= 1.10x |\n\nwithin target: {}\n",
+            "\noffered {:.0} actions/s{} ({} enqueued)\n\n| measure | first third | last third | ratio | target |\n|---|---:|---:|---:|---:|\n| tables + indexes (MB, mean) | {:.1} | {:.1} | {:.2}x | <= 1.10x |\n| claim p99 (ms) | {} | {} | {} | <= 1.20x |\n| worker RSS (MB, mean) | {:.1} | {:.1} | {:.2}x | <= 1.10x |\n| pending (most at a sample) | {} | {} | - | <= {:.0} ({KEPT_UP_S:.0} s of the load) |\n\nkept up with the load: {}\nwithin target: {}\n",
             self.rate_per_s,
             self.capacity_per_s.map_or(String::new(), |c| format!(" of a probed capacity of {c:.0}/s")),
             self.enqueued,
@@ -200,6 +212,8 @@ impl SoakReport {
             p99(&self.first), p99(&self.last),
             self.claim_p99_ratio.map_or("-".into(), |r| format!("{r:.2}x")),
             self.first.worker_rss_mb, self.last.worker_rss_mb, self.rss_ratio,
+            self.first.pending_max, self.last.pending_max, self.pending_limit,
+            if self.kept_up { "yes" } else { "NO: the figures measure a queue" },
             self.passed
         ));
         out
@@ -581,6 +595,7 @@ fn judge(
             tables_mb: mean_of(|s| s.tables_mb),
             claim_p99_ms: p99,
             worker_rss_mb: mean_of(|s| s.worker_rss_mb),
+            pending_max: idx.iter().map(|&i| samples[i].pending).max().unwrap_or(0),
         }
     };
     let first = third(0.0, span / 3.0);
@@ -591,8 +606,12 @@ fn judge(
         (Some(a), Some(b)) => Some(crate::stats::ratio(b, a)),
         _ => None,
     };
-    let passed =
-        tables_ratio <= 1.10 && rss_ratio <= 1.10 && claim_p99_ratio.is_some_and(|r| r <= 1.20);
+    let pending_limit = rate * KEPT_UP_S;
+    let kept_up = (last.pending_max as f64) <= pending_limit;
+    let passed = kept_up
+        && tables_ratio <= 1.10
+        && rss_ratio <= 1.10
+        && claim_p99_ratio.is_some_and(|r| r <= 1.20);
     SoakReport {
         rate_per_s: rate,
         capacity_per_s: capacity,
@@ -603,6 +622,8 @@ fn judge(
         tables_ratio,
         claim_p99_ratio,
         rss_ratio,
+        pending_limit,
+        kept_up,
         passed,
         wall_time_s: 0.0,
     }
@@ -624,6 +645,43 @@ mod tests {
         let slow = vec![(0.001, 10), (0.01, 20), (f64::INFINITY, 120)];
         assert_eq!(p99_between(&before, &slow), Some(10.0));
         assert_eq!(p99_between(&after, &after), None);
+    }
+
+    fn sample(t_s: f64, pending: i64, claims: u64) -> SoakSample {
+        SoakSample {
+            t_s,
+            tables_mb: 100.0,
+            claim_p99_ms: None,
+            worker_rss_mb: 20.0,
+            actions: 10_000,
+            pending,
+            load_average: String::new(),
+            claim_buckets: vec![(0.01, claims), (f64::INFINITY, claims)],
+        }
+    }
+
+    #[test]
+    fn a_fleet_that_falls_behind_fails_the_soak_whatever_its_other_figures() {
+        let mut cfg = SoakConfig::smoke(PathBuf::from("courier"));
+        cfg.duration_s = 90;
+        // A warm-up sample, then one every 10 s of the span.
+        let run = |pending_at: fn(f64) -> i64| {
+            let samples = (-1..10)
+                .map(|k: i32| {
+                    let t = f64::from(k) * 10.0;
+                    sample(t, pending_at(t).max(0), 100 * (k + 2) as u64)
+                })
+                .collect();
+            judge(&cfg, samples, 50.0, None, 5_000)
+        };
+        let steady = run(|_| 30);
+        assert!(steady.kept_up && steady.passed, "{}", steady.table());
+        assert_eq!(steady.pending_limit, 500.0);
+        // The same sizes, memory and claim times, with the backlog growing.
+        let behind = run(|t| (t * 20.0) as i64);
+        assert_eq!(behind.last.pending_max, 1_800);
+        assert!(!behind.kept_up && !behind.passed, "{}", behind.table());
+        assert!(behind.table().contains("NO: the figures measure a queue"));
     }
 
     #[test]
