@@ -524,21 +524,13 @@ impl FairnessReport {
             .iter()
             .filter(|r| r.scenario == Scenario::Baseline && !r.statements.is_empty())
         {
-            out.push_str(&format!(
-                "\ncostliest statements, {} {} (calls per action, mean us executing, us planning per call):\n",
-                r.label,
-                claim_name(r.claim)
+            // Per round: the statements are the first round's.
+            let actions = r.actions / u64::from(self.settings.rounds).max(1);
+            out.push_str(&crate::stats::statement_lines(
+                &format!("{} {}", r.label, claim_name(r.claim)),
+                &r.statements,
+                actions,
             ));
-            let actions = (r.actions / u64::from(self.settings.rounds).max(1)).max(1);
-            for st in &r.statements {
-                let q: String = st.query.chars().take(80).collect();
-                out.push_str(&format!(
-                    "  {:>6.2} {:>8.0} {:>8.0}  {q}\n",
-                    st.calls as f64 / actions as f64,
-                    st.mean_exec_us,
-                    st.total_plan_ms * 1000.0 / st.calls.max(1) as f64
-                ));
-            }
         }
         out
     }

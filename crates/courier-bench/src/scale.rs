@@ -251,21 +251,11 @@ impl ScaleReport {
             ));
         }
         for r in self.rows.iter().filter(|r| !r.statements.is_empty()) {
-            out.push_str(&format!(
-                "\ncostliest statements, {} registered, {} active (calls per action, mean us executing, us planning per call):\n",
-                r.registered, r.active
+            out.push_str(&crate::stats::statement_lines(
+                &format!("{} registered, {} active", r.registered, r.active),
+                &r.statements,
+                r.actions,
             ));
-            for st in &r.statements {
-                let q: String = st.query.chars().take(80).collect();
-                out.push_str(&format!(
-                    "  {:>6.2} {:>8.0} {:>8.0}  {q}\n",
-                    st.calls as f64 / r.actions.max(1) as f64,
-                    st.mean_exec_us,
-                    // Per call, not per plan (`mean_plan_time`): a statement
-                    // whose plan is cached plans on few of its calls.
-                    st.total_plan_ms * 1000.0 / st.calls.max(1) as f64
-                ));
-            }
         }
         out.push_str(&format!(
             "within target: {}\n",

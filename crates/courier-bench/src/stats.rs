@@ -220,6 +220,31 @@ pub fn calibrate(
     })
 }
 
+/// The costliest statements of a run under a heading, one line each: calls
+/// per action, mean microseconds executing, microseconds planning per call
+/// (per call, not per plan (`mean_plan_time`): a statement whose plan is
+/// cached plans on few of its calls), and the statement's first 80
+/// characters.
+pub fn statement_lines(
+    heading: &str,
+    stats: &[courier_store::bench_views::StatementStat],
+    actions: u64,
+) -> String {
+    let mut out = format!(
+        "\ncostliest statements, {heading} (calls per action, mean us executing, us planning per call):\n"
+    );
+    for st in stats {
+        let q: String = st.query.chars().take(80).collect();
+        out.push_str(&format!(
+            "  {:>6.2} {:>8.0} {:>8.0}  {q}\n",
+            st.calls as f64 / actions.max(1) as f64,
+            st.mean_exec_us,
+            st.total_plan_ms * 1000.0 / st.calls.max(1) as f64
+        ));
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

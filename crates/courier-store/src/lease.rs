@@ -147,10 +147,7 @@ pub fn claim_statements(mode: ClaimMode) -> [&'static str; 2] {
 /// [`PgStore::action_claim`] and [`PgStore::action_claim_to_send`].
 #[doc(hidden)]
 pub fn claim_statement(mode: ClaimMode) -> &'static str {
-    match mode {
-        ClaimMode::Fair => CLAIM_FAIR,
-        ClaimMode::Fifo => CLAIM_FIFO,
-    }
+    claim_statements(mode)[0]
 }
 
 impl PgStore {
