@@ -1,9 +1,10 @@
 //! `courier bench live-migration`: the newest migrations applied while
 //! workers run against a large database. The database is seeded with
 //! finished actions and brought back to before the live migrations, the
-//! no-transaction halves of 13 and 15 (14: the backfill of `actions_done`
+//! no-transaction halves of 13, 15 and 19 (14: the backfill of `actions_done`
 //! from the whole history, then two `DROP INDEX CONCURRENTLY`; 16: two
-//! more), each undone by its entry in [`LIVE`]; then a pending backlog is
+//! more; 20: one more, the index the settle wrote before migration 19),
+//! each undone by its entry in [`LIVE`]; then a pending backlog is
 //! enqueued, workers claim and settle it while an enqueuer adds more, and
 //! the runner applies the migrations. Nothing may be lost (every action
 //! settled once, one message each at the stub) and no claim may take
@@ -121,6 +122,11 @@ pub const LIVE: &[(i32, &str)] = &[
          CREATE INDEX IF NOT EXISTS outbox_next_check ON outbox (next_check_at)
              WHERE next_check_at IS NOT NULL;
          ALTER TABLE outbox RESET (fillfactor);",
+    ),
+    (
+        20,
+        "CREATE INDEX IF NOT EXISTS outbox_accepted ON outbox (accepted_at, action_id)
+             WHERE accepted_at IS NOT NULL;",
     ),
 ];
 

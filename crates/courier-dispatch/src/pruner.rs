@@ -1,5 +1,7 @@
-//! The pruner: retention and the fold of the maintained counts, run by
-//! itself in every `courier worker` (`--no-prune` leaves only the fold).
+//! The pruner: retention, the fold of the maintained counts and the trim of
+//! the recent acceptances the dashboard walks (`outbox_accepts`), run by
+//! itself in every `courier worker` (`--no-prune` leaves the fold and the
+//! trim).
 //!
 //! Why the worker and not the server: workers are what finish actions, so a
 //! deployment that makes history runs them; there are usually several, so
@@ -16,7 +18,7 @@
 //!   batch is followed at once by the next, anything less waits
 //!   `interval_ms`.
 
-use courier_store::{PgStore, PruneWindows, Pruned};
+use courier_store::{PgStore, PruneWindows, Pruned, ACCEPTS_KEEP_S};
 use std::time::Duration;
 use tokio_util::sync::CancellationToken;
 
@@ -43,9 +45,38 @@ pub async fn run(store: PgStore, cfg: PrunerConfig, shutdown: CancellationToken)
             Ok(None) => {}
             Err(e) => tracing::warn!(error = %e, "pruner: cannot fold the counts"),
         }
+        accepts_trim(&store, &shutdown).await;
         tokio::select! {
             () = tokio::time::sleep(Duration::from_millis(cfg.interval_ms)) => {}
             () = shutdown.cancelled() => return,
+        }
+    }
+}
+
+/// Acceptances the fold trims per statement, and statements per round at
+/// most (a round then trims up to 1,000,000: 200 s of 5,000/s).
+const ACCEPTS_TRIM_ROWS: u32 = 10_000;
+const ACCEPTS_TRIM_BATCHES_MAX: u32 = 100;
+
+/// Trims `outbox_accepts` to the window the dashboard's walk reads, in
+/// batches until one comes back short.
+async fn accepts_trim(store: &PgStore, shutdown: &CancellationToken) {
+    for _ in 0..ACCEPTS_TRIM_BATCHES_MAX {
+        if shutdown.is_cancelled() {
+            return;
+        }
+        match store.accepts_trim(ACCEPTS_TRIM_ROWS, ACCEPTS_KEEP_S).await {
+            Ok(Some(n)) => {
+                metrics::counter!("courier_accepts_trimmed_total").increment(n);
+                if n < u64::from(ACCEPTS_TRIM_ROWS) {
+                    return;
+                }
+            }
+            Ok(None) => return,
+            Err(e) => {
+                tracing::warn!(error = %e, "pruner: cannot trim the acceptances");
+                return;
+            }
         }
     }
 }

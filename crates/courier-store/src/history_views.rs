@@ -22,6 +22,7 @@ pub const COURIER_TABLES: &[&str] = &[
     "actions_held",
     "actions_done",
     "outbox",
+    "outbox_accepts",
     "intents_watched",
     "webhook_events",
     "events",
@@ -162,7 +163,8 @@ impl PgStore {
     /// a bulk load, done at once so a run does not wait for it).
     /// Vacuums and analyses the small tables of work in progress (the
     /// pending actions, the held leases, the intents still awaited, the
-    /// stores with work, the store rows, releases and count deltas), not
+    /// stores with work, the store rows, releases, count deltas and recent
+    /// acceptances), not
     /// the history: what autovacuum has done on a server
     /// between two bursts, and what a benchmark's cluster, stopped right
     /// after its last round, did not get to do.
@@ -175,6 +177,7 @@ impl PgStore {
             "stores",
             "store_releases",
             "count_deltas",
+            "outbox_accepts",
         ])
         .await
     }

@@ -115,6 +115,16 @@ pub const MIGRATIONS: &[(i32, &str, &str)] = &[
         "trigger_planner_settings",
         include_str!("../migrations/0018_trigger_planner_settings.sql"),
     ),
+    (
+        19,
+        "outbox_accepts",
+        include_str!("../migrations/0019_outbox_accepts.sql"),
+    ),
+    (
+        20,
+        "outbox_accepted_dropped",
+        include_str!("../migrations/0020_outbox_accepted_dropped.sql"),
+    ),
 ];
 
 /// The first line that makes a migration run outside a transaction.
@@ -296,7 +306,7 @@ mod tests {
             .filter(|m| is_no_transaction(m.2))
             .map(|m| m.0)
             .collect();
-        assert_eq!(marked, vec![7, 14, 16]);
+        assert_eq!(marked, vec![7, 14, 16, 20]);
     }
 
     #[test]

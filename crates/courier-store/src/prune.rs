@@ -121,6 +121,22 @@ impl PgStore {
         Ok(Some(out))
     }
 
+    /// Trims at most `rows` of the acceptances older than `keep_s` from
+    /// `outbox_accepts` (the dashboard's walk keeps only the recent past;
+    /// [`crate::views::ACCEPTS_KEEP_S`]); `None` when another process holds
+    /// the pruner's lock. Not retention: it removes nothing but that walk's
+    /// copies, and the pruner runs it even with pruning off.
+    pub async fn accepts_trim(&self, rows: u32, keep_s: u64) -> Result<Option<u64>, StoreError> {
+        let now = self.clock.now();
+        Ok(self
+            .locked(
+                sql!("prune/accepts"),
+                &[&now, &i64::from(rows), &(keep_s as f64)],
+            )
+            .await?
+            .map(|r| r.0))
+    }
+
     /// Runs `statement` (one row of one or two bigint counts) in a
     /// transaction that holds the pruner's lock; `None` if another has it.
     pub(crate) async fn locked(

@@ -17,9 +17,11 @@
 //!   history (actions by state, events by kind, stores) are the maintained
 //!   counts (`counts`, migration 6), so a snapshot does not scan history.
 //! - A latency is read once: [`PgStore::accepted_latencies`] walks a cursor
-//!   over `(accepted_at, action_id)` and only reads rows settled more than
-//!   [`ACCEPTED_SETTLE_LAG_MS`] ago, so a transaction that committed late
-//!   (its `now()` is its start) is not skipped.
+//!   over `(accepted_at, action_id)` of `outbox_accepts` (migration 19) and
+//!   only reads rows settled more than [`ACCEPTED_SETTLE_LAG_MS`] ago, so a
+//!   transaction that committed late (its `now()` is its start) is not
+//!   skipped. That table keeps [`ACCEPTS_KEEP_S`] of acceptances: a reader
+//!   further behind skips what was trimmed.
 
 use crate::counts::counts_read;
 use crate::decode::{state_col, state_count};
@@ -37,6 +39,10 @@ pub const VIEW_STATEMENT_TIMEOUT_MS: u64 = 3_000;
 /// Accepted actions are read this long after their settle, so that every
 /// transaction stamped before the cursor has committed.
 pub const ACCEPTED_SETTLE_LAG_MS: u64 = 2_000;
+/// Acceptances are kept this long in `outbox_accepts` for the walk of
+/// [`PgStore::accepted_latencies`]; the pruner's fold trims older ones
+/// ([`PgStore::accepts_trim`]). The dashboard samples every 2 s.
+pub const ACCEPTS_KEEP_S: u64 = 300;
 
 /// What a snapshot should contain.
 #[derive(Debug, Clone)]
@@ -255,13 +261,12 @@ impl PgStore {
         let lag = ACCEPTED_SETTLE_LAG_MS as f64;
         let rows = client
             .query(
-                "SELECT o.accepted_at, o.action_id,
-                        greatest(extract(epoch FROM o.accepted_at - a.enqueued_at), 0)::float8
-                 FROM outbox o JOIN actions a ON a.id = o.action_id
-                 WHERE o.accepted_at IS NOT NULL
-                   AND (o.accepted_at, o.action_id) > ($1, $2)
-                   AND o.accepted_at <= now() - $3 * interval '1 millisecond'
-                 ORDER BY o.accepted_at, o.action_id
+                "SELECT x.accepted_at, x.action_id,
+                        greatest(extract(epoch FROM x.accepted_at - a.enqueued_at), 0)::float8
+                 FROM outbox_accepts x JOIN actions a ON a.id = x.action_id
+                 WHERE (x.accepted_at, x.action_id) > ($1, $2)
+                   AND x.accepted_at <= now() - $3 * interval '1 millisecond'
+                 ORDER BY x.accepted_at, x.action_id
                  LIMIT $4",
                 &[
                     &after.accepted_at,
