@@ -52,11 +52,10 @@ struct OutboxRow {
 }
 
 /// What the batch's webhook event ids are: the first occurrence of each id
-/// in the batch, the ids recorded now, and (for unknown keys) the ids
-/// recorded before.
+/// in the batch, and the ids recorded before (read after the batch's outbox
+/// rows were locked).
 struct EventIds<'a> {
     first_at: HashMap<&'a str, usize>,
-    fresh: HashSet<String>,
     seen_before: HashSet<String>,
 }
 
@@ -71,7 +70,11 @@ struct MergeWrite<'a> {
     event_kinds: Vec<&'static str>,
     event_ids: Vec<Option<i64>>,
     event_details: Vec<&'a str>,
-    labelled: Vec<&'a str>,
+    /// The event ids recorded with this batch, with their keys, statuses
+    /// and outcomes (`sql/merge/event_ids_insert.sql`).
+    recorded: Vec<&'a str>,
+    recorded_keys: Vec<&'a str>,
+    recorded_statuses: Vec<&'static str>,
     labels: Vec<&'static str>,
 }
 
@@ -169,15 +172,35 @@ impl PgStore {
         let mut keys: Vec<&str> = reports.iter().map(|r| r.key).collect();
         keys.sort_unstable();
         keys.dedup();
+        let first_at = first_occurrences(reports);
+        let event_ids: Vec<&str> = first_at.keys().copied().collect();
         let mut client = self.pool.get().await?;
         let tx = client.transaction().await?;
-        let mut rows = merges_lock(&tx, &keys).await?;
-        let ids = event_ids_record(&tx, reports, &rows).await?;
-        if self.merges_lock_claimed_actions {
-            // Where the write below would wait if it wrote claimed rows.
-            let ids: Vec<i64> = rows.values().map(|r| r.action_id).collect();
-            tx.query(sql!("merge/lock_actions_broken"), &[&ids]).await?;
-        }
+        let lock = tx.prepare_cached(sql!("merge/lock")).await?;
+        let seen = tx.prepare_cached(sql!("merge/event_ids_seen")).await?;
+        // One round trip: the server runs the look-up after the lock, so a
+        // merge of the same keys that held them has committed its ids.
+        let (locked, seen) = tokio::join!(
+            biased;
+            async { tx.query(&lock, &[&keys]).await },
+            async {
+                if event_ids.is_empty() {
+                    Ok(Vec::new())
+                } else {
+                    tx.query(&seen, &[&event_ids]).await
+                }
+            },
+        );
+        let mut rows = merges_locked(&locked?)?;
+        let ids = EventIds {
+            first_at,
+            seen_before: seen?.iter().map(|r| r.get::<_, String>(0)).collect(),
+        };
+        // Broken on purpose (tests/locks.rs): the action rows, locked where
+        // the write would wait if it wrote claimed rows.
+        let broken_lock: Option<Vec<i64>> = self
+            .merges_lock_claimed_actions
+            .then(|| rows.values().map(|r| r.action_id).collect());
         let mut w = MergeWrite::default();
         let out = merges_fold(reports, &mut rows, &ids, &mut w);
         for row in rows.values() {
@@ -191,22 +214,27 @@ impl PgStore {
                 w.done_ids.push(row.action_id);
             }
         }
-        merges_write(&tx, &w).await?;
+        merges_write(&tx, &w, broken_lock.as_deref()).await?;
         tx.commit().await?;
         Ok(out)
     }
 }
 
-/// The outbox rows the keys name, locked by action id.
-async fn merges_lock(
-    tx: &Transaction<'_>,
-    keys: &[&str],
-) -> Result<HashMap<String, OutboxRow>, StoreError> {
-    let rows = tx
-        .query(&tx.prepare_cached(sql!("merge/lock")).await?, &[&keys])
-        .await?;
+/// The first occurrence of each webhook event id in the batch.
+fn first_occurrences<'a>(reports: &[Report<'a>]) -> HashMap<&'a str, usize> {
+    let mut first_at = HashMap::new();
+    for (i, r) in reports.iter().enumerate() {
+        if let Some(id) = r.event_id {
+            first_at.entry(id).or_insert(i);
+        }
+    }
+    first_at
+}
+
+/// The outbox rows the keys name (`merge/lock`, locked by action id), by key.
+fn merges_locked(rows: &[tokio_postgres::Row]) -> Result<HashMap<String, OutboxRow>, StoreError> {
     let mut known = HashMap::with_capacity(rows.len());
-    for r in &rows {
+    for r in rows {
         known.insert(
             r.get("idem_key"),
             OutboxRow {
@@ -220,59 +248,6 @@ async fn merges_lock(
         );
     }
     Ok(known)
-}
-
-/// Records the event ids of the webhooks whose key is known (the first
-/// occurrence of each id); for unknown keys, only looks their ids up (an
-/// unknown key is recorded nowhere, so a later delivery may still find it).
-async fn event_ids_record<'a>(
-    tx: &Transaction<'_>,
-    reports: &[Report<'a>],
-    known: &HashMap<String, OutboxRow>,
-) -> Result<EventIds<'a>, StoreError> {
-    let mut first_at: HashMap<&str, usize> = HashMap::new();
-    let (mut known_ids, mut keys, mut statuses) = (Vec::new(), Vec::new(), Vec::new());
-    let mut unknown_ids: Vec<&str> = Vec::new();
-    for (i, r) in reports.iter().enumerate() {
-        let Some(id) = r.event_id else { continue };
-        if first_at.contains_key(id) {
-            continue;
-        }
-        first_at.insert(id, i);
-        if known.contains_key(r.key) {
-            known_ids.push(id);
-            keys.push(r.key);
-            statuses.push(r.status.as_str());
-        } else {
-            unknown_ids.push(id);
-        }
-    }
-    let fresh = tx
-        .query(
-            &tx.prepare_cached(sql!("merge/event_ids_insert")).await?,
-            &[&known_ids, &keys, &statuses],
-        )
-        .await?
-        .iter()
-        .map(|r| r.get::<_, String>(0))
-        .collect();
-    let seen_before = if unknown_ids.is_empty() {
-        HashSet::new()
-    } else {
-        tx.query(
-            &tx.prepare_cached(sql!("merge/event_ids_seen")).await?,
-            &[&unknown_ids],
-        )
-        .await?
-        .iter()
-        .map(|r| r.get::<_, String>(0))
-        .collect()
-    };
-    Ok(EventIds {
-        first_at,
-        fresh,
-        seen_before,
-    })
 }
 
 /// Folds the reports, in order, into their rows; records the events and
@@ -291,10 +266,8 @@ fn merges_fold<'a>(
                 // A repeat within the batch: a duplicate if the first was
                 // recorded (now or before), else the same answer as the first.
                 out[first] != MergeOutcome::UnknownKey
-            } else if !rows.contains_key(r.key) {
-                ids.seen_before.contains(id)
             } else {
-                !ids.fresh.contains(id)
+                ids.seen_before.contains(id)
             };
             if duplicate {
                 w.event("duplicate_webhook", None, id);
@@ -322,7 +295,9 @@ fn merges_fold<'a>(
             w.event(kind, Some(row.action_id), source);
         }
         if let Some(id) = r.event_id {
-            w.labelled.push(id);
+            w.recorded.push(id);
+            w.recorded_keys.push(r.key);
+            w.recorded_statuses.push(r.status.as_str());
             w.labels.push(merge_label(how));
         }
         out.push(MergeOutcome::Applied(how));
@@ -330,27 +305,74 @@ fn merges_fold<'a>(
     out
 }
 
-async fn merges_write(tx: &Transaction<'_>, w: &MergeWrite<'_>) -> Result<(), StoreError> {
-    let statement = sql!(
-        "merge/write",
-        "outbox/report_write.part",
-        "event/record.part"
+/// The batch's event ids and writes, in one round trip. An event id that a
+/// concurrent merge recorded after this batch looked (a provider that sent
+/// one id with two keys, so the two merges locked different rows) rolls the
+/// batch back as retryable: retried, the id is a duplicate.
+/// `broken_lock`: the action rows to lock between the two, for the negative
+/// control of tests/locks.rs only.
+async fn merges_write(
+    tx: &Transaction<'_>,
+    w: &MergeWrite<'_>,
+    broken_lock: Option<&[i64]>,
+) -> Result<(), StoreError> {
+    let insert = tx.prepare_cached(sql!("merge/event_ids_insert")).await?;
+    let write = tx
+        .prepare_cached(sql!(
+            "merge/write",
+            "outbox/report_write.part",
+            "event/record.part"
+        ))
+        .await?;
+    let lock_actions = match broken_lock {
+        Some(ids) => Some((tx.prepare(sql!("merge/lock_actions_broken")).await?, ids)),
+        None => None,
+    };
+    let (inserted, broken, written) = tokio::join!(
+        biased;
+        async {
+            if w.recorded.is_empty() {
+                Ok(0)
+            } else {
+                tx.execute(
+                    &insert,
+                    &[&w.recorded, &w.recorded_keys, &w.recorded_statuses, &w.labels],
+                )
+                .await
+            }
+        },
+        async {
+            match &lock_actions {
+                Some((lock, ids)) => tx.execute(lock, &[ids]).await,
+                None => Ok(0),
+            }
+        },
+        async {
+            tx.execute(
+                &write,
+                &[
+                    &w.ids,
+                    &w.statuses,
+                    &w.conflicts,
+                    &w.message_ids,
+                    &w.done_ids,
+                    &w.event_kinds,
+                    &w.event_ids,
+                    &w.event_details,
+                ],
+            )
+            .await
+        },
     );
-    tx.execute(
-        &tx.prepare_cached(statement).await?,
-        &[
-            &w.ids,
-            &w.statuses,
-            &w.conflicts,
-            &w.message_ids,
-            &w.done_ids,
-            &w.event_kinds,
-            &w.event_ids,
-            &w.event_details,
-            &w.labelled,
-            &w.labels,
-        ],
-    )
-    .await?;
+    let inserted = inserted?;
+    broken?;
+    written?;
+    if inserted != w.recorded.len() as u64 {
+        return Err(StoreError::Unavailable(format!(
+            "{} of {} webhook event ids were recorded by a concurrent merge; retry",
+            w.recorded.len() as u64 - inserted,
+            w.recorded.len()
+        )));
+    }
     Ok(())
 }

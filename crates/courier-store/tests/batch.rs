@@ -596,6 +596,87 @@ async fn an_event_id_with_two_keys_in_one_batch_is_merged_in_order() {
     assert!(matches!(answers[1], MergeOutcome::Applied(_)));
 }
 
+/// One event id sent with two keys by two batches at once (a provider bug):
+/// the two merges lock different outbox rows, so neither waits for the
+/// other before both look the id up. The id's insert decides: the batch
+/// whose insert found the id recorded meanwhile rolls back as retryable,
+/// and retried, answers a duplicate. Every id is then applied to one key
+/// only, the one recorded with it.
+#[tokio::test]
+async fn an_event_id_sent_with_two_keys_by_two_batches_at_once_is_applied_once() {
+    const N: usize = 32;
+    let db = fresh_db().await;
+    enqueue(&db.store, &["a", "b"], N).await;
+    let got = db
+        .store
+        .action_claim_to_send(&owner("w1"), 2 * N as u32, 60_000, 100, ClaimMode::Fair)
+        .await
+        .unwrap();
+    assert_eq!(got.len(), 2 * N);
+    let keys: Vec<String> = got.iter().map(|c| action_key(&c.uid)).collect();
+    let batch = |half: usize| -> Vec<WebhookIn> {
+        (0..N)
+            .map(|i| WebhookIn {
+                event_id: format!("race-{i}"),
+                key: keys[2 * i + half].clone(),
+                status: Status::Sent,
+                message_id: "m1".into(),
+            })
+            .collect()
+    };
+    let mut tasks = tokio::task::JoinSet::new();
+    for half in 0..2 {
+        let (store, events) = (db.store.clone(), batch(half));
+        tasks.spawn(async move {
+            for _ in 0..20 {
+                match store.webhooks_merge(&events).await {
+                    Ok(answers) => return answers.into_iter().map(|a| a.unwrap()).collect(),
+                    Err(e) => {
+                        assert!(e.is_unavailable(), "{e}");
+                        eprintln!("batch {half}: {e}");
+                    }
+                }
+            }
+            panic!("batch {half} never merged");
+        });
+    }
+    let mut answers: Vec<Vec<MergeOutcome>> = Vec::new();
+    while let Some(r) = tasks.join_next().await {
+        answers.push(r.unwrap());
+    }
+    let c = db.store.client().await.unwrap();
+    for i in 0..N {
+        let applied: Vec<bool> = answers
+            .iter()
+            .map(|a| matches!(a[i], MergeOutcome::Applied(_)))
+            .collect();
+        assert_eq!(
+            applied.iter().filter(|a| **a).count(),
+            1,
+            "race-{i}: {answers:?}"
+        );
+        let sent: Vec<String> = c
+            .query(
+                "SELECT idem_key FROM outbox WHERE idem_key = ANY($1) AND status = 'sent'",
+                &[&vec![keys[2 * i].clone(), keys[2 * i + 1].clone()]],
+            )
+            .await
+            .unwrap()
+            .iter()
+            .map(|r| r.get(0))
+            .collect();
+        let recorded: String = c
+            .query_one(
+                "SELECT idem_key FROM webhook_events WHERE event_id = $1",
+                &[&format!("race-{i}")],
+            )
+            .await
+            .unwrap()
+            .get(0);
+        assert_eq!(sent, vec![recorded], "race-{i}");
+    }
+}
+
 /// A settle that cannot be written (a message id PostgreSQL refuses) fails
 /// alone; the others of its batch are settled.
 #[tokio::test]

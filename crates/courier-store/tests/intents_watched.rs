@@ -326,11 +326,15 @@ async fn webhook_merges_are_hot_updates_of_outbox() {
             settle(one, g, Status::Accepted, 60_000).await;
         }
         let before = db.updates_of(one, "outbox").await;
+        let ids_before = db.updates_of(one, "webhook_events").await;
         for g in &got {
             let key = action_key(&g.uid);
             fixtures::webhook(one, &format!("evt-{key}"), &key, Status::Delivered).await;
         }
         let after = db.updates_of(one, "outbox").await;
+        // Each event id is inserted with its outcome, never updated: an
+        // update of a row its own transaction inserted is not HOT.
+        assert_eq!(db.updates_of(one, "webhook_events").await, ids_before);
         (after.0 - before.0, after.1 - before.1)
     }
     let (updated, hot) = merges_hot(&db, &one, "s1").await;

@@ -2,10 +2,10 @@
 -- status; an action finishes (dispatched -> done) on a final status without
 -- conflict, and only a dispatched one: a merge never writes a claimed
 -- action row, so it never waits for a lease writer (src/lib.rs,
--- tests/locks.rs). Each webhook event id gets its outcome; backward and
--- conflicting reports and duplicates are recorded.
+-- tests/locks.rs). Backward and conflicting reports and duplicates are
+-- recorded (the event ids are recorded beside it: merge/event_ids_insert).
 -- $1 ids, $2 statuses, $3 conflicts, $4 message ids, $5 ids now done,
--- $6-$8 events (kinds, action ids, details), $9 event ids, $10 outcomes.
+-- $6-$8 events (kinds, action ids, details).
 WITH u AS (
     SELECT u.*, NULL::float8 AS recheck_ms
     FROM unnest($1::bigint[], $2::text[], $3::bool[], $4::text[])
@@ -15,8 +15,4 @@ WITH u AS (
 ), finished AS (
     UPDATE actions SET state = 'done', done_at = now()
     WHERE id = ANY($5::bigint[]) AND state = 'dispatched'
-), labelled AS (
-    UPDATE webhook_events w SET outcome = l.outcome
-    FROM unnest($9::text[], $10::text[]) AS l(event_id, outcome)
-    WHERE w.event_id = l.event_id
 ),
