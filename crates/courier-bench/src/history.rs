@@ -16,6 +16,9 @@ use crate::{bar, run_dir, BenchError};
 use courier_core::{Limits, Status};
 use courier_dispatch::metrics::SamplerConfig;
 use courier_dispatch::worker::{Worker, WorkerConfig};
+use courier_store::bench_views::{
+    statements_enable, statements_reset, statements_top, StatementStat,
+};
 use courier_store::cluster::{Cluster, StopMode};
 use courier_store::{ClaimMode, PgStore, StoreConfig, WebhookIn};
 use serde::Serialize;
@@ -29,6 +32,10 @@ const EMPTY_DB: &str = "courier_hist_empty";
 const FULL_DB: &str = "courier_hist_full";
 /// Actions seeded per statement.
 const SEED_CHUNK: i64 = 500_000;
+/// Acceptances trimmed per statement before each round.
+const ACCEPTS_TRIM_ROWS: u32 = 100_000;
+/// Statements shown per database for the last pair of rounds.
+const STATEMENTS_MAX: i64 = 12;
 
 #[derive(Debug, Clone)]
 pub struct HistoryConfig {
@@ -157,6 +164,13 @@ pub struct HistoryReport {
     pub full: ReadTimes,
     /// A count by state with a full scan, as `courier status` did before.
     pub scanned_count_full_ms: f64,
+    /// The costliest statements of the last pair of rounds on each database,
+    /// trigger functions' statements included (empty without
+    /// pg_stat_statements).
+    pub statements_empty: Vec<StatementStat>,
+    pub statements_full: Vec<StatementStat>,
+    /// Actions per path and round (the statements' calls are per action of it).
+    pub backlog: u64,
     pub load_average_start: String,
     pub load_average_end: String,
     pub wall_time_s: f64,
@@ -193,10 +207,46 @@ impl HistoryReport {
                 med(FULL_DB, f)
             ));
         }
+        let mut rounds_lines = String::new();
+        for (name, f) in [
+            (
+                "claim to settle",
+                (|r: &RoundResult| r.claim_to_settle_per_s) as fn(&RoundResult) -> f64,
+            ),
+            ("webhook merges", |r: &RoundResult| r.webhook_merges_per_s),
+        ] {
+            let each = |db: &str| {
+                self.rounds
+                    .iter()
+                    .filter(|r| r.database == db)
+                    .map(|r| format!("{:.0}", f(r)))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            };
+            rounds_lines.push_str(&format!(
+                "{name} per round, per s: empty {}; with history {}\n",
+                each(EMPTY_DB),
+                each(FULL_DB)
+            ));
+        }
         out.push_str(&format!(
             "| `courier status` (ms, target < 100) | {:.1} | {:.1} | |\n| dashboard sample (ms, target < 100) | {:.1} | {:.1} | |\n| count by state with a full scan (ms; before) | | {:.0} | |\n",
             self.empty.status_ms, self.full.status_ms, self.empty.sample_ms, self.full.sample_ms, self.scanned_count_full_ms
         ));
+        out.push('\n');
+        out.push_str(&rounds_lines);
+        for (heading, stats) in [
+            ("empty database", &self.statements_empty),
+            ("with history", &self.statements_full),
+        ] {
+            if !stats.is_empty() {
+                out.push_str(&crate::stats::statement_lines(
+                    &format!("{heading}, last round, statements inside trigger functions too"),
+                    stats,
+                    self.backlog,
+                ));
+            }
+        }
         out.push_str(&format!(
             "\nload average: {} at the start, {} at the end; wall time {:.0} s\n",
             self.load_average_start, self.load_average_end, self.wall_time_s
@@ -228,10 +278,18 @@ pub async fn run(cfg: &HistoryConfig) -> Result<HistoryReport, BenchError> {
     // would be: with the default 128 MB the seeding's inserts into the
     // random-key indexes (uid, idempotency keys) evict each other's pages,
     // and a small max_wal_size checkpoints every few seconds.
-    let cluster = Cluster::new(pg_dir)
+    let mut cluster = Cluster::new(pg_dir)
         .setting("synchronous_commit", "off")
         .setting("shared_buffers", "1GB")
         .setting("max_wal_size", "8GB");
+    if crate::throughput::statements_library_present() {
+        // Every level: the merges' and settles' work is mostly in trigger
+        // functions, whose statements a top-level count would hide.
+        cluster = cluster
+            .setting("shared_preload_libraries", "pg_stat_statements")
+            .setting("pg_stat_statements.track", "all")
+            .setting("pg_stat_statements.track_planning", "on");
+    }
     let c = cluster.clone();
     let server_url = tokio::task::spawn_blocking(move || c.start()).await??;
     let result = run_on(cfg, &server_url).await;
@@ -251,14 +309,24 @@ async fn run_on(cfg: &HistoryConfig, server_url: &str) -> Result<HistoryReport, 
     let full = PgStore::connect(&store_config(&full_url, 2)).await?;
     let seeded_actions = full.counts().await?.get("actions.done");
     let full_db_bytes = full.tables_bytes().await?;
+    let statements = statements_enable(server_url).await?;
     let mut rounds = Vec::new();
     let mut empty_reads = None;
+    let (mut statements_empty, mut statements_full) = (Vec::new(), Vec::new());
     for round in 0..cfg.rounds {
         let empty_url = courier_store::database_recreate(server_url, EMPTY_DB).await?;
+        let last = round + 1 == cfg.rounds;
+        if statements && last {
+            statements_reset(server_url).await?;
+        }
         for (db, url) in [(EMPTY_DB, &empty_url), (FULL_DB, &full_url)] {
             rounds.push(measure(cfg, &limits, db, url, round).await?);
         }
-        if round + 1 == cfg.rounds {
+        if statements && last {
+            statements_empty = statements_top(server_url, EMPTY_DB, STATEMENTS_MAX).await?;
+            statements_full = statements_top(server_url, FULL_DB, STATEMENTS_MAX).await?;
+        }
+        if last {
             let empty = PgStore::connect(&store_config(&empty_url, 2)).await?;
             empty_reads = Some(read_times(cfg, &empty, &limits).await?);
         }
@@ -285,6 +353,9 @@ async fn run_on(cfg: &HistoryConfig, server_url: &str) -> Result<HistoryReport, 
         empty: empty_reads.ok_or_else(|| BenchError::Task("no round ran".into()))?,
         full: full_reads,
         scanned_count_full_ms,
+        backlog: u64::from(cfg.backlog),
+        statements_empty,
+        statements_full,
         load_average_start: String::new(),
         load_average_end: String::new(),
         wall_time_s: 0.0,
@@ -339,6 +410,13 @@ async fn measure(
     round: u32,
 ) -> Result<RoundResult, BenchError> {
     let store = PgStore::connect(&store_config(url, cfg.merge_tasks + 1)).await?;
+    // The trim a worker's pruner runs by itself (this benchmark runs none):
+    // the full database keeps acceptances of earlier rounds and runs.
+    while store
+        .accepts_trim(ACCEPTS_TRIM_ROWS, courier_store::ACCEPTS_KEEP_S)
+        .await?
+        .is_some_and(|n| n == u64::from(ACCEPTS_TRIM_ROWS))
+    {}
     let stores: Vec<String> = (0..cfg.stores).map(|i| format!("store-{i:03}")).collect();
     store.actions_enqueue_bulk(&stores, cfg.backlog).await?;
     let stub = StubProvider::new();

@@ -231,15 +231,17 @@ pub fn statement_lines(
     actions: u64,
 ) -> String {
     let mut out = format!(
-        "\ncostliest statements, {heading} (calls per action, mean us executing, us planning per call):\n"
+        "\ncostliest statements, {heading} (calls per action, mean us executing, us planning per call, buffers per call: in the cache + read):\n"
     );
     for st in stats {
         let q: String = st.query.chars().take(80).collect();
         out.push_str(&format!(
-            "  {:>6.2} {:>8.0} {:>8.0}  {q}\n",
+            "  {:>6.2} {:>8.0} {:>8.0} {:>7.0} + {:<5.0} {q}\n",
             st.calls as f64 / actions.max(1) as f64,
             st.mean_exec_us,
-            st.total_plan_ms * 1000.0 / st.calls.max(1) as f64
+            st.total_plan_ms * 1000.0 / st.calls.max(1) as f64,
+            st.shared_blks_hit as f64 / st.calls.max(1) as f64,
+            st.shared_blks_read as f64 / st.calls.max(1) as f64
         ));
     }
     out

@@ -78,6 +78,10 @@ pub struct StatementStat {
     pub total_plan_ms: f64,
     pub mean_plan_us: f64,
     pub rows: i64,
+    /// Shared buffers the calls found in the cache, and read (from the
+    /// operating system's cache or the disk), in all.
+    pub shared_blks_hit: i64,
+    pub shared_blks_read: i64,
 }
 
 /// The largest bulk enqueue in one statement.
@@ -211,7 +215,8 @@ pub async fn statements_top(
         .query(
             "SELECT btrim(regexp_replace(regexp_replace(s.query, '--[^\\n]*', '', 'g'), '\\s+', ' ', 'g')),
                     s.calls, s.total_exec_time,
-                    s.mean_exec_time * 1000, s.rows, s.total_plan_time, s.mean_plan_time * 1000
+                    s.mean_exec_time * 1000, s.rows, s.total_plan_time, s.mean_plan_time * 1000,
+                    s.shared_blks_hit, s.shared_blks_read
              FROM pg_stat_statements s JOIN pg_database d ON d.oid = s.dbid
              WHERE d.datname = $1
              ORDER BY s.total_exec_time + s.total_plan_time DESC
@@ -229,6 +234,8 @@ pub async fn statements_top(
             rows: r.get(4),
             total_plan_ms: r.get(5),
             mean_plan_us: r.get(6),
+            shared_blks_hit: r.get(7),
+            shared_blks_read: r.get(8),
         })
         .collect())
 }
