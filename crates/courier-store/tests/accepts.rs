@@ -11,23 +11,16 @@
 
 use courier_core::{action_key, Status};
 use courier_store::*;
-use courier_testkit::fixtures::{self, LONG_LEASE_MS};
+use courier_testkit::fixtures;
 use courier_testkit::fresh_db;
 use std::collections::BTreeSet;
-use std::sync::Arc;
 
 /// Claims `n` actions of store `s` and settles them: every third stays
 /// open, the others are accepted (and every other one of those delivered by
 /// a webhook afterwards, which accepts nothing anew). Answers the ids
 /// settled.
 async fn some_settled(store: &PgStore, s: &str, n: usize) -> BTreeSet<i64> {
-    fixtures::enqueued(store, s, n).await;
-    let owner: Arc<str> = Arc::from("w");
-    let got = store
-        .action_claim_to_send(&owner, n as u32, LONG_LEASE_MS, n as u32, ClaimMode::Fair)
-        .await
-        .unwrap();
-    assert_eq!(got.len(), n);
+    let got = fixtures::claimed_to_send(store, s, n).await;
     let mut settled = BTreeSet::new();
     for (i, c) in got.iter().enumerate() {
         if i % 3 == 0 {
@@ -173,13 +166,7 @@ async fn settles_are_hot_updates_of_outbox() {
     let db = fresh_db().await;
     let one = db.one_connection().await;
     async fn settles_hot(db: &courier_testkit::TestDb, one: &PgStore, s: &str) -> (i64, i64) {
-        fixtures::enqueued(one, s, N).await;
-        let owner: Arc<str> = Arc::from("w");
-        let got = one
-            .action_claim_to_send(&owner, N as u32, LONG_LEASE_MS, 20, ClaimMode::Fair)
-            .await
-            .unwrap();
-        assert_eq!(got.len(), N);
+        let got = fixtures::claimed_to_send(one, s, N).await;
         let before = db.updates_of(one, "outbox").await;
         for c in &got {
             let out = fixtures::settle(one, &c.lease, Status::Accepted, Some("m"), false).await;

@@ -315,13 +315,7 @@ async fn webhook_merges_are_hot_updates_of_outbox() {
     let c = db.store.client().await.unwrap();
     let one = db.one_connection().await;
     async fn merges_hot(db: &courier_testkit::TestDb, one: &PgStore, s: &str) -> (i64, i64) {
-        fixtures::enqueued(one, s, N).await;
-        let owner: Arc<str> = Arc::from("w");
-        let got = one
-            .action_claim_to_send(&owner, N as u32, LONG_LEASE_MS, 20, ClaimMode::Fair)
-            .await
-            .unwrap();
-        assert_eq!(got.len(), N);
+        let got = fixtures::claimed_to_send(one, s, N).await;
         for g in &got {
             settle(one, g, Status::Accepted, 60_000).await;
         }

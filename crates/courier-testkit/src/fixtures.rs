@@ -8,8 +8,8 @@
 
 use courier_core::{action_key, Status};
 use courier_store::{
-    AttemptOutcome, ClaimMode, Clock, Lease, MergeOutcome, NewAction, PgStore, SettleOutcome,
-    SettleReq, Settled, WebhookIn,
+    AttemptOutcome, ClaimMode, Claimed, Clock, Lease, MergeOutcome, NewAction, PgStore,
+    SettleOutcome, SettleReq, Settled, WebhookIn,
 };
 use std::sync::Arc;
 use std::time::Duration;
@@ -74,6 +74,19 @@ pub async fn claimed_as(store: &PgStore, owner: &str, lease_ttl_ms: u64) -> Held
         to: c.to.clone(),
         body: c.body.clone(),
     }
+}
+
+/// Enqueues `n` actions of `s` and claims them all to send (intents
+/// written, first attempts counted) as owner `w`, in one fair claim.
+pub async fn claimed_to_send(store: &PgStore, s: &str, n: usize) -> Vec<Claimed> {
+    enqueued(store, s, n).await;
+    let owner: Arc<str> = Arc::from("w");
+    let got = store
+        .action_claim_to_send(&owner, n as u32, LONG_LEASE_MS, n as u32, ClaimMode::Fair)
+        .await
+        .unwrap();
+    assert_eq!(got.len(), n, "claimed {} of {n}", got.len());
+    got
 }
 
 /// Claims one pending action for [`OWNER`] and writes its intent.
