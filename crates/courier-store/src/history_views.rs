@@ -159,15 +159,12 @@ impl PgStore {
             .collect())
     }
 
-    /// `VACUUM ANALYZE` of the courier's tables (what autovacuum does after
-    /// a bulk load, done at once so a run does not wait for it).
     /// Vacuums and analyses the small tables of work in progress (the
     /// pending actions, the held leases, the intents still awaited, the
     /// stores with work, the store rows, releases, count deltas and recent
-    /// acceptances), not
-    /// the history: what autovacuum has done on a server
-    /// between two bursts, and what a benchmark's cluster, stopped right
-    /// after its last round, did not get to do.
+    /// acceptances), not the history: what autovacuum does on a server
+    /// between two bursts, and what a benchmark's back-to-back rounds leave
+    /// it no time to do.
     pub async fn work_tables_vacuum_analyze(&self) -> Result<(), StoreError> {
         self.vacuum_analyze(&[
             "actions_ready",
@@ -182,6 +179,8 @@ impl PgStore {
         .await
     }
 
+    /// `VACUUM ANALYZE` of the courier's tables (what autovacuum does after
+    /// a bulk load, done at once so a run does not wait for it).
     pub async fn tables_vacuum_analyze(&self) -> Result<(), StoreError> {
         self.vacuum_analyze(COURIER_TABLES).await
     }
