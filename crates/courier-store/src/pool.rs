@@ -37,6 +37,8 @@ pub struct PgStore {
     pub(crate) clock: Clock,
     /// Only `tests/locks.rs` sets it (`with_merges_locking_claimed_actions`).
     pub(crate) merges_lock_claimed_actions: bool,
+    /// Only `tests/batch.rs` sets it (`with_merges_ignoring_ids_recorded_meanwhile`).
+    pub(crate) merges_ignore_ids_recorded_meanwhile: bool,
     /// Only `tests/store_work.rs` sets it (`with_store_work_sweep_unlocked`).
     pub(crate) store_work_sweep_unlocked: bool,
     /// Claims leave the plan to the server instead of forcing the generic
@@ -136,6 +138,7 @@ impl PgStore {
             pool,
             clock: Clock::database(),
             merges_lock_claimed_actions: false,
+            merges_ignore_ids_recorded_meanwhile: false,
             store_work_sweep_unlocked: false,
             claim_custom_plans: false,
             reclaim_next_ms: Arc::default(),

@@ -677,6 +677,105 @@ async fn an_event_id_sent_with_two_keys_by_two_batches_at_once_is_applied_once()
     }
 }
 
+/// The race above, made to happen every time: another transaction records
+/// an event id with one key after a merge of the same id with another key
+/// looked it up (the merge then waits at its insert for that transaction).
+/// The merge finds the id recorded when it inserts, rolls back as
+/// retryable, and retried, answers a duplicate: the second key's row is not
+/// touched. The negative control commits the merge whatever its insert
+/// found, and the id is applied to the second key as well.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_merge_whose_event_id_is_recorded_after_it_looked_rolls_back() {
+    /// The merge's answer, the second key and the status of its intent.
+    async fn race(store: &PgStore) -> (Result<MergeOutcome, StoreError>, String, String) {
+        enqueue(store, &["a", "b"], 1).await;
+        let got = store
+            .action_claim_to_send(&owner("w1"), 2, 60_000, 100, ClaimMode::Fair)
+            .await
+            .unwrap();
+        assert_eq!(got.len(), 2);
+        let keys: Vec<String> = got.iter().map(|c| action_key(&c.uid)).collect();
+        let mut other = store.client().await.unwrap();
+        let first = other.transaction().await.unwrap();
+        first
+            .execute(
+                "INSERT INTO webhook_events (event_id, idem_key, status, outcome)
+                 VALUES ('once', $1, 'sent', 'advance')",
+                &[&keys[0]],
+            )
+            .await
+            .unwrap();
+        let merge = {
+            let (store, key) = (store.clone(), keys[1].clone());
+            tokio::spawn(async move {
+                store
+                    .webhooks_merge(&[WebhookIn {
+                        event_id: "once".into(),
+                        key,
+                        status: Status::Sent,
+                        message_id: "m1".into(),
+                    }])
+                    .await
+                    .map(|mut a| a.remove(0).unwrap())
+            })
+        };
+        let c = store.client().await.unwrap();
+        let deadline = std::time::Instant::now() + Duration::from_secs(20);
+        loop {
+            let waiting: i64 = c
+                .query_one(
+                    "SELECT count(*) FROM pg_stat_activity
+                     WHERE datname = current_database() AND wait_event_type = 'Lock'",
+                    &[],
+                )
+                .await
+                .unwrap()
+                .get(0);
+            if waiting == 1 {
+                break;
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the merge never waited"
+            );
+            tokio::task::yield_now().await;
+        }
+        first.commit().await.unwrap();
+        let answer = merge.await.unwrap();
+        let status: String = c
+            .query_one("SELECT status FROM outbox WHERE idem_key = $1", &[&keys[1]])
+            .await
+            .unwrap()
+            .get(0);
+        (answer, keys[1].clone(), status)
+    }
+
+    let db = fresh_db().await;
+    let (answer, key, status) = race(&db.store).await;
+    assert!(
+        matches!(&answer, Err(e) if e.is_unavailable()),
+        "{answer:?}"
+    );
+    assert_ne!(status, "sent");
+    let retried = db
+        .store
+        .webhooks_merge(&[WebhookIn {
+            event_id: "once".into(),
+            key,
+            status: Status::Sent,
+            message_id: "m1".into(),
+        }])
+        .await
+        .unwrap();
+    assert_eq!(retried[0].as_ref().unwrap(), &MergeOutcome::Duplicate);
+
+    let db = fresh_db().await;
+    let broken = db.store.with_merges_ignoring_ids_recorded_meanwhile();
+    let (answer, _, status) = race(&broken).await;
+    assert!(matches!(answer, Ok(MergeOutcome::Applied(_))), "{answer:?}");
+    assert_eq!(status, "sent", "the control did not apply the id twice");
+}
+
 /// A settle that cannot be written (a message id PostgreSQL refuses) fails
 /// alone; the others of its batch are settled.
 #[tokio::test]
