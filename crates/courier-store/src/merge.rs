@@ -51,11 +51,9 @@ struct OutboxRow {
     message_id: Option<String>,
 }
 
-/// What the batch's webhook event ids are: the first occurrence of each id
-/// in the batch, and the ids recorded before (read after the batch's outbox
-/// rows were locked).
-struct EventIds<'a> {
-    first_at: HashMap<&'a str, usize>,
+/// What the batch's webhook event ids are: the ids recorded before (read
+/// after the batch's outbox rows were locked).
+struct EventIds {
     seen_before: HashSet<String>,
 }
 
@@ -183,8 +181,9 @@ impl PgStore {
         let mut keys: Vec<&str> = reports.iter().map(|r| r.key).collect();
         keys.sort_unstable();
         keys.dedup();
-        let first_at = first_occurrences(reports);
-        let event_ids: Vec<&str> = first_at.keys().copied().collect();
+        let mut event_ids: Vec<&str> = reports.iter().filter_map(|r| r.event_id).collect();
+        event_ids.sort_unstable();
+        event_ids.dedup();
         let mut client = self.pool.get().await?;
         let tx = client.transaction().await?;
         let lock = tx.prepare_cached(sql!("merge/lock")).await?;
@@ -204,7 +203,6 @@ impl PgStore {
         );
         let mut rows = merges_locked(&locked?)?;
         let ids = EventIds {
-            first_at,
             seen_before: seen?.iter().map(|r| r.get::<_, String>(0)).collect(),
         };
         // Broken on purpose (tests/locks.rs): the action rows, locked where
@@ -238,17 +236,6 @@ impl PgStore {
     }
 }
 
-/// The first occurrence of each webhook event id in the batch.
-fn first_occurrences<'a>(reports: &[Report<'a>]) -> HashMap<&'a str, usize> {
-    let mut first_at = HashMap::new();
-    for (i, r) in reports.iter().enumerate() {
-        if let Some(id) = r.event_id {
-            first_at.entry(id).or_insert(i);
-        }
-    }
-    first_at
-}
-
 /// The outbox rows the keys name (`merge/lock`, locked by action id), by key.
 fn merges_locked(rows: &[tokio_postgres::Row]) -> Result<HashMap<String, OutboxRow>, StoreError> {
     let mut known = HashMap::with_capacity(rows.len());
@@ -273,21 +260,17 @@ fn merges_locked(rows: &[tokio_postgres::Row]) -> Result<HashMap<String, OutboxR
 fn merges_fold<'a>(
     reports: &[Report<'a>],
     rows: &mut HashMap<String, OutboxRow>,
-    ids: &EventIds<'a>,
+    ids: &EventIds,
     w: &mut MergeWrite<'a>,
 ) -> Vec<MergeOutcome> {
     let mut out: Vec<MergeOutcome> = Vec::with_capacity(reports.len());
-    for (i, r) in reports.iter().enumerate() {
+    // The ids this batch records: a repeat of one is a duplicate, and a
+    // repeat of an id whose earlier occurrences named unknown keys is merged
+    // (the id is recorded at most once).
+    let mut recorded_now: HashSet<&str> = HashSet::new();
+    for r in reports {
         if let Some(id) = r.event_id {
-            let first = ids.first_at[id];
-            let duplicate = if first != i {
-                // A repeat within the batch: a duplicate if the first was
-                // recorded (now or before), else the same answer as the first.
-                out[first] != MergeOutcome::UnknownKey
-            } else {
-                ids.seen_before.contains(id)
-            };
-            if duplicate {
+            if ids.seen_before.contains(id) || recorded_now.contains(id) {
                 w.event("duplicate_webhook", None, id);
                 out.push(MergeOutcome::Duplicate);
                 continue;
@@ -313,6 +296,7 @@ fn merges_fold<'a>(
             w.event(kind, Some(row.action_id), source);
         }
         if let Some(id) = r.event_id {
+            recorded_now.insert(id);
             w.recorded.push(id);
             w.recorded_keys.push(r.key);
             w.recorded_statuses.push(r.status.as_str());

@@ -596,6 +596,62 @@ async fn an_event_id_with_two_keys_in_one_batch_is_merged_in_order() {
     assert!(matches!(answers[1], MergeOutcome::Applied(_)));
 }
 
+/// One event id with an unknown key, then two known keys, in a batch: as if
+/// they had come one after another, the first known key takes it and the
+/// second is a duplicate; the id is recorded once, with the first key.
+#[tokio::test]
+async fn an_event_id_repeated_after_an_unknown_key_is_recorded_once() {
+    let db = fresh_db().await;
+    enqueue(&db.store, &["a", "b"], 1).await;
+    let got = db
+        .store
+        .action_claim_to_send(&owner("w1"), 2, 60_000, 100, ClaimMode::Fair)
+        .await
+        .unwrap();
+    let keys: Vec<String> = got.iter().map(|c| action_key(&c.uid)).collect();
+    let event = |key: &str| WebhookIn {
+        event_id: "e1".into(),
+        key: key.into(),
+        status: Status::Sent,
+        message_id: "m1".into(),
+    };
+    let events = vec![event("courier-nobody"), event(&keys[0]), event(&keys[1])];
+    let answers: Vec<MergeOutcome> = db
+        .store
+        .webhooks_merge(&events)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|r| r.unwrap())
+        .collect();
+    assert_eq!(answers[0], MergeOutcome::UnknownKey);
+    assert!(
+        matches!(answers[1], MergeOutcome::Applied(_)),
+        "{answers:?}"
+    );
+    assert_eq!(answers[2], MergeOutcome::Duplicate);
+    let c = db.store.client().await.unwrap();
+    let recorded: Vec<String> = c
+        .query(
+            "SELECT idem_key FROM webhook_events WHERE event_id = 'e1'",
+            &[],
+        )
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    assert_eq!(recorded, vec![keys[0].clone()]);
+    let sent: Vec<String> = c
+        .query("SELECT idem_key FROM outbox WHERE status = 'sent'", &[])
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    assert_eq!(sent, vec![keys[0].clone()]);
+}
+
 /// One event id sent with two keys by two batches at once (a provider bug):
 /// the two merges lock different outbox rows, so neither waits for the
 /// other before both look the id up. The id's insert decides: the batch
