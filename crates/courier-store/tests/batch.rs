@@ -775,27 +775,8 @@ async fn a_merge_whose_event_id_is_recorded_after_it_looked_rolls_back() {
                     .map(|mut a| a.remove(0).unwrap())
             })
         };
+        courier_testkit::fixtures::until_waiting_for_locks(store, 1).await;
         let c = store.client().await.unwrap();
-        let deadline = std::time::Instant::now() + Duration::from_secs(20);
-        loop {
-            let waiting: i64 = c
-                .query_one(
-                    "SELECT count(*) FROM pg_stat_activity
-                     WHERE datname = current_database() AND wait_event_type = 'Lock'",
-                    &[],
-                )
-                .await
-                .unwrap()
-                .get(0);
-            if waiting == 1 {
-                break;
-            }
-            assert!(
-                std::time::Instant::now() < deadline,
-                "the merge never waited"
-            );
-            tokio::task::yield_now().await;
-        }
         first.commit().await.unwrap();
         let answer = merge.await.unwrap();
         let status: String = c

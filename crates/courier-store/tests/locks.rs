@@ -16,35 +16,6 @@ use courier_core::Status;
 use courier_store::*;
 use courier_testkit::fixtures::{self, MESSAGE_ID};
 use courier_testkit::fresh_db;
-use std::time::{Duration, Instant};
-
-/// How long the test waits for a transaction to be seen waiting for a lock.
-const LOCK_WAIT_SEEN_WITHIN: Duration = Duration::from_secs(20);
-
-/// Waits until `n` backends of this database are waiting for a lock.
-async fn until_waiting(store: &PgStore, n: i64) {
-    let c = store.client().await.unwrap();
-    let deadline = Instant::now() + LOCK_WAIT_SEEN_WITHIN;
-    loop {
-        let waiting: i64 = c
-            .query_one(
-                "SELECT count(*) FROM pg_stat_activity
-                 WHERE datname = current_database() AND wait_event_type = 'Lock'",
-                &[],
-            )
-            .await
-            .unwrap()
-            .get(0);
-        if waiting >= n {
-            return;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "{waiting} of {n} transactions seen waiting for a lock"
-        );
-        tokio::task::yield_now().await;
-    }
-}
 
 type Answers = (
     Result<SettleOutcome, StoreError>,
@@ -77,7 +48,7 @@ async fn merge_first_then_settle(store: &PgStore) -> Answers {
         };
         tokio::spawn(async move { store.webhooks_merge(&[event]).await })
     };
-    until_waiting(store, 1).await;
+    fixtures::until_waiting_for_locks(store, 1).await;
     let settle = {
         let store = store.clone();
         let req = SettleReq {
@@ -89,7 +60,7 @@ async fn merge_first_then_settle(store: &PgStore) -> Answers {
         tokio::spawn(async move { store.actions_settle(&[req], 60_000).await })
     };
     // The settle holds the action row and waits for the outbox row.
-    until_waiting(store, 2).await;
+    fixtures::until_waiting_for_locks(store, 2).await;
     hold.rollback().await.unwrap();
     let settled = settle
         .await

@@ -170,3 +170,33 @@ pub async fn webhook(store: &PgStore, event_id: &str, key: &str, status: Status)
 pub fn expire_lease(clock: &Clock, lease_ttl_ms: u64) {
     clock.advance(Duration::from_millis(lease_ttl_ms + 1));
 }
+
+/// How long [`until_waiting_for_locks`] waits to see the transactions wait.
+pub const LOCK_WAIT_SEEN_WITHIN: Duration = Duration::from_secs(20);
+
+/// Waits until `n` backends of the store's database are waiting for a lock
+/// (for tests that hold a transaction to force an interleaving); panics
+/// after [`LOCK_WAIT_SEEN_WITHIN`].
+pub async fn until_waiting_for_locks(store: &PgStore, n: i64) {
+    let c = store.client().await.unwrap();
+    let deadline = std::time::Instant::now() + LOCK_WAIT_SEEN_WITHIN;
+    loop {
+        let waiting: i64 = c
+            .query_one(
+                "SELECT count(*) FROM pg_stat_activity
+                 WHERE datname = current_database() AND wait_event_type = 'Lock'",
+                &[],
+            )
+            .await
+            .unwrap()
+            .get(0);
+        if waiting >= n {
+            return;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{waiting} of {n} transactions seen waiting for a lock"
+        );
+        tokio::task::yield_now().await;
+    }
+}
