@@ -6,8 +6,15 @@
 //! snapshot and a page of latencies) on both.
 //!
 //! # Invariants
-//! - Both databases live on one cluster and are measured in alternating
-//!   rounds of one run (empty, full, empty, full, ...); ratios are of medians.
+//! - Both databases live on one cluster and are measured in pairs of rounds
+//!   of one run, the pair's order alternating (empty then full, full then
+//!   empty, ...), so neither database always follows the other; ratios are
+//!   of medians, and each pair's own ratio is shown beside them.
+//! - Every round starts right after a checkpoint, so the full-page images a
+//!   round writes for the pages it touches first do not depend on where the
+//!   checkpoint cycle happened to be (the server's own checkpoints are
+//!   spaced far enough apart not to fall inside a round; the report counts
+//!   any that did).
 //! - Every round's backlog is settled and merged completely before it is
 //!   measured, and the stub saw one message per action.
 
@@ -17,7 +24,8 @@ use courier_core::{Limits, Status};
 use courier_dispatch::metrics::SamplerConfig;
 use courier_dispatch::worker::{Worker, WorkerConfig};
 use courier_store::bench_views::{
-    statements_enable, statements_reset, statements_top, StatementStat,
+    server_checkpoint, server_counters, statements_enable, statements_reset, statements_top,
+    ServerCounters, StatementStat,
 };
 use courier_store::cluster::{Cluster, StopMode};
 use courier_store::{ClaimMode, PgStore, StoreConfig, WebhookIn};
@@ -89,7 +97,7 @@ impl HistoryConfig {
         HistoryConfig {
             actions: 20_000,
             backlog: 500,
-            rounds: 1,
+            rounds: 2,
             reads: 3,
             progress: false,
             ..Self::new()
@@ -140,8 +148,16 @@ impl Default for HistoryConfig {
 #[derive(Debug, Clone, Serialize)]
 pub struct RoundResult {
     pub database: &'static str,
+    pub round: u32,
+    /// Whether this database ran first in its round's pair.
+    pub first: bool,
     pub claim_to_settle_per_s: f64,
     pub webhook_merges_per_s: f64,
+    /// What the server did over the round (claims, settles and merges).
+    pub server: ServerCounters,
+    /// Autovacuum and autoanalyze passes over this database's tables that
+    /// ended during the round.
+    pub autovacuum_passes: i64,
 }
 
 /// Read times on one database, medians in milliseconds.
@@ -207,28 +223,7 @@ impl HistoryReport {
                 med(FULL_DB, f)
             ));
         }
-        let mut rounds_lines = String::new();
-        for (name, f) in [
-            (
-                "claim to settle",
-                (|r: &RoundResult| r.claim_to_settle_per_s) as fn(&RoundResult) -> f64,
-            ),
-            ("webhook merges", |r: &RoundResult| r.webhook_merges_per_s),
-        ] {
-            let each = |db: &str| {
-                self.rounds
-                    .iter()
-                    .filter(|r| r.database == db)
-                    .map(|r| format!("{:.0}", f(r)))
-                    .collect::<Vec<_>>()
-                    .join(", ")
-            };
-            rounds_lines.push_str(&format!(
-                "{name} per round, per s: empty {}; with history {}\n",
-                each(EMPTY_DB),
-                each(FULL_DB)
-            ));
-        }
+        let rounds_lines = self.rounds_table();
         out.push_str(&format!(
             "| `courier status` (ms, target < 100) | {:.1} | {:.1} | |\n| dashboard sample (ms, target < 100) | {:.1} | {:.1} | |\n| count by state with a full scan (ms; before) | | {:.0} | |\n",
             self.empty.status_ms, self.full.status_ms, self.empty.sample_ms, self.full.sample_ms, self.scanned_count_full_ms
@@ -251,6 +246,63 @@ impl HistoryReport {
             "\nload average: {} at the start, {} at the end; wall time {:.0} s\n",
             self.load_average_start, self.load_average_end, self.wall_time_s
         ));
+        out
+    }
+
+    /// The pairs' own ratios (full over empty, round by round) of one path.
+    pub fn pair_ratios(&self, f: fn(&RoundResult) -> f64) -> Vec<f64> {
+        let of = |db: &str, round: u32| {
+            self.rounds
+                .iter()
+                .find(|r| r.database == db && r.round == round)
+                .map(f)
+        };
+        let mut rounds: Vec<u32> = self.rounds.iter().map(|r| r.round).collect();
+        rounds.dedup();
+        rounds
+            .into_iter()
+            .filter_map(|n| Some(crate::stats::ratio(of(FULL_DB, n)?, of(EMPTY_DB, n)?)))
+            .collect()
+    }
+
+    /// One line per round and database: its rates, its place in the pair,
+    /// and what the server did meanwhile.
+    fn rounds_table(&self) -> String {
+        let mut out = String::from(
+            "| round | database | ran | claim to settle /s | merges /s | WAL MB | full-page images | checkpoints | blocks read | blocks hit | autovacuum passes |\n\
+             |---:|---|---|---:|---:|---:|---:|---:|---:|---:|---:|\n",
+        );
+        for r in &self.rounds {
+            let c = &r.server;
+            out.push_str(&format!(
+                "| {} | {} | {} | {:.0} | {:.0} | {:.0} | {} | {} | {} | {} | {} |\n",
+                r.round,
+                if r.database == FULL_DB { "with history" } else { "empty" },
+                if r.first { "first" } else { "second" },
+                r.claim_to_settle_per_s,
+                r.webhook_merges_per_s,
+                c.wal_bytes as f64 / 1e6,
+                c.wal_fpi,
+                c.checkpoints,
+                c.blks_read,
+                c.blks_hit,
+                r.autovacuum_passes,
+            ));
+        }
+        for (name, f) in [
+            (
+                "claim to settle",
+                (|r: &RoundResult| r.claim_to_settle_per_s) as fn(&RoundResult) -> f64,
+            ),
+            ("webhook merges", |r: &RoundResult| r.webhook_merges_per_s),
+        ] {
+            let pairs = self.pair_ratios(f);
+            out.push_str(&format!(
+                "{name}, each pair's ratio: {} (median {:.2}x)\n",
+                pairs.iter().map(|x| format!("{x:.2}x")).collect::<Vec<_>>().join(", "),
+                crate::stats::median(pairs.iter().copied())
+            ));
+        }
         out
     }
 }
@@ -281,7 +333,10 @@ pub async fn run(cfg: &HistoryConfig) -> Result<HistoryReport, BenchError> {
     let mut cluster = Cluster::new(pg_dir)
         .setting("synchronous_commit", "off")
         .setting("shared_buffers", "1GB")
-        .setting("max_wal_size", "8GB");
+        .setting("max_wal_size", "8GB")
+        // Each round starts after a checkpoint of its own (`measure`); the
+        // server's timed ones come no oftener than a pair of rounds lasts.
+        .setting("checkpoint_timeout", "15min");
     if crate::throughput::statements_library_present() {
         // Every level: the merges' and settles' work is mostly in trigger
         // functions, whose statements a top-level count would hide.
@@ -309,6 +364,8 @@ async fn run_on(cfg: &HistoryConfig, server_url: &str) -> Result<HistoryReport, 
     let full = PgStore::connect(&store_config(&full_url, 2)).await?;
     let seeded_actions = full.counts().await?.get("actions.done");
     let full_db_bytes = full.tables_bytes().await?;
+    // Each round waits for every connection to its database to close.
+    drop(full);
     let statements = statements_enable(server_url).await?;
     let mut rounds = Vec::new();
     let mut empty_reads = None;
@@ -319,8 +376,12 @@ async fn run_on(cfg: &HistoryConfig, server_url: &str) -> Result<HistoryReport, 
         if statements && last {
             statements_reset(server_url).await?;
         }
-        for (db, url) in [(EMPTY_DB, &empty_url), (FULL_DB, &full_url)] {
-            rounds.push(measure(cfg, &limits, db, url, round).await?);
+        let mut pair = [(EMPTY_DB, &empty_url), (FULL_DB, &full_url)];
+        if round % 2 == 1 {
+            pair.reverse();
+        }
+        for (i, (db, url)) in pair.into_iter().enumerate() {
+            rounds.push(measure(cfg, &limits, server_url, db, url, round, i == 0).await?);
         }
         if statements && last {
             statements_empty = statements_top(server_url, EMPTY_DB, STATEMENTS_MAX).await?;
@@ -331,6 +392,7 @@ async fn run_on(cfg: &HistoryConfig, server_url: &str) -> Result<HistoryReport, 
             empty_reads = Some(read_times(cfg, &empty, &limits).await?);
         }
     }
+    let full = PgStore::connect(&store_config(&full_url, 2)).await?;
     let full_reads = read_times(cfg, &full, &limits).await?;
     let t = Instant::now();
     full.actions_by_state_scanned().await?;
@@ -402,9 +464,11 @@ async fn seeded(cfg: &HistoryConfig, server_url: &str) -> Result<(String, f64), 
 async fn measure(
     cfg: &HistoryConfig,
     limits: &Limits,
+    server_url: &str,
     db: &'static str,
     url: &str,
     round: u32,
+    first: bool,
 ) -> Result<RoundResult, BenchError> {
     let store = PgStore::connect(&store_config(url, cfg.merge_tasks + 1)).await?;
     // The trim a worker's pruner runs by itself (this benchmark runs none):
@@ -425,6 +489,9 @@ async fn measure(
     }
     let stores: Vec<String> = (0..cfg.stores).map(|i| format!("store-{i:03}")).collect();
     store.actions_enqueue_bulk(&stores, cfg.backlog).await?;
+    server_checkpoint(server_url).await?;
+    let autovacuum_before = store.autovacuum_passes().await?;
+    let counters_before = server_counters(server_url, db).await?;
     let stub = StubProvider::new();
     let shutdown = CancellationToken::new();
     let mut workers = Vec::new();
@@ -475,11 +542,21 @@ async fn measure(
             ),
         });
     }
+    drop(workers);
     let merges = merge_all(cfg, &store, round).await?;
+    let autovacuum_passes = store.autovacuum_passes().await? - autovacuum_before;
+    // Every backend publishes its counts as it exits.
+    drop(store);
+    crate::throughput::backends_gone(server_url, db).await?;
+    let server = server_counters(server_url, db).await?.since(&counters_before);
     Ok(RoundResult {
         database: db,
+        round,
+        first,
         claim_to_settle_per_s: f64::from(cfg.backlog) / c2s.as_secs_f64(),
         webhook_merges_per_s: merges,
+        server,
+        autovacuum_passes,
     })
 }
 

@@ -514,12 +514,13 @@ fn store_config(url: &str, pool: usize, migrate: bool) -> StoreConfig {
     sc
 }
 
-/// Waits until no backend is connected to the database (bounded).
-async fn backends_gone(ctx: &Ctx<'_>, name: &str) -> Result<(), BenchError> {
+/// Waits until no backend is connected to the database (bounded): each
+/// backend publishes its statistics when it exits.
+pub(crate) async fn backends_gone(server_url: &str, name: &str) -> Result<(), BenchError> {
     let limit = Duration::from_secs(30);
     let deadline = Instant::now() + limit;
     loop {
-        let n = database_backends(&ctx.server_url, name).await?;
+        let n = database_backends(server_url, name).await?;
         if n == 0 {
             return Ok(());
         }
@@ -613,7 +614,7 @@ struct Meter {
 
 impl Meter {
     async fn start(ctx: &Ctx<'_>, name: &'static str) -> Result<Meter, BenchError> {
-        backends_gone(ctx, name).await?;
+        backends_gone(&ctx.server_url, name).await?;
         let before = database_xact_counts(&ctx.server_url, name).await?;
         if ctx.statements {
             statements_reset(&ctx.server_url).await?;
@@ -632,7 +633,7 @@ impl Meter {
         own_reads: i64,
         peak_rss_kib: Option<u64>,
     ) -> Result<PathResult, BenchError> {
-        backends_gone(ctx, self.name).await?;
+        backends_gone(&ctx.server_url, self.name).await?;
         let after = database_xact_counts(&ctx.server_url, self.name).await?;
         let transactions = (after.0 - self.before.0 - own_reads).max(0);
         let statements = if ctx.statements {

@@ -12,10 +12,26 @@ async fn history_smoke_measures_both_databases_and_both_reads() {
         .await
         .expect("the smoke run completes");
     assert!(r.seeded_actions >= 20_000, "{}", r.seeded_actions);
-    assert_eq!(r.rounds.len(), 2, "one round of each database");
+    assert_eq!(r.rounds.len(), 4, "two rounds of each database");
     for round in &r.rounds {
         assert!(round.claim_to_settle_per_s > 0.0 && round.webhook_merges_per_s > 0.0);
+        // The round's own writes and reads, as the server counted them.
+        assert!(round.server.wal_bytes > 0 && round.server.blks_hit > 0, "{round:?}");
     }
+    // The pair's order alternates: neither database always runs first.
+    let firsts: Vec<(u32, &str)> = r
+        .rounds
+        .iter()
+        .filter(|x| x.first)
+        .map(|x| (x.round, x.database))
+        .collect();
+    assert_eq!(
+        firsts,
+        [(0, "courier_hist_empty"), (1, "courier_hist_full")],
+        "{:?}",
+        r.rounds
+    );
+    assert_eq!(r.pair_ratios(|x| x.claim_to_settle_per_s).len(), 2);
     assert!(r.claim_to_settle_ratio > 0.0 && r.webhook_merges_ratio > 0.0);
     assert!(r.full.status_ms > 0.0 && r.full.sample_ms > 0.0);
     assert!(r.table().contains("claim to settle"));

@@ -145,13 +145,15 @@ pub async fn database_xact_counts(server_url: &str, name: &str) -> Result<(i64, 
         .ok_or_else(|| StoreError::Query(format!("no statistics for database {name:?}")))
 }
 
-/// Backends connected to database `name` now.
+/// Client backends connected to database `name` now (autovacuum's workers
+/// are not counted: a pass over a table of the history outlasts a round).
 pub async fn database_backends(server_url: &str, name: &str) -> Result<i64, StoreError> {
     check_database_name(name)?;
     let client = server_client(server_url).await?;
     let row = client
         .query_one(
-            "SELECT count(*) FROM pg_stat_activity WHERE datname = $1",
+            "SELECT count(*) FROM pg_stat_activity
+             WHERE datname = $1 AND backend_type = 'client backend'",
             &[&name],
         )
         .await?;
@@ -172,6 +174,69 @@ pub async fn database_synchronous_commit_set(
             "ALTER DATABASE {name} SET synchronous_commit = {value}"
         ))
         .await?;
+    Ok(())
+}
+
+/// The server's write and read counters at one moment, for differences
+/// around a measured span: what happened on the server meanwhile that a
+/// rate alone does not show (a checkpoint, autovacuum, reads that missed
+/// shared buffers). Autovacuum's passes are counted per database by
+/// [`PgStore::autovacuum_passes`].
+#[derive(Debug, Clone, Copy, Default, Serialize)]
+pub struct ServerCounters {
+    /// WAL written (`pg_stat_wal.wal_bytes`) and its full-page images.
+    pub wal_bytes: i64,
+    pub wal_fpi: i64,
+    /// Checkpoints begun, timed and requested (`pg_stat_bgwriter`).
+    pub checkpoints: i64,
+    /// Blocks of database `name` read from outside shared buffers, and found in them.
+    pub blks_read: i64,
+    pub blks_hit: i64,
+}
+
+impl ServerCounters {
+    /// What changed from `before` to `self`.
+    pub fn since(&self, before: &Self) -> Self {
+        Self {
+            wal_bytes: self.wal_bytes - before.wal_bytes,
+            wal_fpi: self.wal_fpi - before.wal_fpi,
+            checkpoints: self.checkpoints - before.checkpoints,
+            blks_read: self.blks_read - before.blks_read,
+            blks_hit: self.blks_hit - before.blks_hit,
+        }
+    }
+}
+
+/// The server's counters now, with database `name`'s blocks. Statistics are
+/// published by a backend when it goes idle (at most once a second).
+pub async fn server_counters(server_url: &str, name: &str) -> Result<ServerCounters, StoreError> {
+    check_database_name(name)?;
+    let client = server_client(server_url).await?;
+    let r = client
+        .query_one(
+            "SELECT w.wal_bytes::bigint, w.wal_fpi,
+                    b.checkpoints_timed + b.checkpoints_req,
+                    d.blks_read, d.blks_hit
+             FROM pg_stat_wal w, pg_stat_bgwriter b, pg_stat_database d
+             WHERE d.datname = $1",
+            &[&name],
+        )
+        .await?;
+    Ok(ServerCounters {
+        wal_bytes: r.get(0),
+        wal_fpi: r.get(1),
+        checkpoints: r.get(2),
+        blks_read: r.get(3),
+        blks_hit: r.get(4),
+    })
+}
+
+/// Runs a checkpoint now and waits for it: a measured span that starts
+/// after one writes full-page images for what it touches the same way
+/// whichever database it runs on.
+pub async fn server_checkpoint(server_url: &str) -> Result<(), StoreError> {
+    let client = server_client(server_url).await?;
+    client.batch_execute("CHECKPOINT").await?;
     Ok(())
 }
 
@@ -444,6 +509,20 @@ impl PgStore {
             .and_then(|v| v.trim_end_matches(" ms").parse().ok())
             .unwrap_or(f64::NAN);
         Ok((buffers, execution_ms))
+    }
+
+    /// Autovacuum's and autoanalyze's passes over this database's tables so
+    /// far (`pg_stat_user_tables`, counted when a pass ends).
+    pub async fn autovacuum_passes(&self) -> Result<i64, StoreError> {
+        let client = self.client().await?;
+        let row = client
+            .query_one(
+                "SELECT coalesce(sum(autovacuum_count + autoanalyze_count), 0)::bigint
+                 FROM pg_stat_user_tables",
+                &[],
+            )
+            .await?;
+        Ok(row.get(0))
     }
 
     /// Scans of table `table` so far (`pg_stat_user_tables`): sequential

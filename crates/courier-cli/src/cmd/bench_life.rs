@@ -16,7 +16,7 @@ pub struct HistoryArgs {
     /// Actions claimed, settled and merged per path and round (default 100000: rounds of 20,000 took 3 s and measured start-up more than the path).
     #[arg(long)]
     backlog: Option<u32>,
-    /// Rounds of empty and full, alternating (default 3).
+    /// Pairs of rounds, one on each database, the pair's order alternating; each round starts after a checkpoint (default 3; 2 with --smoke).
     #[arg(long)]
     rounds: Option<u32>,
     /// Keep the cluster here and reuse a database seeded by an earlier run.
