@@ -277,7 +277,11 @@ impl HistoryReport {
             out.push_str(&format!(
                 "| {} | {} | {} | {:.0} | {:.0} | {:.0} | {} | {} | {} | {} | {} |\n",
                 r.round,
-                if r.database == FULL_DB { "with history" } else { "empty" },
+                if r.database == FULL_DB {
+                    "with history"
+                } else {
+                    "empty"
+                },
                 if r.first { "first" } else { "second" },
                 r.claim_to_settle_per_s,
                 r.webhook_merges_per_s,
@@ -299,7 +303,11 @@ impl HistoryReport {
             let pairs = self.pair_ratios(f);
             out.push_str(&format!(
                 "{name}, each pair's ratio: {} (median {:.2}x)\n",
-                pairs.iter().map(|x| format!("{x:.2}x")).collect::<Vec<_>>().join(", "),
+                pairs
+                    .iter()
+                    .map(|x| format!("{x:.2}x"))
+                    .collect::<Vec<_>>()
+                    .join(", "),
                 crate::stats::median(pairs.iter().copied())
             ));
         }
@@ -548,7 +556,9 @@ async fn measure(
     // Every backend publishes its counts as it exits.
     drop(store);
     crate::throughput::backends_gone(server_url, db).await?;
-    let server = server_counters(server_url, db).await?.since(&counters_before);
+    let server = server_counters(server_url, db)
+        .await?
+        .since(&counters_before);
     Ok(RoundResult {
         database: db,
         round,

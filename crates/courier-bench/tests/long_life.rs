@@ -16,7 +16,10 @@ async fn history_smoke_measures_both_databases_and_both_reads() {
     for round in &r.rounds {
         assert!(round.claim_to_settle_per_s > 0.0 && round.webhook_merges_per_s > 0.0);
         // The round's own writes and reads, as the server counted them.
-        assert!(round.server.wal_bytes > 0 && round.server.blks_hit > 0, "{round:?}");
+        assert!(
+            round.server.wal_bytes > 0 && round.server.blks_hit > 0,
+            "{round:?}"
+        );
     }
     // The pair's order alternates: neither database always runs first.
     let firsts: Vec<(u32, &str)> = r
