@@ -9,7 +9,9 @@ use courier_core::status::{fold_report, merge_label, Merge};
 use courier_core::step::{after_claim, Step};
 use courier_core::{action_key, ActionState, Status};
 use courier_store::*;
-use courier_testkit::fixtures::{expire_lease, settle, settled_ok, webhook};
+use courier_testkit::fixtures::{
+    claimed_to_send, column, expire_lease, settle, settled_ok, webhook,
+};
 use courier_testkit::fresh_db;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -584,16 +586,20 @@ async fn an_event_id_with_two_keys_in_one_batch_is_merged_in_order() {
             message_id: "m1".into(),
         },
     ];
-    let answers: Vec<MergeOutcome> = db
-        .store
-        .webhooks_merge(&events)
+    let answers = merged(&db.store, &events).await;
+    assert_eq!(answers[0], MergeOutcome::UnknownKey);
+    assert!(matches!(answers[1], MergeOutcome::Applied(_)));
+}
+
+/// The answers of one batch of webhook merges, each of which must succeed.
+async fn merged(store: &PgStore, events: &[WebhookIn]) -> Vec<MergeOutcome> {
+    store
+        .webhooks_merge(events)
         .await
         .unwrap()
         .into_iter()
         .map(|r| r.unwrap())
-        .collect();
-    assert_eq!(answers[0], MergeOutcome::UnknownKey);
-    assert!(matches!(answers[1], MergeOutcome::Applied(_)));
+        .collect()
 }
 
 /// One event id with an unknown key, then two known keys, in a batch: as if
@@ -602,12 +608,7 @@ async fn an_event_id_with_two_keys_in_one_batch_is_merged_in_order() {
 #[tokio::test]
 async fn an_event_id_repeated_after_an_unknown_key_is_recorded_once() {
     let db = fresh_db().await;
-    enqueue(&db.store, &["a", "b"], 1).await;
-    let got = db
-        .store
-        .action_claim_to_send(&owner("w1"), 2, 60_000, 100, ClaimMode::Fair)
-        .await
-        .unwrap();
+    let got = claimed_to_send(&db.store, "a", 2).await;
     let keys: Vec<String> = got.iter().map(|c| action_key(&c.uid)).collect();
     let event = |key: &str| WebhookIn {
         event_id: "e1".into(),
@@ -616,39 +617,24 @@ async fn an_event_id_repeated_after_an_unknown_key_is_recorded_once() {
         message_id: "m1".into(),
     };
     let events = vec![event("courier-nobody"), event(&keys[0]), event(&keys[1])];
-    let answers: Vec<MergeOutcome> = db
-        .store
-        .webhooks_merge(&events)
-        .await
-        .unwrap()
-        .into_iter()
-        .map(|r| r.unwrap())
-        .collect();
+    let answers = merged(&db.store, &events).await;
     assert_eq!(answers[0], MergeOutcome::UnknownKey);
     assert!(
         matches!(answers[1], MergeOutcome::Applied(_)),
         "{answers:?}"
     );
     assert_eq!(answers[2], MergeOutcome::Duplicate);
-    let c = db.store.client().await.unwrap();
-    let recorded: Vec<String> = c
-        .query(
-            "SELECT idem_key FROM webhook_events WHERE event_id = 'e1'",
-            &[],
-        )
-        .await
-        .unwrap()
-        .iter()
-        .map(|r| r.get(0))
-        .collect();
+    let recorded: Vec<String> = column(
+        &db.store,
+        "SELECT idem_key FROM webhook_events WHERE event_id = 'e1'",
+    )
+    .await;
     assert_eq!(recorded, vec![keys[0].clone()]);
-    let sent: Vec<String> = c
-        .query("SELECT idem_key FROM outbox WHERE status = 'sent'", &[])
-        .await
-        .unwrap()
-        .iter()
-        .map(|r| r.get(0))
-        .collect();
+    let sent: Vec<String> = column(
+        &db.store,
+        "SELECT idem_key FROM outbox WHERE status = 'sent'",
+    )
+    .await;
     assert_eq!(sent, vec![keys[0].clone()]);
 }
 
@@ -742,14 +728,19 @@ async fn an_event_id_sent_with_two_keys_by_two_batches_at_once_is_applied_once()
 /// found, and the id is applied to the second key as well.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_merge_whose_event_id_is_recorded_after_it_looked_rolls_back() {
+    /// The webhook both sides send: event id `once`, `sent`.
+    fn once(key: String) -> WebhookIn {
+        WebhookIn {
+            event_id: "once".into(),
+            key,
+            status: Status::Sent,
+            message_id: "m1".into(),
+        }
+    }
+
     /// The merge's answer, the second key and the status of its intent.
     async fn race(store: &PgStore) -> (Result<MergeOutcome, StoreError>, String, String) {
-        enqueue(store, &["a", "b"], 1).await;
-        let got = store
-            .action_claim_to_send(&owner("w1"), 2, 60_000, 100, ClaimMode::Fair)
-            .await
-            .unwrap();
-        assert_eq!(got.len(), 2);
+        let got = claimed_to_send(store, "a", 2).await;
         let keys: Vec<String> = got.iter().map(|c| action_key(&c.uid)).collect();
         let mut other = store.client().await.unwrap();
         let first = other.transaction().await.unwrap();
@@ -765,12 +756,7 @@ async fn a_merge_whose_event_id_is_recorded_after_it_looked_rolls_back() {
             let (store, key) = (store.clone(), keys[1].clone());
             tokio::spawn(async move {
                 store
-                    .webhooks_merge(&[WebhookIn {
-                        event_id: "once".into(),
-                        key,
-                        status: Status::Sent,
-                        message_id: "m1".into(),
-                    }])
+                    .webhooks_merge(&[once(key)])
                     .await
                     .map(|mut a| a.remove(0).unwrap())
             })
@@ -794,17 +780,8 @@ async fn a_merge_whose_event_id_is_recorded_after_it_looked_rolls_back() {
         "{answer:?}"
     );
     assert_ne!(status, "sent");
-    let retried = db
-        .store
-        .webhooks_merge(&[WebhookIn {
-            event_id: "once".into(),
-            key,
-            status: Status::Sent,
-            message_id: "m1".into(),
-        }])
-        .await
-        .unwrap();
-    assert_eq!(retried[0].as_ref().unwrap(), &MergeOutcome::Duplicate);
+    let retried = merged(&db.store, &[once(key)]).await;
+    assert_eq!(retried, [MergeOutcome::Duplicate]);
 
     let db = fresh_db().await;
     let broken = db.store.with_merges_ignoring_ids_recorded_meanwhile();

@@ -174,6 +174,21 @@ pub fn expire_lease(clock: &Clock, lease_ttl_ms: u64) {
 /// How long [`until_waiting_for_locks`] waits to see the transactions wait.
 pub const LOCK_WAIT_SEEN_WITHIN: Duration = Duration::from_secs(20);
 
+/// The first column of every row a read-only query returns (for tests that
+/// check what a table holds after the store wrote it).
+pub async fn column<T>(store: &PgStore, sql: &str) -> Vec<T>
+where
+    T: for<'a> tokio_postgres::types::FromSql<'a>,
+{
+    let c = store.client().await.unwrap();
+    c.query(sql, &[])
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| r.get(0))
+        .collect()
+}
+
 /// Waits until `n` backends of the store's database are waiting for a lock
 /// (for tests that hold a transaction to force an interleaving); panics
 /// after [`LOCK_WAIT_SEEN_WITHIN`].
