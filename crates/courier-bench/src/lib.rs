@@ -28,7 +28,8 @@
 //! [`pgbench`] runs PostgreSQL's own benchmark tool, [`stub`] is the
 //! in-process provider of the claim-to-settle path (and of `courier-adapter`,
 //! the public queue benchmark's adapter), [`memory`] reads the
-//! process's resident memory and [`chart`] draws the fairness chart.
+//! process's resident memory, [`cpu`] the CPU time of a run's processes by
+//! role, and [`chart`] draws the fairness chart.
 //!
 //! # Invariants
 //! - Figures are compared within one run, never across runs: every run
@@ -39,6 +40,7 @@
 //!   waits without a deadline.
 
 pub mod chart;
+pub mod cpu;
 pub mod fairness;
 pub mod history;
 pub mod live_migration;

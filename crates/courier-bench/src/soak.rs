@@ -7,7 +7,8 @@
 //! `courier worker`s (pruning by themselves, each serving its metrics), all
 //! children of this process; the fake provider runs in-process with its
 //! key retention below the courier's action retention; the load is enqueued
-//! open-loop at `utilisation` x the capacity a probe measured first.
+//! open-loop at `utilisation` x the capacity a probe measured first, through
+//! to the final status (settled, and the webhooks merged).
 //!
 //! # Invariants
 //! - The measured span starts after a warm-up of one action retention and a
@@ -16,9 +17,15 @@
 //! - The claim p99 of a span comes from the sum of the workers' histogram
 //!   bucket counts over that span (Prometheus buckets, interpolated inside
 //!   the bucket), not from an average of percentiles.
+//! - A run counts only if the fleet kept up: pending actions and intents
+//!   without a final status both stay under [`KEPT_UP_S`] of the load.
 
+use crate::cpu::{Cores, Roles, Ticks};
 use crate::{bar, run_dir, BenchError};
 use courier_fake::{FakeConfig, FaultRates, Latency};
+use courier_store::bench_views::{
+    statements_enable, statements_reset, statements_top, StatementStat,
+};
 use courier_store::cluster::{Cluster, StopMode};
 use courier_store::{PgStore, StoreConfig};
 use serde::Serialize;
@@ -29,6 +36,9 @@ use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::{Child, Command};
 
 const API_KEY: &str = "soak-key";
+const SOAK_DB: &str = "courier_soak";
+/// Statements listed per third.
+const STATEMENTS_MAX: i64 = 12;
 const SECRET: &str = "soak-secret";
 
 #[derive(Debug, Clone)]
@@ -55,6 +65,10 @@ pub struct SoakConfig {
     pub prune_interval_ms: u64,
     pub latency: Latency,
     pub seed: u64,
+    /// Record the statements' time per third with pg_stat_statements (when
+    /// the server has it): what the database did more of, if the last third
+    /// cost more. Off by default: it costs the server some time itself.
+    pub statements: bool,
     pub progress: bool,
 }
 
@@ -81,6 +95,7 @@ impl SoakConfig {
                 sigma: 0.5,
             },
             seed: 1,
+            statements: false,
             progress: true,
         }
     }
@@ -146,16 +161,24 @@ pub struct SoakSample {
     /// Actions in the table (all states), and pending among them.
     pub actions: i64,
     pub pending: i64,
+    /// Intents without a final status: the provider's webhooks not merged yet.
+    pub open_intents: i64,
     pub load_average: String,
     /// Cumulative claim histogram (`le` seconds, count), summed over workers.
     #[serde(skip)]
     pub claim_buckets: Vec<(f64, u64)>,
+    /// Cores used since the sample before, by role.
+    pub cores: Option<Cores>,
+    #[serde(skip)]
+    pub ticks: Ticks,
 }
 
 /// A run is a soak at its offered load only while the fleet keeps up: no
-/// sample of the last third may hold more pending actions than this many
-/// seconds of the offered load. (A fleet that falls behind measures a
-/// queue: session 13's fourth run grew to 161,887 pending at 703/s.)
+/// sample of the last third may hold more pending actions, nor more intents
+/// without a final status, than this many seconds of the offered load. (A
+/// fleet that falls behind measures a queue: session 13's fourth run grew
+/// to 161,887 pending at 703/s; webhooks 10 s late also set the reconciler
+/// looking up what they would have merged, `final_overdue_ms`.)
 pub const KEPT_UP_S: f64 = 10.0;
 
 /// A third of the measured span.
@@ -164,14 +187,23 @@ pub struct Third {
     pub tables_mb: f64,
     pub claim_p99_ms: Option<f64>,
     pub worker_rss_mb: f64,
-    /// The most pending actions at one sample.
+    /// The most pending actions, and open intents, at one sample.
     pub pending_max: i64,
+    pub open_intents_max: i64,
+    /// Cores used, by role, mean over the third's intervals.
+    pub cores: Cores,
+    /// Actions enqueued during the third, and the costliest statements
+    /// (empty unless `statements`).
+    pub enqueued: u64,
+    pub statements: Vec<StatementStat>,
 }
 
 #[derive(Debug, Clone, Serialize)]
 pub struct SoakReport {
     pub rate_per_s: f64,
     pub capacity_per_s: Option<f64>,
+    /// Cores used, by role, while the probe ran.
+    pub probe_cores: Option<Cores>,
     pub enqueued: u64,
     pub samples: Vec<SoakSample>,
     pub first: Third,
@@ -179,7 +211,7 @@ pub struct SoakReport {
     pub tables_ratio: f64,
     pub claim_p99_ratio: Option<f64>,
     pub rss_ratio: f64,
-    /// The most pending actions the last third may hold at a sample
+    /// The most pending actions (and open intents) the last third may hold at a sample
     /// ([`KEPT_UP_S`] of the offered load), and whether it held no more.
     pub pending_limit: f64,
     pub kept_up: bool,
@@ -189,22 +221,24 @@ pub struct SoakReport {
 
 impl SoakReport {
     pub fn table(&self) -> String {
-        let mut out = String::from("| t (s) | tables MB | claim p99 ms | worker RSS MB | actions | pending | load average |\n|---:|---:|---:|---:|---:|---:|---|\n");
+        let mut out = format!("| t (s) | tables MB | claim p99 ms | worker RSS MB | actions | pending | open intents | load average | {CORES_HEAD} |\n|---:|---:|---:|---:|---:|---:|---:|---|---|\n");
         for s in &self.samples {
             out.push_str(&format!(
-                "| {:.0} | {:.1} | {} | {:.1} | {} | {} | {} |\n",
+                "| {:.0} | {:.1} | {} | {:.1} | {} | {} | {} | {} | {} |\n",
                 s.t_s,
                 s.tables_mb,
                 s.claim_p99_ms.map_or("-".into(), |v| format!("{v:.2}")),
                 s.worker_rss_mb,
                 s.actions,
                 s.pending,
-                s.load_average
+                s.open_intents,
+                s.load_average,
+                s.cores.as_ref().map_or("-".into(), cores_cell),
             ));
         }
         let p99 = |t: &Third| t.claim_p99_ms.map_or("-".into(), |v| format!("{v:.2}"));
         out.push_str(&format!(
-            "\noffered {:.0} actions/s{} ({} enqueued)\n\n| measure | first third | last third | ratio | target |\n|---|---:|---:|---:|---:|\n| tables + indexes (MB, mean) | {:.1} | {:.1} | {:.2}x | <= 1.10x |\n| claim p99 (ms) | {} | {} | {} | <= 1.20x |\n| worker RSS (MB, mean) | {:.1} | {:.1} | {:.2}x | <= 1.10x |\n| pending (most at a sample) | {} | {} | - | <= {:.0} ({KEPT_UP_S:.0} s of the load) |\n\nkept up with the load: {}\nwithin target: {}\n",
+            "\noffered {:.0} actions/s{} ({} enqueued)\n\n| measure | first third | last third | ratio | target |\n|---|---:|---:|---:|---:|\n| tables + indexes (MB, mean) | {:.1} | {:.1} | {:.2}x | <= 1.10x |\n| claim p99 (ms) | {} | {} | {} | <= 1.20x |\n| worker RSS (MB, mean) | {:.1} | {:.1} | {:.2}x | <= 1.10x |\n| pending (most at a sample) | {} | {} | - | <= {:.0} ({KEPT_UP_S:.0} s of the load) |\n| open intents (most at a sample) | {} | {} | - | <= {:.0} |\n\nkept up with the load: {}\nwithin target: {}\n",
             self.rate_per_s,
             self.capacity_per_s.map_or(String::new(), |c| format!(" of a probed capacity of {c:.0}/s")),
             self.enqueued,
@@ -213,11 +247,39 @@ impl SoakReport {
             self.claim_p99_ratio.map_or("-".into(), |r| format!("{r:.2}x")),
             self.first.worker_rss_mb, self.last.worker_rss_mb, self.rss_ratio,
             self.first.pending_max, self.last.pending_max, self.pending_limit,
+            self.first.open_intents_max, self.last.open_intents_max, self.pending_limit,
             if self.kept_up { "yes" } else { "NO: the figures measure a queue" },
             self.passed
         ));
+        for (name, t) in [("first third", &self.first), ("last third", &self.last)] {
+            if !t.statements.is_empty() {
+                out.push_str(&crate::stats::statement_lines(
+                    name,
+                    &t.statements,
+                    t.enqueued,
+                ));
+            }
+        }
+        out.push_str(&format!(
+            "\n| cores used ({CORES_HEAD}) | total |\n|---|---:|\n| probe | {} | {} |\n| first third | {} | {:.2} |\n| last third | {} | {:.2} |\n",
+            self.probe_cores.as_ref().map_or("-".into(), cores_cell),
+            self.probe_cores.map_or("-".into(), |c| format!("{:.2}", c.total())),
+            cores_cell(&self.first.cores),
+            self.first.cores.total(),
+            cores_cell(&self.last.cores),
+            self.last.cores.total(),
+        ));
         out
     }
+}
+
+const CORES_HEAD: &str = "cores: workers / serve / postgres / bench / other, steal";
+
+fn cores_cell(c: &Cores) -> String {
+    format!(
+        "{:.2} / {:.2} / {:.2} / {:.2} / {:.2}, {:.2}",
+        c.workers, c.serve, c.postgres, c.bench, c.other, c.steal
+    )
 }
 
 /// A child process, killed when dropped.
@@ -231,10 +293,15 @@ pub async fn run(cfg: &SoakConfig) -> Result<SoakReport, BenchError> {
     cfg.validate().map_err(BenchError::Settings)?;
     let started = Instant::now();
     let dir = run_dir("courier-bench-soak-")?;
-    let cluster = Cluster::new(dir.path().join("pg")).setting("synchronous_commit", "off");
+    let mut cluster = Cluster::new(dir.path().join("pg")).setting("synchronous_commit", "off");
+    if cfg.statements && crate::throughput::statements_library_present() {
+        cluster = cluster
+            .setting("shared_preload_libraries", "pg_stat_statements")
+            .setting("pg_stat_statements.track", "all");
+    }
     let c = cluster.clone();
     let server_url = tokio::task::spawn_blocking(move || c.start()).await??;
-    let result = run_on(cfg, &server_url, dir.path()).await;
+    let result = run_on(cfg, &server_url, dir.path(), cluster.postmaster_pid()).await;
     let c = cluster.clone();
     let stopped = tokio::task::spawn_blocking(move || c.stop(StopMode::Fast)).await?;
     let mut report = result?;
@@ -243,8 +310,13 @@ pub async fn run(cfg: &SoakConfig) -> Result<SoakReport, BenchError> {
     Ok(report)
 }
 
-async fn run_on(cfg: &SoakConfig, server_url: &str, dir: &Path) -> Result<SoakReport, BenchError> {
-    let url = courier_store::database_recreate(server_url, "courier_soak").await?;
+async fn run_on(
+    cfg: &SoakConfig,
+    server_url: &str,
+    dir: &Path,
+    postmaster: Option<u32>,
+) -> Result<SoakReport, BenchError> {
+    let url = courier_store::database_recreate(server_url, SOAK_DB).await?;
     let mut sc = StoreConfig::new(&url);
     sc.pool_size_max = 4;
     let store = PgStore::connect(&sc).await?;
@@ -260,23 +332,41 @@ async fn run_on(cfg: &SoakConfig, server_url: &str, dir: &Path) -> Result<SoakRe
     for i in 0..cfg.workers {
         workers.push(spawn_worker(cfg, &url, &provider.url(), &api, dir, i).await?);
     }
+    let roles = Roles {
+        workers: workers.iter().map(|w| w.pid).collect(),
+        serve: Some(server.pid),
+        postmaster,
+        bench: std::process::id(),
+    };
     let stores: Vec<String> = (0..cfg.stores).map(|i| format!("store-{i:03}")).collect();
-    let (rate, capacity) = match cfg.rate_per_s {
-        Some(r) => (r, None),
+    let (rate, capacity, probe_cores) = match cfg.rate_per_s {
+        Some(r) => (r, None, None),
         None => {
+            let (before, t) = (roles.read(), Instant::now());
             let c = probe(cfg, &store, &stores).await?;
-            (c * cfg.utilisation, Some(c))
+            let cores = Cores::between(&before, &roles.read(), t.elapsed().as_secs_f64());
+            (c * cfg.utilisation, Some(c), cores)
         }
     };
-    let run = sustained(cfg, &store, &stores, &workers, rate).await;
+    let statements = cfg.statements && statements_enable(server_url).await?;
+    let db = statements.then_some(Statements {
+        server_url,
+        name: SOAK_DB,
+    });
+    let run = sustained(cfg, &store, &stores, &workers, &roles, db, rate).await;
     for mut w in workers {
         let _ = w.child.kill().await;
     }
     let mut server = server;
     let _ = server.child.kill().await;
     provider.shutdown().await?;
-    let (samples, enqueued) = run?;
-    Ok(judge(cfg, samples, rate, capacity, enqueued))
+    let series = run?;
+    let mut report = judge(cfg, series.samples, rate, capacity, series.enqueued);
+    report.probe_cores = probe_cores;
+    let [first, last] = series.thirds;
+    (report.first.enqueued, report.first.statements) = first;
+    (report.last.enqueued, report.last.statements) = last;
+    Ok(report)
 }
 
 async fn spawn_serve(
@@ -398,8 +488,11 @@ async fn spawn_worker(
     }
 }
 
-/// Enqueues `probe_actions` at once and times their settling: actions per
-/// second the fleet sustains.
+/// Enqueues `probe_actions` at once and times them to their final status:
+/// settled, and the provider's webhooks merged. Answers actions per second
+/// through the whole path. (Until session 17 it stopped at the settles,
+/// with the webhooks still queued at the provider: 1,060/s on a fleet whose
+/// webhooks then fell 15-35 s behind at 65% of it.)
 async fn probe(cfg: &SoakConfig, store: &PgStore, stores: &[String]) -> Result<f64, BenchError> {
     let t = Instant::now();
     store
@@ -408,7 +501,7 @@ async fn probe(cfg: &SoakConfig, store: &PgStore, stores: &[String]) -> Result<f
     let deadline = t + Duration::from_secs(600);
     loop {
         let c = store.counts().await?;
-        if c.get("actions.pending") + c.get("actions.claimed") == 0 {
+        if c.get("actions.pending") + c.get("actions.claimed") + c.open_intents() == 0 {
             break;
         }
         if Instant::now() > deadline {
@@ -421,15 +514,34 @@ async fn probe(cfg: &SoakConfig, store: &PgStore, stores: &[String]) -> Result<f
     Ok(f64::from(cfg.probe_actions) / t.elapsed().as_secs_f64())
 }
 
+/// Where to read the statements' time, when it is recorded.
+#[derive(Clone, Copy)]
+struct Statements<'a> {
+    server_url: &'a str,
+    name: &'static str,
+}
+
+/// What the sustained load produced.
+struct Series {
+    samples: Vec<SoakSample>,
+    enqueued: u64,
+    /// Of the first and the last third: actions enqueued, and the costliest
+    /// statements (empty unless recorded).
+    thirds: [(u64, Vec<StatementStat>); 2],
+}
+
 /// The warm-up and the measured span: open-loop enqueues at `rate`,
-/// a sample every interval. Answers the samples and the actions enqueued.
+/// a sample every interval, and the statements of the first and the last
+/// third when `db` is given.
 async fn sustained(
     cfg: &SoakConfig,
     store: &PgStore,
     stores: &[String],
     workers: &[Proc],
+    roles: &Roles,
+    db: Option<Statements<'_>>,
     rate: f64,
-) -> Result<(Vec<SoakSample>, u64), BenchError> {
+) -> Result<Series, BenchError> {
     let warmup = Duration::from_secs(cfg.warmup_s());
     let total = warmup + Duration::from_secs(cfg.duration_s);
     let b = bar(
@@ -444,7 +556,36 @@ async fn sustained(
     let (mut owed, mut enqueued) = (0.0f64, 0u64);
     let mut next_sample = t0;
     let mut samples = Vec::new();
+    // The thirds' edges, in the order they come: (seconds into the run, what
+    // happens there); a third's statements are read at its end.
+    let third_s = cfg.duration_s as f64 / 3.0;
+    let edges = [
+        (warmup.as_secs_f64(), Edge::Start(0)),
+        (warmup.as_secs_f64() + third_s, Edge::End(0)),
+        (warmup.as_secs_f64() + 2.0 * third_s, Edge::Start(1)),
+    ];
+    let mut next_edge = 0;
+    let mut thirds: [(u64, Vec<StatementStat>); 2] = Default::default();
+    let mut enqueued_at_start = [0u64; 2];
     while t0.elapsed() < total {
+        while next_edge < edges.len() && t0.elapsed().as_secs_f64() >= edges[next_edge].0 {
+            match edges[next_edge].1 {
+                Edge::Start(i) => {
+                    enqueued_at_start[i] = enqueued;
+                    if let Some(db) = db {
+                        statements_reset(db.server_url).await?;
+                    }
+                }
+                Edge::End(i) => {
+                    thirds[i].0 = enqueued - enqueued_at_start[i];
+                    if let Some(db) = db {
+                        thirds[i].1 =
+                            statements_top(db.server_url, db.name, STATEMENTS_MAX).await?;
+                    }
+                }
+            }
+            next_edge += 1;
+        }
         owed += rate * tick.as_secs_f64();
         let n = owed.floor() as u32;
         if n > 0 {
@@ -453,7 +594,7 @@ async fn sustained(
         }
         if Instant::now() >= next_sample {
             let t_s = t0.elapsed().as_secs_f64() - warmup.as_secs_f64();
-            let s = sample(store, workers, &http, t_s).await?;
+            let s = sample(store, workers, roles, &http, t_s).await?;
             b.set_message(format!(
                 "{:.0} MB, {} actions, {} pending",
                 s.tables_mb, s.actions, s.pending
@@ -466,15 +607,31 @@ async fn sustained(
         tokio::time::sleep_until(next_tick.into()).await;
     }
     b.finish();
-    Ok((samples, enqueued))
+    thirds[1].0 = enqueued - enqueued_at_start[1];
+    if let Some(db) = db {
+        thirds[1].1 = statements_top(db.server_url, db.name, STATEMENTS_MAX).await?;
+    }
+    Ok(Series {
+        samples,
+        enqueued,
+        thirds,
+    })
+}
+
+#[derive(Clone, Copy)]
+enum Edge {
+    Start(usize),
+    End(usize),
 }
 
 async fn sample(
     store: &PgStore,
     workers: &[Proc],
+    roles: &Roles,
     http: &reqwest::Client,
     t_s: f64,
 ) -> Result<SoakSample, BenchError> {
+    let ticks = roles.read();
     let tables = store.tables_bytes().await?;
     let counts = store.counts().await?;
     let actions: i64 = counts.under("actions.").iter().map(|(_, n)| n).sum();
@@ -497,8 +654,11 @@ async fn sample(
         worker_rss_mb: rss_kib as f64 / 1024.0 / workers.len().max(1) as f64,
         actions,
         pending: counts.get("actions.pending"),
+        open_intents: counts.open_intents(),
         load_average: crate::history::load_average(),
         claim_buckets: buckets,
+        cores: None,
+        ticks,
     })
 }
 
@@ -576,6 +736,11 @@ fn judge(
     for i in 1..samples.len() {
         samples[i].claim_p99_ms =
             p99_between(&samples[i - 1].claim_buckets, &samples[i].claim_buckets);
+        samples[i].cores = Cores::between(
+            &samples[i - 1].ticks,
+            &samples[i].ticks,
+            samples[i].t_s - samples[i - 1].t_s,
+        );
     }
     let span = cfg.duration_s as f64;
     let third = |lo: f64, hi: f64| -> Third {
@@ -596,6 +761,14 @@ fn judge(
             claim_p99_ms: p99,
             worker_rss_mb: mean_of(|s| s.worker_rss_mb),
             pending_max: idx.iter().map(|&i| samples[i].pending).max().unwrap_or(0),
+            open_intents_max: idx
+                .iter()
+                .map(|&i| samples[i].open_intents)
+                .max()
+                .unwrap_or(0),
+            cores: Cores::mean(idx.iter().filter_map(|&i| samples[i].cores.as_ref())),
+            enqueued: 0,
+            statements: Vec::new(),
         }
     };
     let first = third(0.0, span / 3.0);
@@ -607,7 +780,7 @@ fn judge(
         _ => None,
     };
     let pending_limit = rate * KEPT_UP_S;
-    let kept_up = (last.pending_max as f64) <= pending_limit;
+    let kept_up = (last.pending_max.max(last.open_intents_max) as f64) <= pending_limit;
     let passed = kept_up
         && tables_ratio <= 1.10
         && rss_ratio <= 1.10
@@ -615,6 +788,7 @@ fn judge(
     SoakReport {
         rate_per_s: rate,
         capacity_per_s: capacity,
+        probe_cores: None,
         enqueued,
         samples,
         first,
@@ -655,8 +829,11 @@ mod tests {
             worker_rss_mb: 20.0,
             actions: 10_000,
             pending,
+            open_intents: pending / 2,
             load_average: String::new(),
             claim_buckets: vec![(0.01, claims), (f64::INFINITY, claims)],
+            cores: None,
+            ticks: Ticks::default(),
         }
     }
 
@@ -682,6 +859,48 @@ mod tests {
         assert_eq!(behind.last.pending_max, 1_800);
         assert!(!behind.kept_up && !behind.passed, "{}", behind.table());
         assert!(behind.table().contains("NO: the figures measure a queue"));
+        // Claims keep up but the webhooks fall behind: a queue too.
+        let mut late = run(|_| 30);
+        for s in &mut late.samples {
+            s.open_intents = (s.t_s * 20.0) as i64;
+        }
+        let late = judge(&cfg, late.samples, 50.0, None, 5_000);
+        assert_eq!(late.last.open_intents_max, 1_800);
+        assert!(!late.kept_up && !late.passed, "{}", late.table());
+    }
+
+    #[test]
+    fn each_interval_gets_the_cores_used_since_the_sample_before() {
+        let mut cfg = SoakConfig::smoke(PathBuf::from("courier"));
+        cfg.duration_s = 30;
+        // Postgres uses 0.5 core in the first third and 1.5 in the last.
+        let samples = (-1..4)
+            .map(|k: i32| {
+                let mut s = sample(f64::from(k) * 10.0, 0, 100 * (k + 2) as u64);
+                let pg: u64 = [0, 500, 1_000, 2_500, 4_000][(k + 1) as usize];
+                s.ticks = Ticks {
+                    postgres: pg,
+                    machine_busy: pg + 100 * (k + 1) as u64,
+                    ..Ticks::default()
+                };
+                s
+            })
+            .collect();
+        let r = judge(&cfg, samples, 50.0, None, 5_000);
+        assert_eq!(r.samples[0].cores, None);
+        assert_eq!(r.first.cores.postgres, 0.5);
+        assert_eq!(r.last.cores.postgres, 1.5);
+        assert!(
+            (r.last.cores.other - 0.1).abs() < 1e-9,
+            "{:?}",
+            r.last.cores
+        );
+        assert!(
+            r.table()
+                .contains("| last third | 0.00 / 0.00 / 1.50 / 0.00 / 0.10, 0.00 | 1.60 |"),
+            "{}",
+            r.table()
+        );
     }
 
     #[test]

@@ -1,7 +1,8 @@
 //! `courier bench soak --smoke`: real `serve` and `worker` processes pruning
 //! with windows of seconds; checks that it runs, prints its series and its
 //! thirds, writes the chart, and that the pruner kept the table from
-//! growing without bound (it judges no timing).
+//! growing without bound, and that each third reports its cores by role and
+//! its statements (it judges no timing).
 
 use std::process::Command;
 
@@ -10,7 +11,14 @@ fn the_soak_smoke_runs_prunes_and_draws() {
     let dir = tempfile::tempdir().unwrap();
     let chart = dir.path().join("soak.svg");
     let out = Command::new(env!("CARGO_BIN_EXE_courier"))
-        .args(["bench", "soak", "--smoke", "--json", "--chart"])
+        .args([
+            "bench",
+            "soak",
+            "--smoke",
+            "--statements",
+            "--json",
+            "--chart",
+        ])
         .arg(&chart)
         .output()
         .expect("run courier bench soak");
@@ -27,4 +35,19 @@ fn the_soak_smoke_runs_prunes_and_draws() {
         "nothing was pruned: {last_actions} actions of {enqueued} enqueued"
     );
     assert!(std::fs::metadata(&chart).unwrap().len() > 1_000);
+    // Each third: the cores by role, and what the database spent its time
+    // on (the enqueues of the load are among the statements of any third).
+    for third in ["first", "last"] {
+        let t = &report[third];
+        assert!(t["cores"]["postgres"].as_f64().unwrap() > 0.0, "{t}");
+        assert!(t["enqueued"].as_u64().unwrap() > 0, "{t}");
+        let statements = t["statements"].as_array().expect("statements");
+        assert!(
+            statements.iter().any(|s| s["query"]
+                .as_str()
+                .unwrap()
+                .starts_with("INSERT INTO actions")),
+            "{third}: {statements:?}"
+        );
+    }
 }

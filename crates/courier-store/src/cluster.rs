@@ -125,6 +125,17 @@ impl Cluster {
             .and_then(|s| s.trim().parse().ok()))
     }
 
+    /// The postmaster's process id, from `postmaster.pid`, while it runs.
+    pub fn postmaster_pid(&self) -> Option<u32> {
+        std::fs::read_to_string(self.data().join("postmaster.pid"))
+            .ok()?
+            .lines()
+            .next()?
+            .trim()
+            .parse()
+            .ok()
+    }
+
     /// The connection URL of the running cluster.
     pub fn url_for_port(port: u16) -> String {
         format!("postgres://postgres@127.0.0.1:{port}/{DATABASE}")

@@ -77,6 +77,10 @@ pub struct SoakArgs {
     /// Worker processes (default 2).
     #[arg(long)]
     workers: Option<u32>,
+    /// Record the statements' time per third (pg_stat_statements, when the server has it):
+    /// what the database did more of if the last third cost more. Costs the server some time.
+    #[arg(long)]
+    statements: bool,
     /// Where to write the SVG chart.
     #[arg(long, default_value = ".courier/bench/soak.svg")]
     chart: PathBuf,
@@ -104,6 +108,7 @@ pub async fn run_soak(a: SoakArgs) -> anyhow::Result<ExitCode> {
         cfg.workers = v;
     }
     cfg.rate_per_s = a.rate_per_s;
+    cfg.statements = a.statements;
     cfg.progress = !a.json && !a.smoke;
     cfg.validate().map_err(anyhow::Error::msg)?;
     eprintln!(

@@ -1,0 +1,260 @@
+//! CPU time of a run's processes by role, read from `/proc`, so a long run
+//! can say which process's work grew when the machine's load did.
+//!
+//! # Invariants
+//! - PostgreSQL's time is the postmaster's own, the time of its children
+//!   that have exited (the postmaster reaps them: `cutime` + `cstime`) and
+//!   that of its live children, so an autovacuum worker that ends between
+//!   two readings is still counted.
+//! - Readings are cumulative; a share is the difference of two readings
+//!   over the wall time between them, in cores (1.0 = one core busy).
+
+use serde::Serialize;
+
+/// Clock ticks per second of `/proc`'s times (`USER_HZ`, 100 on Linux's
+/// exported ABI whatever the kernel's own tick rate).
+const TICKS_PER_S: f64 = 100.0;
+
+/// The processes of a run, by role.
+#[derive(Debug, Clone, Default)]
+pub struct Roles {
+    pub workers: Vec<u32>,
+    pub serve: Option<u32>,
+    pub postmaster: Option<u32>,
+    /// The benchmark itself (its load generator, in-process provider, sampler).
+    pub bench: u32,
+}
+
+/// Cumulative ticks by role, and the machine's from `/proc/stat`.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct Ticks {
+    pub workers: u64,
+    pub serve: u64,
+    pub postgres: u64,
+    pub bench: u64,
+    /// Every CPU's busy time (user, nice, system, irq, softirq), steal apart.
+    pub machine_busy: u64,
+    pub steal: u64,
+}
+
+/// Cores used over an interval, by role; `other` is the machine's busy time
+/// that none of the roles account for.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize)]
+pub struct Cores {
+    pub workers: f64,
+    pub serve: f64,
+    pub postgres: f64,
+    pub bench: f64,
+    pub other: f64,
+    pub steal: f64,
+}
+
+impl Cores {
+    /// The use between two readings `dt_s` seconds apart.
+    pub fn between(a: &Ticks, b: &Ticks, dt_s: f64) -> Option<Cores> {
+        if dt_s <= 0.0 {
+            return None;
+        }
+        let c = |x: u64, y: u64| y.saturating_sub(x) as f64 / TICKS_PER_S / dt_s;
+        let roles = Cores {
+            workers: c(a.workers, b.workers),
+            serve: c(a.serve, b.serve),
+            postgres: c(a.postgres, b.postgres),
+            bench: c(a.bench, b.bench),
+            other: 0.0,
+            steal: c(a.steal, b.steal),
+        };
+        let known = roles.workers + roles.serve + roles.postgres + roles.bench;
+        Some(Cores {
+            other: (c(a.machine_busy, b.machine_busy) - known).max(0.0),
+            ..roles
+        })
+    }
+
+    /// The mean of several intervals' use.
+    pub fn mean<'a>(all: impl IntoIterator<Item = &'a Cores>) -> Cores {
+        let mut n = 0.0;
+        let mut m = Cores::default();
+        for c in all {
+            n += 1.0;
+            m.workers += c.workers;
+            m.serve += c.serve;
+            m.postgres += c.postgres;
+            m.bench += c.bench;
+            m.other += c.other;
+            m.steal += c.steal;
+        }
+        if n > 0.0 {
+            for x in [
+                &mut m.workers,
+                &mut m.serve,
+                &mut m.postgres,
+                &mut m.bench,
+                &mut m.other,
+                &mut m.steal,
+            ] {
+                *x /= n;
+            }
+        }
+        m
+    }
+
+    pub fn total(&self) -> f64 {
+        self.workers + self.serve + self.postgres + self.bench + self.other
+    }
+}
+
+/// One field-split `/proc/PID/stat`: the fields after the command name,
+/// so index 0 is field 3 (`state`) of proc(5).
+fn stat_fields(pid: u32) -> Option<Vec<u64>> {
+    let text = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    parse_stat(&text)
+}
+
+/// The numeric fields after the command name (the state letter as 0).
+pub fn parse_stat(text: &str) -> Option<Vec<u64>> {
+    // The command name is in parentheses and may hold spaces or parentheses.
+    let rest = &text[text.rfind(')')? + 1..];
+    Some(
+        rest.split_whitespace()
+            .map(|f| f.parse().unwrap_or(0))
+            .collect(),
+    )
+}
+
+// Indexes into `stat_fields` (proc(5) field number minus 3).
+const PPID: usize = 1;
+const UTIME: usize = 11;
+const STIME: usize = 12;
+const CUTIME: usize = 13;
+const CSTIME: usize = 14;
+
+fn own(f: &[u64]) -> u64 {
+    f.get(UTIME).copied().unwrap_or(0) + f.get(STIME).copied().unwrap_or(0)
+}
+
+fn reaped(f: &[u64]) -> u64 {
+    f.get(CUTIME).copied().unwrap_or(0) + f.get(CSTIME).copied().unwrap_or(0)
+}
+
+/// The machine's busy and steal ticks from the first line of `/proc/stat`.
+pub fn parse_machine(text: &str) -> Option<(u64, u64)> {
+    let line = text.lines().find(|l| l.starts_with("cpu "))?;
+    let v: Vec<u64> = line
+        .split_whitespace()
+        .skip(1)
+        .map(|f| f.parse().unwrap_or(0))
+        .collect();
+    // user nice system idle iowait irq softirq steal ...
+    let at = |i: usize| v.get(i).copied().unwrap_or(0);
+    Some((at(0) + at(1) + at(2) + at(5) + at(6), at(7)))
+}
+
+impl Roles {
+    /// Reads every role's cumulative ticks now.
+    pub fn read(&self) -> Ticks {
+        let of = |pid: u32| stat_fields(pid).map_or(0, |f| own(&f));
+        let mut t = Ticks {
+            workers: self.workers.iter().map(|&p| of(p)).sum(),
+            serve: self.serve.map_or(0, of),
+            bench: of(self.bench),
+            ..Ticks::default()
+        };
+        if let Some(pm) = self.postmaster {
+            if let Some(f) = stat_fields(pm) {
+                t.postgres = own(&f) + reaped(&f);
+            }
+            t.postgres += children_ticks(pm);
+        }
+        if let Some((busy, steal)) = std::fs::read_to_string("/proc/stat")
+            .ok()
+            .as_deref()
+            .and_then(parse_machine)
+        {
+            t.machine_busy = busy;
+            t.steal = steal;
+        }
+        t
+    }
+}
+
+/// The own ticks of the live children of `parent`.
+fn children_ticks(parent: u32) -> u64 {
+    let Ok(dir) = std::fs::read_dir("/proc") else {
+        return 0;
+    };
+    dir.filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok())
+        .filter_map(stat_fields)
+        .filter(|f| f.get(PPID).copied() == Some(u64::from(parent)))
+        .map(|f| own(&f))
+        .sum()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn stat_fields_survive_a_command_name_with_spaces_and_parentheses() {
+        // proc(5): pid (comm) state ppid pgrp session tty_nr tpgid flags
+        // minflt cminflt majflt cmajflt utime stime cutime cstime ...
+        let line =
+            "4242 (postgres: a (b) c) S 17 4242 4242 0 -1 4194560 10 0 0 0 250 70 900 100 20 0";
+        let f = parse_stat(line).unwrap();
+        assert_eq!(f[PPID], 17);
+        assert_eq!(own(&f), 320);
+        assert_eq!(reaped(&f), 1_000);
+    }
+
+    #[test]
+    fn machine_busy_counts_irq_time_and_leaves_idle_iowait_and_steal_out() {
+        let text = "cpu  100 5 30 9000 40 2 3 7 0 0\ncpu0 1 2 3 4 5 6 7 8 0 0\n";
+        assert_eq!(parse_machine(text), Some((140, 7)));
+    }
+
+    #[test]
+    fn cores_are_ticks_per_second_and_other_is_what_no_role_used() {
+        let a = Ticks::default();
+        let b = Ticks {
+            workers: 200,
+            serve: 50,
+            postgres: 600,
+            bench: 50,
+            machine_busy: 1_000,
+            steal: 10,
+        };
+        // 10 s apart: 1,000 ticks are 1.0 core.
+        let c = Cores::between(&a, &b, 10.0).unwrap();
+        assert_eq!(c.workers, 0.2);
+        assert_eq!(c.postgres, 0.6);
+        assert!((c.other - 0.1).abs() < 1e-9, "{c:?}");
+        assert_eq!(c.steal, 0.01);
+        assert!((c.total() - 1.0).abs() < 1e-9);
+        assert_eq!(Cores::between(&a, &b, 0.0), None);
+        let m = Cores::mean([&c, &Cores::default()]);
+        assert_eq!(m.workers, 0.1);
+    }
+
+    #[test]
+    fn this_process_uses_some_cpu_and_the_machine_more() {
+        let roles = Roles {
+            bench: std::process::id(),
+            ..Roles::default()
+        };
+        let a = roles.read();
+        let t = std::time::Instant::now();
+        let mut x = 0u64;
+        while t.elapsed() < std::time::Duration::from_millis(300) {
+            x = x.wrapping_mul(6364136223846793005).wrapping_add(1);
+        }
+        std::hint::black_box(x);
+        let b = roles.read();
+        assert!(b.bench > a.bench, "{a:?} {b:?}");
+        // The same ticks, accounted per CPU: at least ours, give or take
+        // one tick per CPU at each edge.
+        assert!(
+            b.machine_busy - a.machine_busy + 4 >= b.bench - a.bench,
+            "{a:?} {b:?}"
+        );
+    }
+}
