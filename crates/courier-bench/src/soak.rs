@@ -373,11 +373,8 @@ async fn run_on(
         }
     };
     let statements = cfg.statements && statements_enable(server_url).await?;
-    let db = statements.then_some(Statements {
-        server_url,
-        name: SOAK_DB,
-    });
-    let run = sustained(cfg, &store, &stores, &workers, &roles, db, rate).await;
+    let statements_at = statements.then_some(server_url);
+    let run = sustained(cfg, &store, &stores, &workers, &roles, statements_at, rate).await;
     for mut w in workers {
         let _ = w.child.kill().await;
     }
@@ -538,13 +535,6 @@ async fn probe(cfg: &SoakConfig, store: &PgStore, stores: &[String]) -> Result<f
     Ok(f64::from(cfg.probe_actions) / t.elapsed().as_secs_f64())
 }
 
-/// Where to read the statements' time, when it is recorded.
-#[derive(Clone, Copy)]
-struct Statements<'a> {
-    server_url: &'a str,
-    name: &'static str,
-}
-
 /// What the sustained load produced.
 struct Series {
     samples: Vec<SoakSample>,
@@ -556,14 +546,14 @@ struct Series {
 
 /// The warm-up and the measured span: open-loop enqueues at `rate`,
 /// a sample every interval, and the statements of the first and the last
-/// third when `db` is given.
+/// third of [`SOAK_DB`] when the server to read them from is given.
 async fn sustained(
     cfg: &SoakConfig,
     store: &PgStore,
     stores: &[String],
     workers: &[Proc],
     roles: &Roles,
-    db: Option<Statements<'_>>,
+    statements_at: Option<&str>,
     rate: f64,
 ) -> Result<Series, BenchError> {
     let warmup = Duration::from_secs(cfg.warmup_s());
@@ -597,15 +587,14 @@ async fn sustained(
             match edges[next_edge].1 {
                 Edge::Start(i) => {
                     enqueued_at_start[i] = enqueued;
-                    if let Some(db) = db {
-                        statements_reset(db.server_url).await?;
+                    if let Some(server_url) = statements_at {
+                        statements_reset(server_url).await?;
                     }
                 }
                 Edge::End(i) => {
                     thirds[i].0 = enqueued - enqueued_at_start[i];
-                    if let Some(db) = db {
-                        thirds[i].1 =
-                            statements_top(db.server_url, db.name, STATEMENTS_MAX).await?;
+                    if let Some(server_url) = statements_at {
+                        thirds[i].1 = statements_top(server_url, SOAK_DB, STATEMENTS_MAX).await?;
                     }
                 }
             }
@@ -637,8 +626,8 @@ async fn sustained(
     }
     b.finish();
     thirds[1].0 = enqueued - enqueued_at_start[1];
-    if let Some(db) = db {
-        thirds[1].1 = statements_top(db.server_url, db.name, STATEMENTS_MAX).await?;
+    if let Some(server_url) = statements_at {
+        thirds[1].1 = statements_top(server_url, SOAK_DB, STATEMENTS_MAX).await?;
     }
     Ok(Series {
         samples,
