@@ -209,6 +209,93 @@ fn children_ticks(parent: u32) -> u64 {
         .sum()
 }
 
+/// What a PostgreSQL server process is, from its title.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PgKind {
+    /// An autovacuum worker (vacuuming or analysing one table at a time).
+    Autovacuum,
+    /// Everything else: client backends, the checkpointer, the WAL writer...
+    Other,
+}
+
+/// The kind of a server process from its command line as the server sets it
+/// (`postgres: autovacuum worker courier_hist_full`, `postgres: checkpointer`;
+/// a `cluster_name` adds a `name: ` after `postgres: `).
+pub fn pg_kind(title: &str) -> PgKind {
+    if title.contains("autovacuum worker") {
+        PgKind::Autovacuum
+    } else {
+        PgKind::Other
+    }
+}
+
+/// The live children of `postmaster`: pid, kind and own ticks so far.
+pub fn pg_children(postmaster: u32) -> Vec<(u32, PgKind, u64)> {
+    let Ok(dir) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    dir.filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok())
+        .filter_map(|pid| {
+            let f = stat_fields(pid)?;
+            if f.get(PPID).copied() != Some(u64::from(postmaster)) {
+                return None;
+            }
+            let title = std::fs::read(format!("/proc/{pid}/cmdline")).ok()?;
+            let title = String::from_utf8_lossy(&title).replace('\0', " ");
+            Some((pid, pg_kind(&title), own(&f)))
+        })
+        .collect()
+}
+
+/// Autovacuum's CPU over a span, from readings of the server's children taken
+/// every so often: a worker's ticks are the last reading's less the first
+/// (or less nothing, if it started after the span began). A worker that
+/// starts and ends between two readings is missed, so the sum is a floor.
+#[derive(Debug, Clone, Default)]
+pub struct AutovacuumTicks {
+    /// pid -> (ticks when first seen in the span, ticks last seen).
+    seen: std::collections::HashMap<u32, (u64, u64)>,
+    started: bool,
+}
+
+impl AutovacuumTicks {
+    /// Takes one reading; the first sets the span's start.
+    pub fn observe(&mut self, children: &[(u32, PgKind, u64)]) {
+        for &(pid, kind, ticks) in children {
+            if kind != PgKind::Autovacuum {
+                continue;
+            }
+            let first = if self.started { 0 } else { ticks };
+            let e = self.seen.entry(pid).or_insert((first, ticks));
+            e.1 = e.1.max(ticks);
+        }
+        self.started = true;
+    }
+
+    /// Ticks autovacuum's workers used since the first reading.
+    pub fn ticks(&self) -> u64 {
+        self.seen.values().map(|&(a, b)| b.saturating_sub(a)).sum()
+    }
+
+    /// Whether any reading saw an autovacuum worker.
+    pub fn any(&self) -> bool {
+        !self.seen.is_empty()
+    }
+}
+
+/// Ticks as cores over `dt_s` seconds.
+pub fn cores_of(ticks: u64, dt_s: f64) -> f64 {
+    if dt_s <= 0.0 {
+        return 0.0;
+    }
+    ticks as f64 / TICKS_PER_S / dt_s
+}
+
+/// Ticks as milliseconds of CPU.
+pub fn ms_of(ticks: u64) -> f64 {
+    ticks as f64 * 1_000.0 / TICKS_PER_S
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -275,5 +362,42 @@ mod tests {
             b.machine_busy - a.machine_busy + 4 >= b.bench - a.bench,
             "{a:?} {b:?}"
         );
+    }
+
+    #[test]
+    fn server_processes_are_told_apart_by_title() {
+        assert_eq!(
+            pg_kind("postgres: autovacuum worker courier_hist_full   "),
+            PgKind::Autovacuum
+        );
+        assert_eq!(
+            pg_kind("postgres: main: autovacuum worker db"),
+            PgKind::Autovacuum
+        );
+        assert_eq!(pg_kind("postgres: autovacuum launcher"), PgKind::Other);
+        assert_eq!(pg_kind("postgres: checkpointer"), PgKind::Other);
+        assert_eq!(
+            pg_kind("postgres: postgres courier_hist_full 127.0.0.1(5432) idle"),
+            PgKind::Other
+        );
+    }
+
+    #[test]
+    fn autovacuum_ticks_count_from_the_first_reading_and_new_workers_whole() {
+        let mut t = AutovacuumTicks::default();
+        // A worker already running (40 ticks in) and a backend.
+        t.observe(&[(10, PgKind::Autovacuum, 40), (11, PgKind::Other, 500)]);
+        assert!(t.any());
+        assert_eq!(t.ticks(), 0);
+        // It runs on; a second worker starts after the span began.
+        t.observe(&[(10, PgKind::Autovacuum, 65), (12, PgKind::Autovacuum, 7)]);
+        assert_eq!(t.ticks(), 25 + 7);
+        // Worker 10 has ended: its last reading stands.
+        t.observe(&[(12, PgKind::Autovacuum, 9), (11, PgKind::Other, 900)]);
+        assert_eq!(t.ticks(), 25 + 9);
+        assert!(!AutovacuumTicks::default().any());
+        assert_eq!(cores_of(150, 1.5), 1.0);
+        assert_eq!(cores_of(150, 0.0), 0.0);
+        assert_eq!(ms_of(3), 30.0);
     }
 }

@@ -17,7 +17,16 @@
 //!   any that did).
 //! - Every round's backlog is settled and merged completely before it is
 //!   measured, and the stub saw one message per action.
+//! - Every round starts once no autovacuum worker has run for a second (or
+//!   after `autovacuum_wait_max_s`), so the vacuum that one round's churn
+//!   calls for is not charged to the next round's database; autovacuum that
+//!   starts inside a round is counted, with PostgreSQL's CPU per action and
+//!   the host's steal, so a round's rate can be told from the machine's.
+//! - A run counts only if no round's phase saw more steal than
+//!   [`crate::soak::STEAL_MAX_CORES`].
 
+use crate::cpu::{self, AutovacuumTicks, PgKind, Roles, Ticks};
+use crate::soak::STEAL_MAX_CORES;
 use crate::stub::StubProvider;
 use crate::{bar, run_dir, BenchError};
 use courier_core::{Limits, Status};
@@ -44,6 +53,8 @@ const SEED_CHUNK: i64 = 500_000;
 const ACCEPTS_TRIM_ROWS: u32 = 100_000;
 /// Statements shown per database for the last pair of rounds.
 const STATEMENTS_MAX: i64 = 12;
+/// How often the server's processes are read during a phase.
+const CPU_READ_EVERY: Duration = Duration::from_millis(100);
 
 #[derive(Debug, Clone)]
 pub struct HistoryConfig {
@@ -68,6 +79,8 @@ pub struct HistoryConfig {
     /// Drop the full database at the end (its disk back).
     pub drop_after: bool,
     pub timeout_s: u64,
+    /// The longest wait for autovacuum's workers to finish before a round.
+    pub autovacuum_wait_max_s: u64,
     pub progress: bool,
 }
 
@@ -89,6 +102,7 @@ impl HistoryConfig {
             pg_dir: None,
             drop_after: false,
             timeout_s: 900,
+            autovacuum_wait_max_s: 90,
             progress: true,
         }
     }
@@ -99,6 +113,7 @@ impl HistoryConfig {
             backlog: 500,
             rounds: 2,
             reads: 3,
+            autovacuum_wait_max_s: 5,
             progress: false,
             ..Self::new()
         }
@@ -158,6 +173,104 @@ pub struct RoundResult {
     /// Autovacuum and autoanalyze passes over this database's tables that
     /// ended during the round.
     pub autovacuum_passes: i64,
+    /// Seconds waited before the round for autovacuum's workers to finish.
+    pub autovacuum_wait_s: f64,
+    pub claim_to_settle_cpu: PhaseCpu,
+    pub merges_cpu: PhaseCpu,
+}
+
+/// The CPU of one phase of a round (all zero when the server's process is
+/// not known).
+#[derive(Debug, Clone, Copy, Default, Serialize)]
+pub struct PhaseCpu {
+    /// PostgreSQL's CPU (every server process, autovacuum's included) per
+    /// action of the phase, in milliseconds.
+    pub postgres_ms_per_action: f64,
+    /// Autovacuum's workers' CPU over the phase, in cores (a floor: a worker
+    /// that lives less than a reading interval is missed).
+    pub autovacuum_cores: f64,
+    /// The host's steal over the phase, in cores.
+    pub steal_cores: f64,
+}
+
+/// Reads the server's CPU while a phase runs.
+struct PhaseWatch {
+    roles: Roles,
+    start: Ticks,
+    t: Instant,
+    stop: CancellationToken,
+    readings: tokio::task::JoinHandle<AutovacuumTicks>,
+}
+
+impl PhaseWatch {
+    fn start(postmaster: Option<u32>) -> PhaseWatch {
+        let roles = Roles {
+            postmaster,
+            bench: std::process::id(),
+            ..Roles::default()
+        };
+        let stop = CancellationToken::new();
+        let token = stop.clone();
+        let readings = tokio::task::spawn_blocking(move || {
+            let mut av = AutovacuumTicks::default();
+            while let Some(pm) = postmaster {
+                av.observe(&cpu::pg_children(pm));
+                if token.is_cancelled() {
+                    break;
+                }
+                std::thread::sleep(CPU_READ_EVERY);
+            }
+            av
+        });
+        PhaseWatch {
+            start: roles.read(),
+            roles,
+            t: Instant::now(),
+            stop,
+            readings,
+        }
+    }
+
+    async fn finish(self, actions: u64) -> Result<PhaseCpu, BenchError> {
+        let end = self.roles.read();
+        let dt = self.t.elapsed().as_secs_f64();
+        self.stop.cancel();
+        let av = self.readings.await?;
+        if self.roles.postmaster.is_none() {
+            return Ok(PhaseCpu::default());
+        }
+        Ok(PhaseCpu {
+            postgres_ms_per_action: cpu::ms_of(end.postgres.saturating_sub(self.start.postgres))
+                / actions.max(1) as f64,
+            autovacuum_cores: cpu::cores_of(av.ticks(), dt),
+            steal_cores: cpu::cores_of(end.steal.saturating_sub(self.start.steal), dt),
+        })
+    }
+}
+
+/// Waits until no autovacuum worker has been seen for a second, at most
+/// `wait_max`; answers the seconds waited.
+async fn autovacuum_quiet(postmaster: Option<u32>, wait_max: Duration) -> Result<f64, BenchError> {
+    let Some(pm) = postmaster else {
+        return Ok(0.0);
+    };
+    let t = Instant::now();
+    let mut quiet_since = Instant::now();
+    while t.elapsed() < wait_max {
+        let busy = tokio::task::spawn_blocking(move || {
+            cpu::pg_children(pm)
+                .iter()
+                .any(|&(_, k, _)| k == PgKind::Autovacuum)
+        })
+        .await?;
+        if busy {
+            quiet_since = Instant::now();
+        } else if quiet_since.elapsed() >= Duration::from_secs(1) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    Ok(t.elapsed().as_secs_f64())
 }
 
 /// Read times on one database, medians in milliseconds.
@@ -269,13 +382,14 @@ impl HistoryReport {
     /// and what the server did meanwhile.
     fn rounds_table(&self) -> String {
         let mut out = String::from(
-            "| round | database | ran | claim to settle /s | merges /s | WAL MB | full-page images | checkpoints | blocks read | blocks hit | autovacuum passes |\n\
-             |---:|---|---|---:|---:|---:|---:|---:|---:|---:|---:|\n",
+            "| round | database | ran | claim to settle /s | merges /s | WAL MB | full-page images | checkpoints | blocks read | blocks hit | autovacuum passes | waited for autovacuum (s) | PostgreSQL CPU per action, claim to settle / merge (ms) | autovacuum cores, claim to settle / merges | steal cores, claim to settle / merges |\n\
+             |---:|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n",
         );
         for r in &self.rounds {
             let c = &r.server;
+            let (a, b) = (&r.claim_to_settle_cpu, &r.merges_cpu);
             out.push_str(&format!(
-                "| {} | {} | {} | {:.0} | {:.0} | {:.0} | {} | {} | {} | {} | {} |\n",
+                "| {} | {} | {} | {:.0} | {:.0} | {:.0} | {} | {} | {} | {} | {} | {:.1} | {:.3} / {:.3} | {:.2} / {:.2} | {:.2} / {:.2} |\n",
                 r.round,
                 if r.database == FULL_DB {
                     "with history"
@@ -291,6 +405,13 @@ impl HistoryReport {
                 c.blks_read,
                 c.blks_hit,
                 r.autovacuum_passes,
+                r.autovacuum_wait_s,
+                a.postgres_ms_per_action,
+                b.postgres_ms_per_action,
+                a.autovacuum_cores,
+                b.autovacuum_cores,
+                a.steal_cores,
+                b.steal_cores,
             ));
         }
         for (name, f) in [
@@ -311,7 +432,45 @@ impl HistoryReport {
                 crate::stats::median(pairs.iter().copied())
             ));
         }
+        let cpu = |db: &str, f: fn(&RoundResult) -> f64| {
+            crate::stats::median(self.rounds.iter().filter(|r| r.database == db).map(f))
+        };
+        for (name, f) in [
+            (
+                "claim to settle",
+                (|r: &RoundResult| r.claim_to_settle_cpu.postgres_ms_per_action)
+                    as fn(&RoundResult) -> f64,
+            ),
+            ("a webhook merge", |r: &RoundResult| {
+                r.merges_cpu.postgres_ms_per_action
+            }),
+        ] {
+            let (e, h) = (cpu(EMPTY_DB, f), cpu(FULL_DB, f));
+            out.push_str(&format!(
+                "PostgreSQL CPU per action, {name} (medians): {e:.3} ms empty, {h:.3} ms with history ({:.2}x)\n",
+                crate::stats::ratio(h, e)
+            ));
+        }
+        let steal = self.steal_max();
+        out.push_str(&if steal <= STEAL_MAX_CORES {
+            format!("host steal: at most {steal:.2} cores in any phase (limit {STEAL_MAX_CORES:.2}): the run counts\n")
+        } else {
+            format!("host steal: {steal:.2} cores in a phase, over the limit of {STEAL_MAX_CORES:.2}: the host took CPU, the rounds do not compare the databases alone\n")
+        });
         out
+    }
+
+    /// The most steal any phase of any round saw, in cores.
+    pub fn steal_max(&self) -> f64 {
+        self.rounds
+            .iter()
+            .flat_map(|r| [r.claim_to_settle_cpu.steal_cores, r.merges_cpu.steal_cores])
+            .fold(0.0, f64::max)
+    }
+
+    /// Whether the run counts: no phase saw more steal than the limit.
+    pub fn counts(&self) -> bool {
+        self.steal_max() <= STEAL_MAX_CORES
     }
 }
 
@@ -355,7 +514,7 @@ pub async fn run(cfg: &HistoryConfig) -> Result<HistoryReport, BenchError> {
     }
     let c = cluster.clone();
     let server_url = tokio::task::spawn_blocking(move || c.start()).await??;
-    let result = run_on(cfg, &server_url).await;
+    let result = run_on(cfg, &server_url, cluster.postmaster_pid()).await;
     let c = cluster.clone();
     let stopped = tokio::task::spawn_blocking(move || c.stop(StopMode::Fast)).await?;
     let mut report = result?;
@@ -366,7 +525,11 @@ pub async fn run(cfg: &HistoryConfig) -> Result<HistoryReport, BenchError> {
     Ok(report)
 }
 
-async fn run_on(cfg: &HistoryConfig, server_url: &str) -> Result<HistoryReport, BenchError> {
+async fn run_on(
+    cfg: &HistoryConfig,
+    server_url: &str,
+    postmaster: Option<u32>,
+) -> Result<HistoryReport, BenchError> {
     let limits = cfg.limits().map_err(BenchError::Settings)?;
     let (full_url, seed_s) = seeded(cfg, server_url).await?;
     let full = PgStore::connect(&store_config(&full_url, 2)).await?;
@@ -389,7 +552,12 @@ async fn run_on(cfg: &HistoryConfig, server_url: &str) -> Result<HistoryReport, 
             pair.reverse();
         }
         for (i, (db, url)) in pair.into_iter().enumerate() {
-            rounds.push(measure(cfg, &limits, server_url, db, url, round, i == 0).await?);
+            let place = Place {
+                db,
+                round,
+                first: i == 0,
+            };
+            rounds.push(measure(cfg, &limits, server_url, url, place, postmaster).await?);
         }
         if statements && last {
             statements_empty = statements_top(server_url, EMPTY_DB, STATEMENTS_MAX).await?;
@@ -467,17 +635,24 @@ async fn seeded(cfg: &HistoryConfig, server_url: &str) -> Result<(String, f64), 
     Ok((url, t.elapsed().as_secs_f64()))
 }
 
+/// A round's database and its place in the run.
+struct Place {
+    db: &'static str,
+    round: u32,
+    first: bool,
+}
+
 /// One round on one database: a backlog claimed and settled, then its
 /// webhooks merged.
 async fn measure(
     cfg: &HistoryConfig,
     limits: &Limits,
     server_url: &str,
-    db: &'static str,
     url: &str,
-    round: u32,
-    first: bool,
+    place: Place,
+    postmaster: Option<u32>,
 ) -> Result<RoundResult, BenchError> {
+    let Place { db, round, first } = place;
     let store = PgStore::connect(&store_config(url, cfg.merge_tasks + 1)).await?;
     // The trim a worker's pruner runs by itself (this benchmark runs none):
     // the full database keeps acceptances of earlier rounds and runs.
@@ -497,6 +672,8 @@ async fn measure(
     }
     let stores: Vec<String> = (0..cfg.stores).map(|i| format!("store-{i:03}")).collect();
     store.actions_enqueue_bulk(&stores, cfg.backlog).await?;
+    let autovacuum_wait_s =
+        autovacuum_quiet(postmaster, Duration::from_secs(cfg.autovacuum_wait_max_s)).await?;
     server_checkpoint(server_url).await?;
     let autovacuum_before = store.autovacuum_passes().await?;
     let counters_before = server_counters(server_url, db).await?;
@@ -504,6 +681,7 @@ async fn measure(
     let shutdown = CancellationToken::new();
     let mut workers = Vec::new();
     let mut tasks = tokio::task::JoinSet::new();
+    let watch = PhaseWatch::start(postmaster);
     let t = Instant::now();
     for i in 0..cfg.workers {
         let ws = PgStore::connect(&store_config(url, cfg.pool_size_max)).await?;
@@ -534,6 +712,7 @@ async fn measure(
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
     let c2s = t.elapsed();
+    let claim_to_settle_cpu = watch.finish(u64::from(cfg.backlog)).await?;
     shutdown.cancel();
     while let Some(r) = tasks.join_next().await {
         r?;
@@ -551,7 +730,7 @@ async fn measure(
         });
     }
     drop(workers);
-    let merges = merge_all(cfg, &store, round).await?;
+    let (merges, merges_cpu) = merge_all(cfg, &store, round, postmaster).await?;
     let autovacuum_passes = store.autovacuum_passes().await? - autovacuum_before;
     // Every backend publishes its counts as it exits.
     drop(store);
@@ -567,12 +746,21 @@ async fn measure(
         webhook_merges_per_s: merges,
         server,
         autovacuum_passes,
+        autovacuum_wait_s,
+        claim_to_settle_cpu,
+        merges_cpu,
     })
 }
 
 /// Merges a `delivered` webhook for every open intent, in batches from
-/// several tasks (as the API's group commit does); answers merges per second.
-async fn merge_all(cfg: &HistoryConfig, store: &PgStore, round: u32) -> Result<f64, BenchError> {
+/// several tasks (as the API's group commit does); answers merges per second
+/// and the server's CPU over them.
+async fn merge_all(
+    cfg: &HistoryConfig,
+    store: &PgStore,
+    round: u32,
+    postmaster: Option<u32>,
+) -> Result<(f64, PhaseCpu), BenchError> {
     let keys = store.intents_open_keys(cfg.backlog).await?;
     if keys.len() != cfg.backlog as usize {
         return Err(BenchError::Task(format!(
@@ -598,6 +786,7 @@ async fn merge_all(cfg: &HistoryConfig, store: &PgStore, round: u32) -> Result<f
         .collect();
     let chunks: Vec<Vec<WebhookIn>> = events.chunks(cfg.merge_batch).map(<[_]>::to_vec).collect();
     let queue = Arc::new(std::sync::Mutex::new(chunks));
+    let watch = PhaseWatch::start(postmaster);
     let t = Instant::now();
     let mut tasks = tokio::task::JoinSet::new();
     for _ in 0..cfg.merge_tasks {
@@ -617,7 +806,8 @@ async fn merge_all(cfg: &HistoryConfig, store: &PgStore, round: u32) -> Result<f
     while let Some(r) = tasks.join_next().await {
         r??;
     }
-    Ok(f64::from(cfg.backlog) / t.elapsed().as_secs_f64())
+    let rate = f64::from(cfg.backlog) / t.elapsed().as_secs_f64();
+    Ok((rate, watch.finish(u64::from(cfg.backlog)).await?))
 }
 
 /// Median times of `courier status`'s reads and of the dashboard's sample,

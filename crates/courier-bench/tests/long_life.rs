@@ -38,6 +38,15 @@ async fn history_smoke_measures_both_databases_and_both_reads() {
     assert!(r.claim_to_settle_ratio > 0.0 && r.webhook_merges_ratio > 0.0);
     assert!(r.full.status_ms > 0.0 && r.full.sample_ms > 0.0);
     assert!(r.table().contains("claim to settle"));
+    // The server's CPU was read from /proc through each round's claims
+    // (the merges of 500 webhooks may take less than one clock tick).
+    let claims_cpu: f64 = r
+        .rounds
+        .iter()
+        .map(|x| x.claim_to_settle_cpu.postgres_ms_per_action)
+        .sum();
+    assert!(claims_cpu > 0.0, "{:?}", r.rounds);
+    assert!(r.table().contains("PostgreSQL CPU per action"));
 }
 
 fn small(actions: i64) -> LiveMigrationConfig {
