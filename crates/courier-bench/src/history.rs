@@ -467,11 +467,6 @@ impl HistoryReport {
             .flat_map(|r| [r.claim_to_settle_cpu.steal_cores, r.merges_cpu.steal_cores])
             .fold(0.0, f64::max)
     }
-
-    /// Whether the run counts: no phase saw more steal than the limit.
-    pub fn counts(&self) -> bool {
-        self.steal_max() <= STEAL_MAX_CORES
-    }
 }
 
 /// The machine's load average (`/proc/loadavg`, first three fields).
