@@ -56,7 +56,7 @@ impl Cores {
         if dt_s <= 0.0 {
             return None;
         }
-        let c = |x: u64, y: u64| y.saturating_sub(x) as f64 / TICKS_PER_S / dt_s;
+        let c = |x: u64, y: u64| cores_of(y.saturating_sub(x), dt_s);
         let roles = Cores {
             workers: c(a.workers, b.workers),
             serve: c(a.serve, b.serve),
@@ -199,14 +199,18 @@ fn postgres_ticks(postmaster: u32) -> u64 {
 /// The own ticks of the live children of `parent` (a child's own reaped
 /// children, rare in PostgreSQL, count once it exits).
 fn children_ticks(parent: u32) -> u64 {
+    children(parent).iter().map(|(_, f)| own(f)).sum()
+}
+
+/// The live children of `parent`: pid and `stat_fields`.
+fn children(parent: u32) -> Vec<(u32, Vec<u64>)> {
     let Ok(dir) = std::fs::read_dir("/proc") else {
-        return 0;
+        return Vec::new();
     };
     dir.filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok())
-        .filter_map(stat_fields)
-        .filter(|f| f.get(PPID).copied() == Some(u64::from(parent)))
-        .map(|f| own(&f))
-        .sum()
+        .filter_map(|pid| Some((pid, stat_fields(pid)?)))
+        .filter(|(_, f)| f.get(PPID).copied() == Some(u64::from(parent)))
+        .collect()
 }
 
 /// What a PostgreSQL server process is, from its title.
@@ -231,15 +235,9 @@ pub fn pg_kind(title: &str) -> PgKind {
 
 /// The live children of `postmaster`: pid, kind and own ticks so far.
 pub fn pg_children(postmaster: u32) -> Vec<(u32, PgKind, u64)> {
-    let Ok(dir) = std::fs::read_dir("/proc") else {
-        return Vec::new();
-    };
-    dir.filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok())
-        .filter_map(|pid| {
-            let f = stat_fields(pid)?;
-            if f.get(PPID).copied() != Some(u64::from(postmaster)) {
-                return None;
-            }
+    children(postmaster)
+        .into_iter()
+        .filter_map(|(pid, f)| {
             let title = std::fs::read(format!("/proc/{pid}/cmdline")).ok()?;
             let title = String::from_utf8_lossy(&title).replace('\0', " ");
             Some((pid, pg_kind(&title), own(&f)))
@@ -275,11 +273,6 @@ impl AutovacuumTicks {
     /// Ticks autovacuum's workers used since the first reading.
     pub fn ticks(&self) -> u64 {
         self.seen.values().map(|&(a, b)| b.saturating_sub(a)).sum()
-    }
-
-    /// Whether any reading saw an autovacuum worker.
-    pub fn any(&self) -> bool {
-        !self.seen.is_empty()
     }
 }
 
@@ -387,7 +380,6 @@ mod tests {
         let mut t = AutovacuumTicks::default();
         // A worker already running (40 ticks in) and a backend.
         t.observe(&[(10, PgKind::Autovacuum, 40), (11, PgKind::Other, 500)]);
-        assert!(t.any());
         assert_eq!(t.ticks(), 0);
         // It runs on; a second worker starts after the span began.
         t.observe(&[(10, PgKind::Autovacuum, 65), (12, PgKind::Autovacuum, 7)]);
@@ -395,7 +387,7 @@ mod tests {
         // Worker 10 has ended: its last reading stands.
         t.observe(&[(12, PgKind::Autovacuum, 9), (11, PgKind::Other, 900)]);
         assert_eq!(t.ticks(), 25 + 9);
-        assert!(!AutovacuumTicks::default().any());
+        assert_eq!(AutovacuumTicks::default().ticks(), 0);
         assert_eq!(cores_of(150, 1.5), 1.0);
         assert_eq!(cores_of(150, 0.0), 0.0);
         assert_eq!(ms_of(3), 30.0);
