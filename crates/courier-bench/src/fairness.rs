@@ -27,7 +27,7 @@ use crate::stats::{
 use crate::{bar, run_dir, BenchError};
 use courier_core::Limits;
 use courier_dispatch::worker::{Worker, WorkerConfig};
-use courier_fake::{FakeConfig, FaultRates, Latency};
+use courier_fake::{FakeConfig, FaultRates, Latency, LatencySubject};
 use courier_provider::{ClientConfig, ProviderClient};
 use courier_store::bench_views::{
     statements_enable, statements_reset, statements_top, StatementStat,
@@ -114,6 +114,11 @@ pub struct FairnessConfig {
     /// Enqueues in flight at once; an arrival beyond it waits (and the wait
     /// is reported as lag).
     pub enqueue_in_flight_max: usize,
+    /// Whether the steady scenario also runs with FIFO claiming. No target
+    /// reads it (the targets compare fair runs with the fair baseline, and
+    /// the fair baseline with FIFO's); the matrix skips it to spend its time
+    /// on rounds.
+    pub fifo_steady: bool,
     /// Progress bars on stderr.
     pub progress: bool,
 }
@@ -145,6 +150,7 @@ impl FairnessConfig {
             burst_actions_min: 1000,
             drain_timeout_s: 300,
             enqueue_in_flight_max: 64,
+            fifo_steady: true,
             progress: true,
         }
     }
@@ -567,6 +573,7 @@ pub async fn run(cfg: &FairnessConfig) -> Result<FairnessReport, BenchError> {
         let mut fake = FakeConfig::new(dir.path().join("provider.jsonl"), API_KEY, SECRET);
         fake.faults = FaultRates::NONE;
         fake.latency = cfg.latency;
+        fake.latency_subject = LatencySubject::Message;
         fake.seed = cfg.seed;
         let provider = courier_fake::start(fake).await?;
         let ctx = Ctx {
@@ -801,14 +808,22 @@ fn store_name(i: u32) -> String {
     format!("store-{i:03}")
 }
 
+/// The scenarios and claim modes of one round, in their forward order.
+fn run_order(cfg: &FairnessConfig) -> Vec<(Scenario, ClaimMode)> {
+    let mut order = Vec::new();
+    for scenario in Scenario::ALL {
+        order.push((scenario, ClaimMode::Fair));
+        if scenario != Scenario::Steady || cfg.fifo_steady {
+            order.push((scenario, ClaimMode::Fifo));
+        }
+    }
+    order
+}
+
 async fn all_runs(ctx: &Ctx<'_>, plan: &Plan) -> Result<Vec<FairnessRun>, BenchError> {
     let cfg = ctx.cfg;
     let shape = cfg.shape();
-    let mut order: Vec<(Scenario, ClaimMode)> = Vec::new();
-    for scenario in Scenario::ALL {
-        order.push((scenario, ClaimMode::Fair));
-        order.push((scenario, ClaimMode::Fifo));
-    }
+    let order = run_order(cfg);
     let total_runs = order.len() * cfg.rounds as usize;
     let mut pooled: Vec<Vec<Samples>> = vec![Vec::new(); order.len()];
     let mut n = 0;
@@ -821,14 +836,15 @@ async fn all_runs(ctx: &Ctx<'_>, plan: &Plan) -> Result<Vec<FairnessRun>, BenchE
         }
         for i in indices {
             let (scenario, claim) = order[i];
-            // The same schedule for both claim modes of a scenario and round.
-            let si = Scenario::ALL
-                .iter()
-                .position(|s| *s == scenario)
-                .unwrap_or(0) as u64;
+            // One seed per round: the same schedule for both claim modes of
+            // a scenario, and the same quiet arrivals in every scenario (each
+            // store draws from its own stream), sending the same messages,
+            // whose latency the provider draws from the message: a quiet
+            // action waits as long at the provider in every run of a round,
+            // and the runs' quiet p95s differ by what the courier did.
             let seed = cfg
                 .seed
-                .wrapping_add((si + 1 + 8 * u64::from(round)).wrapping_mul(0x9e37_79b9_7f4a_7c15));
+                .wrapping_add((1 + 8 * u64::from(round)).wrapping_mul(0x9e37_79b9_7f4a_7c15));
             let schedule = arrivals(&shape, scenario, seed);
             n += 1;
             let label = scenario.label(cfg.noisy_stores, cfg.noise_factor);
@@ -1182,7 +1198,7 @@ async fn generate(
     let mut tasks = tokio::task::JoinSet::new();
     let start = tokio::time::Instant::now();
     let mut lag_max_ms = 0f64;
-    for (i, a) in schedule.iter().enumerate() {
+    for a in schedule {
         let due = start + Duration::from_secs_f64(a.at_ms / 1000.0);
         tokio::time::sleep_until(due).await;
         let permit = permits
@@ -1195,6 +1211,7 @@ async fn generate(
         while let Some(done) = tasks.try_join_next() {
             done??;
         }
+        let a = *a;
         let store = store.clone();
         let name = store_name(a.store);
         let count = a.count;
@@ -1202,10 +1219,12 @@ async fn generate(
         tasks.spawn(async move {
             let _permit = permit;
             if count == 1 {
+                // Named by the store and the arrival's place among its
+                // store's: the same message in every run of a round.
                 let new = NewAction {
                     store: name,
-                    to: format!("+1555{:07}", i % 10_000_000),
-                    body: format!("bench message {i}"),
+                    to: format!("+1555{:07}", a.store % 10_000_000),
+                    body: format!("bench message {} of {}", a.ordinal, a.store),
                     key: None,
                 };
                 store.action_enqueue(&new).await.map_err(|e| match e {
@@ -1352,6 +1371,21 @@ mod tests {
             timeline: Vec::new(),
             bursts_s: Vec::new(),
         }
+    }
+
+    #[test]
+    fn every_run_a_target_reads_is_in_the_order() {
+        let mut cfg = FairnessConfig::new(1);
+        assert_eq!(run_order(&cfg).len(), 6);
+        cfg.fifo_steady = false;
+        let order = run_order(&cfg);
+        assert_eq!(order.len(), 5);
+        assert!(!order.contains(&(Scenario::Steady, ClaimMode::Fifo)));
+        for scenario in Scenario::ALL {
+            assert!(order.contains(&(scenario, ClaimMode::Fair)), "{scenario:?}");
+        }
+        assert!(order.contains(&(Scenario::Baseline, ClaimMode::Fifo)));
+        assert!(order.contains(&(Scenario::Bulk, ClaimMode::Fifo)));
     }
 
     #[test]

@@ -16,7 +16,7 @@
 //! - Every cell's baseline offers the same total load.
 //! - A cell's ratios are measured within that cell's run.
 
-use crate::fairness::{self, FairnessConfig, FairnessReport};
+use crate::fairness::{self, FairnessConfig, FairnessReport, FairnessRun};
 use crate::schedule::Scenario;
 use crate::BenchError;
 use courier_store::ClaimMode;
@@ -70,8 +70,11 @@ pub struct MatrixConfig {
 }
 
 impl MatrixConfig {
-    /// The full matrix: 18 cells, 250/s in every baseline, 12 s per run,
-    /// one round, a 5 s calibration, a minute to drain.
+    /// The full matrix: 18 cells, 250/s in every baseline, three rounds of
+    /// 8 s per run (the first second not measured), a 5 s calibration, a
+    /// minute to drain, and no FIFO run of the steady scenario (no target
+    /// reads it). A cell's figures are medians over its rounds: one run
+    /// slowed by the machine does not decide a cell.
     pub fn new(seed: u64) -> MatrixConfig {
         let mut cells = Vec::new();
         for stores in [100, 1_000, 10_000] {
@@ -87,10 +90,12 @@ impl MatrixConfig {
         }
         MatrixConfig {
             base: FairnessConfig {
-                duration_s: 12,
-                rounds: 1,
+                duration_s: 8,
+                rounds: 3,
+                warmup_s: 1,
                 calibration_s: 5,
                 drain_timeout_s: 60,
+                fifo_steady: false,
                 ..FairnessConfig::new(seed)
             },
             cells,
@@ -248,7 +253,7 @@ async fn one_cell(
     } else {
         match fairness::run(cfg).await {
             Ok(report) => {
-                result.overloaded = overload_reason(&report);
+                result.overloaded = overload_reason(&report.runs);
                 result.report = Some(report);
             }
             Err(BenchError::Timeout {
@@ -268,15 +273,21 @@ async fn one_cell(
 }
 
 /// Why a cell's figures measure a queue rather than fairness, if they do:
-/// a fair run accepted less than 90% of its offered rate or kept its workers
-/// more than 85% busy.
-fn overload_reason(r: &FairnessReport) -> Option<String> {
-    r.runs
-        .iter()
+/// a fair run kept its workers more than 85% busy, or a fair run of Poisson
+/// arrivals (the baseline, the steady scenario) accepted less than 90% of
+/// its offered rate. A bulk run's accepted rate is no such sign: its bursts
+/// are larger than the capacity by design, and the per-store cap drains
+/// them at its own pace after the load has ended (a cell whose workers sat
+/// 50% busy while a noisy store's burst drained at its cap was once
+/// reported overloaded), so the bulk scenario is judged by how busy it kept
+/// the workers, and by its drain.
+fn overload_reason(runs: &[FairnessRun]) -> Option<String> {
+    runs.iter()
         .filter(|run| run.claim == ClaimMode::Fair)
         .find(|run| {
-            run.throughput_per_s < KEEPS_UP_SHARE_MIN * run.offered_per_s
-                || run.utilisation_measured > BUSY_MAX
+            let arrivals_kept_up = run.scenario == Scenario::Bulk
+                || run.throughput_per_s >= KEEPS_UP_SHARE_MIN * run.offered_per_s;
+            !arrivals_kept_up || run.utilisation_measured > BUSY_MAX
         })
         .map(|run| {
             format!(
@@ -383,6 +394,61 @@ mod tests {
             let base = cfg.rate_per_store_hz * f64::from(cfg.stores);
             assert!((base - 250.0).abs() < 1e-9, "{c:?}: {base}");
         }
+    }
+
+    fn fair_run(scenario: Scenario, accepted_share: f64, busy: f64) -> FairnessRun {
+        let p = crate::stats::Percentiles {
+            count: 10,
+            p50_ms: 1.0,
+            p95_ms: 2.0,
+            p99_ms: 3.0,
+            max_ms: 4.0,
+        };
+        FairnessRun {
+            scenario,
+            label: format!("{scenario:?}"),
+            claim: ClaimMode::Fair,
+            quiet: p,
+            quiet_wait: None,
+            statements: Vec::new(),
+            quiet_p95_ratio: 1.0,
+            quiet_by_round: vec![p],
+            ratio_by_round: vec![1.0],
+            trend_by_round: vec![1.0],
+            seq_scans_per_s_by_round: Vec::new(),
+            noisy: None,
+            actions: 1_000,
+            offered_per_s: 300.0,
+            throughput_per_s: 300.0 * accepted_share,
+            utilisation_measured: busy,
+            hold_mean_ms: 30.0,
+            enqueue_lag_max_ms: 0.0,
+            timeline: Vec::new(),
+            bursts_s: Vec::new(),
+        }
+    }
+
+    #[test]
+    fn overload_is_workers_too_busy_or_poisson_arrivals_not_kept_up_with() {
+        let kept_up = [
+            fair_run(Scenario::Baseline, 1.0, 0.5),
+            fair_run(Scenario::Steady, 0.95, 0.6),
+            // A bulk run whose bursts drain at the cap's pace after the load:
+            // not overloaded while the workers have room.
+            fair_run(Scenario::Bulk, 0.8, 0.5),
+        ];
+        assert_eq!(overload_reason(&kept_up), None);
+        let mut steady_behind = kept_up.clone();
+        steady_behind[1].throughput_per_s = 0.85 * 300.0;
+        let why = overload_reason(&steady_behind).expect("a steady run behind its arrivals");
+        assert!(
+            why.contains("Steady") && why.contains("accepted 255/s of 300/s"),
+            "{why}"
+        );
+        let mut bulk_busy = kept_up.clone();
+        bulk_busy[2].utilisation_measured = 0.9;
+        let why = overload_reason(&bulk_busy).expect("a bulk run with its workers 90% busy");
+        assert!(why.contains("Bulk") && why.contains("90% busy"), "{why}");
     }
 
     #[test]

@@ -11,6 +11,10 @@
 //! - A bulk store's bursts add up to exactly `round(rate * factor * duration)`
 //!   actions, the expected total of the steady scenario.
 //! - The same seed gives the same schedule.
+//! - Each store draws from a stream of its own (the seed and the store's
+//!   index), so with one seed a quiet store's arrivals are the same in every
+//!   scenario: scenarios differ only by what the noisy stores send, and a
+//!   comparison of quiet latencies across them is paired.
 
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
@@ -54,6 +58,9 @@ pub struct Arrival {
     pub at_ms: f64,
     /// The store's index: `0..noisy` are the noisy stores.
     pub store: u32,
+    /// This arrival's place among its store's, from 0: with the store, it
+    /// names the same arrival in every scenario of one seed.
+    pub ordinal: u32,
     pub count: u32,
 }
 
@@ -119,23 +126,22 @@ impl Shape {
 
 /// The arrivals of one scenario, sorted by time.
 pub fn arrivals(shape: &Shape, scenario: Scenario, seed: u64) -> Vec<Arrival> {
-    let mut rng = StdRng::seed_from_u64(seed);
     let mut out = Vec::new();
     for store in 0..shape.stores {
         let noisy = store < shape.noisy_stores && scenario != Scenario::Baseline;
         if noisy && scenario == Scenario::Bulk {
-            out.extend(
-                shape
-                    .bursts(store)
-                    .into_iter()
-                    .map(|(at_ms, count)| Arrival {
-                        at_ms,
-                        store,
-                        count,
-                    }),
-            );
+            out.extend(shape.bursts(store).into_iter().zip(0..).map(
+                |((at_ms, count), ordinal)| Arrival {
+                    at_ms,
+                    store,
+                    ordinal,
+                    count,
+                },
+            ));
             continue;
         }
+        let mut rng = StdRng::seed_from_u64(store_seed(seed, store));
+        let mut ordinal = 0;
         let rate = if noisy {
             shape.noisy_rate_hz()
         } else {
@@ -145,12 +151,23 @@ pub fn arrivals(shape: &Shape, scenario: Scenario, seed: u64) -> Vec<Arrival> {
             out.push(Arrival {
                 at_ms,
                 store,
+                ordinal,
                 count: 1,
-            })
+            });
+            ordinal += 1;
         });
     }
     out.sort_by(|a, b| a.at_ms.total_cmp(&b.at_ms).then(a.store.cmp(&b.store)));
     out
+}
+
+/// The seed of one store's stream: a splitmix64 step of the seed and the
+/// store, so neighbouring stores' streams are unrelated.
+fn store_seed(seed: u64, store: u32) -> u64 {
+    let mut z = seed ^ u64::from(store).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    z ^ (z >> 31)
 }
 
 /// Calls `f` at the times of a Poisson process of `rate_hz` in `[0, duration_ms)`.
@@ -211,6 +228,44 @@ mod tests {
             arrivals(&s, Scenario::Steady, 3),
             arrivals(&s, Scenario::Steady, 4)
         );
+    }
+
+    #[test]
+    fn quiet_stores_arrive_alike_in_every_scenario_of_a_seed() {
+        let s = Shape {
+            noisy_stores: 2,
+            ..shape()
+        };
+        let quiet = |scenario| -> Vec<Arrival> {
+            arrivals(&s, scenario, 9)
+                .into_iter()
+                .filter(|x| x.store >= s.noisy_stores)
+                .collect()
+        };
+        let base = quiet(Scenario::Baseline);
+        assert!(base.len() > 10_000, "{}", base.len());
+        assert_eq!(base, quiet(Scenario::Steady));
+        assert_eq!(base, quiet(Scenario::Bulk));
+        // Ordinals count each store's arrivals from 0 in time order.
+        let of_store_5: Vec<u32> = base
+            .iter()
+            .filter(|x| x.store == 5)
+            .map(|x| x.ordinal)
+            .collect();
+        assert_eq!(of_store_5, (0..of_store_5.len() as u32).collect::<Vec<_>>());
+        // The noisy stores differ; another seed moves the quiet ones too.
+        let noisy = |scenario| {
+            arrivals(&s, scenario, 9)
+                .into_iter()
+                .filter(|x| x.store == 0)
+                .count()
+        };
+        assert!(noisy(Scenario::Steady) > 5 * noisy(Scenario::Baseline));
+        let other: Vec<Arrival> = arrivals(&s, Scenario::Baseline, 10)
+            .into_iter()
+            .filter(|x| x.store >= s.noisy_stores)
+            .collect();
+        assert_ne!(base, other);
     }
 
     #[test]

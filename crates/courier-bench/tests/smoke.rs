@@ -54,6 +54,11 @@ async fn fairness_smoke_reports_every_scenario_and_writes_the_chart() {
         assert_eq!(bulk.noisy.unwrap().count, 150, "{claim:?}");
         assert!(!bulk.bursts_s.is_empty());
     }
+    // The same quiet arrivals in every scenario of a round (warm-up 0 in the
+    // smoke: every quiet action is measured).
+    let quiet = |scenario| r.run(scenario, ClaimMode::Fair).unwrap().quiet.count;
+    assert_eq!(quiet(Scenario::Baseline), quiet(Scenario::Steady));
+    assert_eq!(quiet(Scenario::Baseline), quiet(Scenario::Bulk));
     // The same schedule for both claim modes of a scenario.
     for scenario in Scenario::ALL {
         assert_eq!(

@@ -65,6 +65,20 @@ impl fmt::Display for FaultRates {
     }
 }
 
+/// What a send's latency is drawn from (a lookup's is always its request's).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LatencySubject {
+    /// The key and the provider's count of requests: every request draws
+    /// afresh.
+    Request,
+    /// The recipient and body alone: the same message waits as long in
+    /// every run, whatever its key and whatever came before it. For paired
+    /// benchmarks (`courier bench fairness` sends the same quiet messages in
+    /// every scenario and claim mode of a round, so their latencies differ
+    /// only by what the courier did).
+    Message,
+}
+
 /// A latency distribution, applied to each send and lookup.
 ///
 /// Syntax: `0` or `25` (a fixed number of milliseconds), `uniform:5..50`
@@ -268,6 +282,8 @@ pub struct FakeConfig {
     pub lookup_lag_ms: u64,
     /// Delay applied to each send and lookup.
     pub latency: Latency,
+    /// What a send's latency is drawn from.
+    pub latency_subject: LatencySubject,
     /// How long a key is remembered after its first send.
     pub key_retention_ms: u64,
     /// Delay from `accepted` to `sent`.
@@ -307,6 +323,7 @@ impl FakeConfig {
             timeout_hold_ms: 5_000,
             lookup_lag_ms: 0,
             latency: Latency::ZERO,
+            latency_subject: LatencySubject::Request,
             key_retention_ms: 3_600 * 1000,
             sent_after_ms: MsRange::new(20, 200),
             delivered_after_ms: MsRange::new(50, 500),

@@ -11,7 +11,7 @@
 //! - [`unit`] depends only on its arguments and lies in `[0, 1)`.
 //! - A message's [`MessagePlan`] has exactly one final status.
 
-use crate::config::FakeConfig;
+use crate::config::{FakeConfig, LatencySubject};
 use courier_core::Status;
 use serde::{Deserialize, Serialize};
 
@@ -141,9 +141,49 @@ pub fn latency_ms(cfg: &FakeConfig, subject: &str, ordinal: u64) -> u64 {
     )
 }
 
+/// The latency of one send: drawn as [`latency_ms`] from its key and
+/// `ordinal`, or, under [`LatencySubject::Message`], from its recipient and
+/// body alone (a newline cannot be part of a recipient).
+pub fn send_latency_ms(cfg: &FakeConfig, key: &str, ordinal: u64, to: &str, body: &str) -> u64 {
+    match cfg.latency_subject {
+        LatencySubject::Request => latency_ms(cfg, key, ordinal),
+        LatencySubject::Message => latency_ms(cfg, &format!("{to}\n{body}"), 0),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::config::Latency;
+
+    #[test]
+    fn a_message_subject_gives_the_same_message_the_same_latency() {
+        let mut cfg = FakeConfig::new("unused.jsonl", "k", "s");
+        cfg.latency = Latency::LogNormal {
+            median_ms: 25.0,
+            sigma: 0.5,
+        };
+        let draws = |cfg: &FakeConfig, body: &str| -> Vec<u64> {
+            (0..50)
+                .map(|i| send_latency_ms(cfg, &format!("courier-{i}"), i, "+15551234567", body))
+                .collect()
+        };
+        // By request (the default): keys and ordinals differ, so do draws.
+        let by_request = draws(&cfg, "hello");
+        assert!(
+            by_request.iter().any(|ms| *ms != by_request[0]),
+            "{by_request:?}"
+        );
+        // By message: one message, one latency, whatever its key and ordinal;
+        // another message draws afresh.
+        cfg.latency_subject = LatencySubject::Message;
+        let same = draws(&cfg, "hello");
+        assert!(same.iter().all(|ms| *ms == same[0]), "{same:?}");
+        let others: Vec<u64> = (0..50)
+            .map(|i| send_latency_ms(&cfg, "courier-0", 0, "+15551234567", &format!("m{i}")))
+            .collect();
+        assert!(others.iter().any(|ms| *ms != same[0]), "{others:?}");
+    }
 
     #[test]
     fn hashes_are_stable_across_builds() {

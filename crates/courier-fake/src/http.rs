@@ -109,6 +109,14 @@ fn reject(
     }
 }
 
+fn send_latency_for(sh: &Shared, key: &str, req: &SendRequest) -> u64 {
+    if sh.cfg.latency.is_zero() {
+        return 0;
+    }
+    let ordinal = sh.requests.fetch_add(1, Ordering::Relaxed);
+    fate::send_latency_ms(&sh.cfg, key, ordinal, &req.to, &req.body)
+}
+
 fn latency_for(sh: &Shared, key: &str) -> u64 {
     if sh.cfg.latency.is_zero() {
         return 0;
@@ -123,11 +131,11 @@ async fn send(State(sh): State<Arc<Shared>>, headers: HeaderMap, body: Body) -> 
         Err(refused) => return refused,
     };
     let fp = fingerprint(&req);
+    let latency_ms = send_latency_for(&sh, &key, &req);
     let callback: Option<Arc<str>> = req
         .status_callback
         .or_else(|| sh.cfg.default_callback.clone())
         .map(Arc::from);
-    let latency_ms = latency_for(&sh, &key);
     let begin = sh.lock().begin_send(&sh.cfg, &key, fp, Instant::now());
     let answer = match begin {
         Err(_) => return log_unavailable(),

@@ -45,7 +45,7 @@ mod logfile;
 mod state;
 mod webhook;
 
-pub use config::{FakeConfig, FaultRates, Latency, MsRange};
+pub use config::{FakeConfig, FaultRates, Latency, LatencySubject, MsRange};
 pub use logfile::LogOpened;
 pub use state::RecoverySummary;
 

@@ -165,8 +165,9 @@ struct FairnessArgs {
     #[arg(long)]
     smoke: bool,
     /// Run the matrix instead of one shape: stores 100, 1000, 10000 x noisy
-    /// stores 1, 2, 10 x noise 10x, 20x, one row per cell (12 s per run,
-    /// one round, a 5 s calibration unless the flags above say otherwise).
+    /// stores 1, 2, 10 x noise 10x, 20x, one row per cell (3 rounds of 8 s
+    /// per run, the first second not measured, a 5 s calibration unless the
+    /// flags above say otherwise; no FIFO run of the steady scenario).
     #[arg(long)]
     matrix: bool,
     /// With --matrix: only these cells, comma-separated STORESxNOISYxFACTOR
