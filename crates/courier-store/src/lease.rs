@@ -16,6 +16,56 @@ pub struct Lease {
     pub epoch: i64,
 }
 
+/// What a claim took, and the sweep of `store_work` it owes
+/// ([`PgStore::action_claim_to_send_sweep_after`]).
+#[derive(Debug)]
+pub struct ClaimTaken {
+    pub claimed: Vec<Claimed>,
+    pub sweep: SweepOwed,
+}
+
+/// The stores a committed claim may have emptied, to remove from
+/// `store_work` if they have no pending action, on the claim's own
+/// connection. Run after the claim has committed: the sweep locks the store
+/// rows the claim held, and must take its snapshot after that lock. Left
+/// unrun (or failing), it costs no action anything: a row not swept is
+/// swept by a later claim, each of which sweeps the first rows in line
+/// that have no work.
+#[must_use = "a claim's sweep runs only when asked"]
+pub struct SweepOwed {
+    store: PgStore,
+    /// The claim's connection, held only when there is something to sweep.
+    client: Option<deadpool_postgres::Object>,
+    stores: Vec<String>,
+}
+
+impl std::fmt::Debug for SweepOwed {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SweepOwed")
+            .field("stores", &self.stores)
+            .finish()
+    }
+}
+
+impl SweepOwed {
+    /// The stores to sweep.
+    pub fn stores(&self) -> &[String] {
+        &self.stores
+    }
+
+    /// Sweeps; an error is logged, never returned: the claim stands
+    /// whatever becomes of its sweep (its actions are held, and an error
+    /// here would leave them to wait out their lease).
+    pub async fn run(self) {
+        let Some(client) = self.client else {
+            return;
+        };
+        if let Err(e) = self.store.store_work_sweep_on(&client, &self.stores).await {
+            tracing::warn!(error = %e, stores = self.stores.len(), "store_work sweep failed; the claim stands");
+        }
+    }
+}
+
 /// A write refused because the action is no longer ours: an expected outcome.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Fenced {
@@ -190,6 +240,23 @@ impl PgStore {
             .await
     }
 
+    /// As [`PgStore::action_claim_to_send`], but returns before sweeping
+    /// `store_work` of the stores the claim may have emptied: the caller
+    /// starts its deliveries first, then runs the sweep it is handed
+    /// ([`SweepOwed::run`]; a claim's actions need not wait a round trip for
+    /// a sweep of rows that only the next claims read).
+    pub async fn action_claim_to_send_sweep_after(
+        &self,
+        owner: &Arc<str>,
+        n: u32,
+        lease_ttl_ms: u64,
+        store_in_flight_max: u32,
+        mode: ClaimMode,
+    ) -> Result<ClaimTaken, StoreError> {
+        self.claim_owing(owner, n, lease_ttl_ms, store_in_flight_max, mode, true)
+            .await
+    }
+
     async fn claim(
         &self,
         owner: &Arc<str>,
@@ -199,6 +266,29 @@ impl PgStore {
         mode: ClaimMode,
         write_intents: bool,
     ) -> Result<Vec<Claimed>, StoreError> {
+        let taken = self
+            .claim_owing(
+                owner,
+                n,
+                lease_ttl_ms,
+                store_in_flight_max,
+                mode,
+                write_intents,
+            )
+            .await?;
+        taken.sweep.run().await;
+        Ok(taken.claimed)
+    }
+
+    async fn claim_owing(
+        &self,
+        owner: &Arc<str>,
+        n: u32,
+        lease_ttl_ms: u64,
+        store_in_flight_max: u32,
+        mode: ClaimMode,
+        write_intents: bool,
+    ) -> Result<ClaimTaken, StoreError> {
         let client = self.pool.get().await?;
         let n = i64::from(n);
         let ttl = lease_ttl_ms as f64;
@@ -269,18 +359,12 @@ impl PgStore {
         } else if reclaim {
             self.reclaim_set_next(owner, now_ms + RECLAIM_EVERY_MS);
         }
-        if !sweep.is_empty() {
-            // After the claim has committed: the sweep locks the store rows
-            // the claim held, and must see its own snapshot after that lock.
-            // The claim stands whatever becomes of the sweep: its actions are
-            // held, and an error here would leave them to wait out their
-            // lease. A row not swept now is swept by a later claim (each
-            // sweeps the first rows in line that have no work).
-            if let Err(e) = self.store_work_sweep_on(&client, &sweep).await {
-                tracing::warn!(error = %e, stores = sweep.len(), "store_work sweep failed; the claim stands");
-            }
-        }
-        Ok(claimed)
+        let sweep = SweepOwed {
+            store: self.clone(),
+            client: (!sweep.is_empty()).then_some(client),
+            stores: sweep,
+        };
+        Ok(ClaimTaken { claimed, sweep })
     }
 
     /// When `owner`'s next claim looks for expired leases (0: now).

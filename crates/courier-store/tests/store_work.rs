@@ -125,6 +125,55 @@ async fn a_store_whose_work_is_claimed_leaves_store_work_and_comes_back_with_new
 }
 
 #[tokio::test]
+async fn a_claim_that_hands_back_its_sweep_keeps_the_row_until_the_sweep_runs() {
+    let db = fresh_db().await;
+    let s = &db.store;
+    let c = s.client().await.unwrap();
+    let listed = || async {
+        let rows = c
+            .query("SELECT store FROM store_work ORDER BY store", &[])
+            .await
+            .unwrap();
+        rows.iter().map(|r| r.get(0)).collect::<Vec<String>>()
+    };
+    fixtures::enqueued(s, "s1", 1).await;
+    fixtures::enqueued(s, "s2", 1).await;
+    let taken = s
+        .action_claim_to_send_sweep_after(&owner(), 1, LONG_LEASE_MS, CAP, ClaimMode::Fair)
+        .await
+        .unwrap();
+    assert_eq!(taken.claimed.len(), 1, "{taken:?}");
+    assert_eq!(taken.claimed[0].store, "s1");
+    assert!(
+        taken.claimed[0].attempt_counted,
+        "the intent is written in the claim"
+    );
+    assert_eq!(taken.sweep.stores(), ["s1"]);
+    assert_eq!(
+        listed().await,
+        vec!["s1", "s2"],
+        "swept before it was asked"
+    );
+    taken.sweep.run().await;
+    assert_eq!(listed().await, vec!["s2"]);
+    // A sweep dropped unrun costs nothing but the row, which the next fair
+    // claim sweeps once it stands at the front of the line.
+    let taken = s
+        .action_claim_to_send_sweep_after(&owner(), 16, LONG_LEASE_MS, CAP, ClaimMode::Fair)
+        .await
+        .unwrap();
+    assert_eq!(taken.claimed.len(), 1);
+    assert_eq!(taken.sweep.stores(), ["s2"]);
+    drop(taken);
+    assert_eq!(listed().await, vec!["s2"]);
+    assert!(claim(s, 16).await.is_empty());
+    assert!(
+        listed().await.is_empty(),
+        "the idle row at the front was kept"
+    );
+}
+
+#[tokio::test]
 async fn a_failed_sweep_does_not_cost_the_claim_its_actions() {
     let db = fresh_db().await;
     let s = &db.store;

@@ -6,6 +6,9 @@
 //! - An action is in the held map (renewed by the heartbeat) before its
 //!   delivery starts, with the local deadline measured from the moment the
 //!   claim was sent (`courier_core::lease::deadline_ms`).
+//! - A claim's deliveries start before its sweep of `store_work` runs, and
+//!   the sweep ends (or is given up after a lease time) before the next
+//!   claim.
 
 use super::context::{bounded, Ctx, Held};
 use super::delivery::Delivery;
@@ -13,7 +16,7 @@ use super::event::Event;
 use super::Provider;
 use courier_core::backoff::{idle_wait_ms, store_retry_delay_ms};
 use courier_core::lease::deadline_ms;
-use courier_store::Claimed;
+use courier_store::{ClaimTaken, Claimed, SweepOwed};
 use rand::{rngs::StdRng, Rng, SeedableRng};
 use std::sync::Arc;
 use std::time::Duration;
@@ -40,16 +43,19 @@ pub(super) async fn run<P: Provider>(ctx: Arc<Ctx<P>>, shutdown: CancellationTok
         // How long to wait before the next claim, and whether the end of a
         // delivery cuts the wait short (only when idle, not after a failure).
         let (wait_ms, idle) = match claim(&ctx, n).await {
-            Ok((claimed, _)) if claimed.is_empty() => {
+            Ok((taken, _)) if taken.claimed.is_empty() => {
                 store_retry = 0;
+                sweep(&ctx, taken.sweep).await;
                 (idle_wait_ms(ctx.cfg.idle_poll_ms, &mut rng), true)
             }
-            Ok((claimed, sent_ms)) => {
+            Ok((taken, sent_ms)) => {
                 store_retry = 0;
                 let deadline = deadline_ms(sent_ms, limits.lease_ttl_ms);
-                for c in claimed {
+                for c in taken.claimed {
                     start(&ctx, &mut tasks, c, deadline, rng.random()).await;
                 }
+                // The deliveries are under way; now the sweep the claim owes.
+                sweep(&ctx, taken.sweep).await;
                 continue;
             }
             Err(e) => {
@@ -73,14 +79,15 @@ pub(super) async fn run<P: Provider>(ctx: Arc<Ctx<P>>, shutdown: CancellationTok
 }
 
 /// One claim statement; also returns when it was sent, on the lease clock.
+/// The sweep it owes is the caller's to run.
 async fn claim<P: Provider>(
     ctx: &Ctx<P>,
     n: u32,
-) -> Result<(Vec<Claimed>, u64), courier_store::StoreError> {
+) -> Result<(ClaimTaken, u64), courier_store::StoreError> {
     let limits = &ctx.cfg.limits;
     let started = Instant::now();
     let sent_ms = ctx.now_ms();
-    let claim = ctx.store.action_claim_to_send(
+    let claim = ctx.store.action_claim_to_send_sweep_after(
         &ctx.owner,
         n,
         limits.lease_ttl_ms,
@@ -90,13 +97,25 @@ async fn claim<P: Provider>(
     // A claim given up is as a claim whose answer was lost: what it took
     // is reclaimed, looked up first, once its lease runs out.
     let claim = bounded(limits.lease_ttl_ms, claim).await;
-    let found = claim.as_ref().map_or(0, Vec::len);
+    let found = claim.as_ref().map_or(0, |t| t.claimed.len());
     ctx.observe(Event::ClaimRan {
         took: started.elapsed(),
         found,
     })
     .await;
     claim.map(|c| (c, sent_ms))
+}
+
+/// Runs the sweep of `store_work` a claim owes (it only tidies the rows the
+/// next claims walk), bounded like every store call; its failure is logged
+/// by the store and costs no action anything.
+async fn sweep<P: Provider>(ctx: &Ctx<P>, owed: SweepOwed) {
+    let limit_ms = ctx.cfg.limits.lease_ttl_ms;
+    let _ = bounded(limit_ms, async {
+        owed.run().await;
+        Ok(())
+    })
+    .await;
 }
 
 /// Holds the lease in the map the heartbeat renews, and starts the delivery.
