@@ -38,6 +38,15 @@ async fn claim(store: &PgStore, n: u32) -> Vec<Claimed> {
         .expect("claim")
 }
 
+/// The stores in `store_work`, by name.
+async fn listed(c: &tokio_postgres::Client) -> Vec<String> {
+    let rows = c
+        .query("SELECT store FROM store_work ORDER BY store", &[])
+        .await
+        .unwrap();
+    rows.iter().map(|r| r.get(0)).collect()
+}
+
 /// What the step-by-step race left: the stores with work missing from
 /// `store_work` once the enqueue committed, and how many actions the next
 /// claim found.
@@ -82,13 +91,7 @@ async fn a_store_whose_work_is_claimed_leaves_store_work_and_comes_back_with_new
     let db = fresh_db().await;
     let s = &db.store;
     let c = s.client().await.unwrap();
-    let listed = || async {
-        let rows = c
-            .query("SELECT store FROM store_work ORDER BY store", &[])
-            .await
-            .unwrap();
-        rows.iter().map(|r| r.get(0)).collect::<Vec<String>>()
-    };
+    let listed = || listed(&c);
     fixtures::enqueued(s, "s1", 2).await;
     fixtures::enqueued(s, "s2", 1).await;
     assert_eq!(listed().await, vec!["s1", "s2"]);
@@ -129,13 +132,7 @@ async fn a_claim_that_hands_back_its_sweep_keeps_the_row_until_the_sweep_runs() 
     let db = fresh_db().await;
     let s = &db.store;
     let c = s.client().await.unwrap();
-    let listed = || async {
-        let rows = c
-            .query("SELECT store FROM store_work ORDER BY store", &[])
-            .await
-            .unwrap();
-        rows.iter().map(|r| r.get(0)).collect::<Vec<String>>()
-    };
+    let listed = || listed(&c);
     fixtures::enqueued(s, "s1", 1).await;
     fixtures::enqueued(s, "s2", 1).await;
     let taken = s
