@@ -109,20 +109,17 @@ fn reject(
     }
 }
 
-fn send_latency_for(sh: &Shared, key: &str, req: &SendRequest) -> u64 {
+/// The latency of a request: a send's (`message` given) drawn as its
+/// configuration says, a lookup's from its key.
+fn latency_for(sh: &Shared, key: &str, message: Option<&SendRequest>) -> u64 {
     if sh.cfg.latency.is_zero() {
         return 0;
     }
     let ordinal = sh.requests.fetch_add(1, Ordering::Relaxed);
-    fate::send_latency_ms(&sh.cfg, key, ordinal, &req.to, &req.body)
-}
-
-fn latency_for(sh: &Shared, key: &str) -> u64 {
-    if sh.cfg.latency.is_zero() {
-        return 0;
+    match message {
+        Some(req) => fate::send_latency_ms(&sh.cfg, key, ordinal, &req.to, &req.body),
+        None => fate::latency_ms(&sh.cfg, key, ordinal),
     }
-    let ordinal = sh.requests.fetch_add(1, Ordering::Relaxed);
-    fate::latency_ms(&sh.cfg, key, ordinal)
 }
 
 async fn send(State(sh): State<Arc<Shared>>, headers: HeaderMap, body: Body) -> Response {
@@ -131,7 +128,7 @@ async fn send(State(sh): State<Arc<Shared>>, headers: HeaderMap, body: Body) -> 
         Err(refused) => return refused,
     };
     let fp = fingerprint(&req);
-    let latency_ms = send_latency_for(&sh, &key, &req);
+    let latency_ms = latency_for(&sh, &key, Some(&req));
     let callback: Option<Arc<str>> = req
         .status_callback
         .or_else(|| sh.cfg.default_callback.clone())
@@ -406,7 +403,7 @@ async fn lookup(
     if let Err(e) = validate_key(&key) {
         return error(StatusCode::BAD_REQUEST, &format!("bad key in path: {e}"));
     }
-    if !wait(&sh, latency_for(&sh, &key)).await {
+    if !wait(&sh, latency_for(&sh, &key, None)).await {
         return shutting_down();
     }
     let found = sh.lock().lookup(&key, Instant::now());
