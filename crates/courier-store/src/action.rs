@@ -76,7 +76,15 @@ pub async fn action_enqueue(
     if let Some(row) = row {
         return Ok(Enqueued::Created(row.get(0)));
     }
-    // A conflict is only possible with a client key.
+    existing(client, new).await
+}
+
+/// The action a conflicting enqueue met (a conflict is only possible with a
+/// client key): the same content is that action, other content an error.
+async fn existing(
+    client: &impl GenericClient,
+    new: &NewAction,
+) -> Result<Enqueued, EnqueueError> {
     let row = client
         .query_one(sql!("action/by_client_key"), &[&new.store, &new.key])
         .await
@@ -91,12 +99,32 @@ pub async fn action_enqueue(
 }
 
 impl PgStore {
+    /// Enqueues on its own: the store's registration and the action's insert
+    /// are sent together (one round trip, statements prepared once per
+    /// connection), each committing on its own. The registration is
+    /// idempotent and stores are never deleted, so it may stand without the
+    /// action (an insert refused); the insert runs after it has committed,
+    /// so the `store_work` trigger's check that the store exists holds.
     pub async fn action_enqueue(&self, new: &NewAction) -> Result<Enqueued, EnqueueError> {
-        let mut client = self.pool.get().await.map_err(StoreError::from)?;
-        let tx = client.transaction().await.map_err(StoreError::from)?;
-        let out = action_enqueue(&*tx, new).await?;
-        tx.commit().await.map_err(StoreError::from)?;
-        Ok(out)
+        let client = self.pool.get().await.map_err(StoreError::from)?;
+        let (register, insert) = tokio::try_join!(
+            client.prepare_cached(sql!("action/store_insert")),
+            client.prepare_cached(sql!("action/enqueue")),
+        )
+        .map_err(StoreError::from)?;
+        let uid = uuid::Uuid::now_v7();
+        let register_params: [&(dyn tokio_postgres::types::ToSql + Sync); 1] = [&new.store];
+        let insert_params: [&(dyn tokio_postgres::types::ToSql + Sync); 5] =
+            [&uid, &new.store, &new.key, &new.to, &new.body];
+        let (_, row) = tokio::try_join!(
+            client.execute(&register, &register_params),
+            client.query_opt(&insert, &insert_params),
+        )
+        .map_err(StoreError::from)?;
+        match row {
+            Some(row) => Ok(Enqueued::Created(row.get(0))),
+            None => existing(&**client, new).await,
+        }
     }
 
     pub async fn action_get(&self, id: i64) -> Result<Option<ActionView>, StoreError> {
