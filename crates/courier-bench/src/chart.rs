@@ -3,9 +3,13 @@
 //! scenario, fair next to FIFO, with the target line; on the right the quiet
 //! stores' p95 over time in the bulk scenario, with the bursts marked. Both
 //! latency axes are logarithmic, so FIFO's harm and fair's flatness show on
-//! one scale.
+//! one scale. The matrix chart: each cell's judged figures against their
+//! target lines ([`write_matrix`]).
 
-use crate::fairness::{claim_name, FairnessReport, FAIR_RATIO_MAX};
+use crate::fairness::{
+    claim_name, FairnessReport, BASELINE_VS_FIFO_MAX, FAIR_RATIO_MAX, TREND_MAX,
+};
+use crate::matrix::MatrixReport;
 use crate::scale::{ScaleReport, ScaleRow};
 use crate::schedule::Scenario;
 use crate::BenchError;
@@ -398,5 +402,143 @@ fn scale_panel(
         .border_style(BLACK.mix(0.3))
         .draw()
         .map_err(|x| e(&x))?;
+    Ok(())
+}
+
+/// Draws a matrix's chart at `path` and records where in the report.
+pub fn write_matrix(report: &mut MatrixReport, path: &Path) -> Result<(), BenchError> {
+    let out = |e: String| BenchError::Output {
+        path: path.to_path_buf(),
+        detail: e,
+    };
+    if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+        std::fs::create_dir_all(dir).map_err(|e| out(e.to_string()))?;
+    }
+    draw_matrix(report, path).map_err(out)?;
+    report.chart = Some(path.to_path_buf());
+    Ok(())
+}
+
+/// The matrix chart: one column per cell, each judged figure as a marker
+/// against its target line (the noisy scenarios' ratios against 1.10x, the
+/// fair baseline over FIFO's and the worst trend against 1.2x); an
+/// overloaded cell is shaded and its markers left out. A figure above the
+/// axis is drawn at its top.
+fn draw_matrix(report: &MatrixReport, path: &Path) -> Result<(), String> {
+    let e = |e: &dyn std::fmt::Display| e.to_string();
+    let root = SVGBackend::new(path, (1160, 500)).into_drawing_area();
+    root.fill(&WHITE).map_err(|x| e(&x))?;
+    let (title, body) = root.split_vertically(34);
+    title
+        .draw(&Text::new(
+            format!(
+                "Fairness matrix · {} of {} judged cells met every target, {} overloaded · {} round(s) of {} s · seed {}",
+                report.met,
+                report.judged,
+                report.overloaded,
+                report.rounds,
+                report.duration_s,
+                report.seed
+            ),
+            (14, 10),
+            ("sans-serif", 16).into_font(),
+        ))
+        .map_err(|x| e(&x))?;
+    const Y_MAX: f64 = 2.0;
+    let n = report.cells.len().max(1);
+    let labels: Vec<String> = report
+        .cells
+        .iter()
+        .map(|c| {
+            format!(
+                "{}x{}x{}",
+                c.cell.stores, c.cell.noisy_stores, c.cell.noise_factor
+            )
+        })
+        .collect();
+    let mut chart = ChartBuilder::on(&body)
+        .margin(12)
+        .x_label_area_size(70)
+        .y_label_area_size(56)
+        .build_cartesian_2d(0f64..n as f64, 0.6f64..Y_MAX)
+        .map_err(|x| e(&x))?;
+    chart
+        .configure_mesh()
+        .disable_x_mesh()
+        .x_labels(0)
+        .light_line_style(GRID_LIGHT)
+        .bold_line_style(GRID_BOLD)
+        .y_desc("ratio (lines: 1.10x noisy scenarios; 1.2x baseline vs FIFO, trend)")
+        .y_label_formatter(&|v| format!("{v:.1}x"))
+        .draw()
+        .map_err(|x| e(&x))?;
+    for (i, c) in report.cells.iter().enumerate() {
+        let x = i as f64;
+        if c.overloaded.is_some() {
+            chart
+                .draw_series(std::iter::once(Rectangle::new(
+                    [(x, 0.6), (x + 1.0, Y_MAX)],
+                    GRID_BOLD.mix(0.6).filled(),
+                )))
+                .map_err(|x| e(&x))?;
+        }
+        let label = &labels[i];
+        chart
+            .draw_series(std::iter::once(
+                EmptyElement::at((x + 0.5, 0.6))
+                    + Text::new(
+                        label.clone(),
+                        (4, 6),
+                        ("sans-serif", 11)
+                            .into_font()
+                            .transform(FontTransform::Rotate90),
+                    ),
+            ))
+            .map_err(|x| e(&x))?;
+    }
+    // The trend's target and the baseline's over FIFO's are one line when equal.
+    for (target, style) in [
+        (FAIR_RATIO_MAX, TARGET.stroke_width(1)),
+        (TREND_MAX, TARGET.stroke_width(2)),
+        (BASELINE_VS_FIFO_MAX, TARGET.stroke_width(2)),
+    ] {
+        chart
+            .draw_series(LineSeries::new([(0.0, target), (n as f64, target)], style))
+            .map_err(|x| e(&x))?;
+    }
+    type Pick = fn(&FairnessReport) -> f64;
+    fn ratio_of(r: &FairnessReport, s: Scenario) -> f64 {
+        r.run(s, ClaimMode::Fair).map_or(f64::NAN, |x| x.quiet_p95_ratio)
+    }
+    let figures: [(&str, Pick, RGBColor, f64); 4] = [
+        ("steady (fair) / fair baseline", |r| ratio_of(r, Scenario::Steady), FAIR, 0.2),
+        ("bulk (fair) / fair baseline", |r| ratio_of(r, Scenario::Bulk), BURST, 0.4),
+        ("fair baseline / FIFO baseline", |r| r.verdict.baseline_vs_fifo, FIFO, 0.6),
+        ("worst fair round, last third / first", |r| r.verdict.fair_trend_worst, TARGET, 0.8),
+    ];
+    for (name, pick, colour, dx) in figures {
+        let points: Vec<(f64, f64)> = report
+            .cells
+            .iter()
+            .enumerate()
+            .filter(|(_, c)| c.overloaded.is_none())
+            .filter_map(|(i, c)| Some((i as f64 + dx, pick(c.report.as_ref()?))))
+            .filter(|(_, v)| v.is_finite())
+            .map(|(x, v)| (x, v.clamp(0.6, Y_MAX)))
+            .collect();
+        chart
+            .draw_series(points.into_iter().map(|p| Circle::new(p, 4, colour.filled())))
+            .map_err(|x| e(&x))?
+            .label(name)
+            .legend(move |(x, y)| Circle::new((x + 6, y), 4, colour.filled()));
+    }
+    chart
+        .configure_series_labels()
+        .position(SeriesLabelPosition::UpperLeft)
+        .background_style(WHITE.mix(0.85))
+        .border_style(BLACK.mix(0.3))
+        .draw()
+        .map_err(|x| e(&x))?;
+    root.present().map_err(|x| e(&x))?;
     Ok(())
 }

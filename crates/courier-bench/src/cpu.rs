@@ -276,6 +276,80 @@ impl AutovacuumTicks {
     }
 }
 
+/// One reading of [`watch`]: when (ms after the watch began), every role's
+/// cumulative ticks, and autovacuum's ticks since the watch began.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct Reading {
+    pub at_ms: f64,
+    pub ticks: Ticks,
+    pub autovacuum: u64,
+}
+
+/// The CPU of a span of a run, in cores (1.0 = one core busy).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize)]
+pub struct SpanCpu {
+    pub cores: Cores,
+    /// Autovacuum's workers (part of `cores.postgres`).
+    pub autovacuum: f64,
+    /// The machine's busy time (every process's, steal apart) over its
+    /// cores: 1.0 is every core busy.
+    pub busy_share: f64,
+}
+
+/// The cores this machine has, as the scheduler lets this process use them.
+pub fn machine_cores() -> f64 {
+    std::thread::available_parallelism().map_or(1.0, |n| n.get() as f64)
+}
+
+/// Reads `roles` (and, with a postmaster, its autovacuum workers) every
+/// `every` on a blocking thread, from now until `stop`; the first reading
+/// is taken at once, the last after `stop`.
+pub fn watch(
+    roles: Roles,
+    every: std::time::Duration,
+    stop: tokio_util::sync::CancellationToken,
+) -> tokio::task::JoinHandle<Vec<Reading>> {
+    tokio::task::spawn_blocking(move || {
+        let t0 = std::time::Instant::now();
+        let mut av = AutovacuumTicks::default();
+        let mut out = Vec::new();
+        loop {
+            let done = stop.is_cancelled();
+            if let Some(pm) = roles.postmaster {
+                av.observe(&pg_children(pm));
+            }
+            out.push(Reading {
+                at_ms: t0.elapsed().as_secs_f64() * 1_000.0,
+                ticks: roles.read(),
+                autovacuum: av.ticks(),
+            });
+            if done {
+                return out;
+            }
+            std::thread::sleep(every);
+        }
+    })
+}
+
+/// The CPU between `from_ms` and `to_ms`, from the last reading at or
+/// before `from_ms` to the first at or after `to_ms` (so the span read
+/// covers the one asked for); `None` when the readings do not reach both
+/// ends or `cores` is not positive.
+pub fn span(readings: &[Reading], from_ms: f64, to_ms: f64, cores: f64) -> Option<SpanCpu> {
+    let a = readings.iter().rev().find(|r| r.at_ms <= from_ms)?;
+    let b = readings.iter().find(|r| r.at_ms >= to_ms)?;
+    let dt_s = (b.at_ms - a.at_ms) / 1_000.0;
+    let used = Cores::between(&a.ticks, &b.ticks, dt_s)?;
+    if cores <= 0.0 {
+        return None;
+    }
+    Some(SpanCpu {
+        cores: used,
+        autovacuum: cores_of(b.autovacuum.saturating_sub(a.autovacuum), dt_s),
+        busy_share: used.total() / cores,
+    })
+}
+
 /// Ticks as cores over `dt_s` seconds.
 pub fn cores_of(ticks: u64, dt_s: f64) -> f64 {
     if dt_s <= 0.0 {
@@ -391,5 +465,38 @@ mod tests {
         assert_eq!(cores_of(150, 1.5), 1.0);
         assert_eq!(cores_of(150, 0.0), 0.0);
         assert_eq!(ms_of(3), 30.0);
+    }
+
+    #[test]
+    fn a_span_reads_from_the_reading_before_its_start_to_the_one_after_its_end() {
+        let at = |ms: f64, busy: u64, pg: u64, av: u64| Reading {
+            at_ms: ms,
+            ticks: Ticks {
+                postgres: pg,
+                machine_busy: busy,
+                ..Ticks::default()
+            },
+            autovacuum: av,
+        };
+        // Every 500 ms: the machine busy 100 ticks a second (one core of
+        // two), the server 60 of them, autovacuum 10 in the second second.
+        let r = [
+            at(0.0, 0, 0, 0),
+            at(500.0, 50, 30, 0),
+            at(1_000.0, 100, 60, 0),
+            at(1_500.0, 150, 90, 5),
+            at(2_000.0, 200, 120, 10),
+        ];
+        let s = span(&r, 1_000.0, 2_000.0, 2.0).expect("covered");
+        assert!((s.cores.postgres - 0.6).abs() < 1e-9, "{s:?}");
+        assert!((s.cores.other - 0.4).abs() < 1e-9, "{s:?}");
+        assert!((s.autovacuum - 0.1).abs() < 1e-9, "{s:?}");
+        assert!((s.busy_share - 0.5).abs() < 1e-9, "{s:?}");
+        // A start between readings reads from the one before it.
+        let wider = span(&r, 700.0, 1_900.0, 2.0).expect("covered");
+        assert!((wider.busy_share - 0.5).abs() < 1e-9, "{wider:?}");
+        // Readings that end before the span's end: not covered.
+        assert_eq!(span(&r, 1_000.0, 2_500.0, 2.0), None);
+        assert_eq!(span(&r, 1_000.0, 2_000.0, 0.0), None);
     }
 }

@@ -24,7 +24,7 @@ use crate::schedule::{arrivals, Arrival, Scenario, Shape};
 use crate::stats::{
     calibrate, latency_mean_ms, median, ratio, timeline_p95, trend_ratio, Calibration, Percentiles,
 };
-use crate::{bar, run_dir, BenchError};
+use crate::{bar, cpu, run_dir, BenchError};
 use courier_core::Limits;
 use courier_dispatch::worker::{Worker, WorkerConfig};
 use courier_fake::{FakeConfig, FaultRates, Latency, LatencySubject};
@@ -59,6 +59,8 @@ pub const TREND_MAX: f64 = 1.2;
 /// How often `pg_stat_user_tables` is read for the sequential scans of
 /// `actions` during a run's load.
 const SCAN_POLL: Duration = Duration::from_secs(2);
+/// How often a run reads the machine's and the server's CPU during its load.
+const CPU_READ_EVERY: Duration = Duration::from_millis(200);
 
 /// Statements reported per run.
 const STATEMENTS_MAX: i64 = 6;
@@ -340,6 +342,8 @@ pub struct FairnessRun {
     /// Sequential scans of `actions` per second during each round's load,
     /// one figure per poll interval, in round order.
     pub seq_scans_per_s_by_round: Vec<Vec<f64>>,
+    /// The machine's and the server's CPU in each round's measured load.
+    pub cpu_by_round: Vec<RoundCpu>,
     /// The noisy stores' own latency (in the baseline: the same stores,
     /// sending like everyone else), medians over the rounds.
     pub noisy: Option<Percentiles>,
@@ -581,6 +585,7 @@ pub async fn run(cfg: &FairnessConfig) -> Result<FairnessReport, BenchError> {
             server_url: url.clone(),
             provider_url: provider.url(),
             statements,
+            postmaster: cluster.postmaster_pid(),
         };
         let runs = async {
             let (calibration, measured) = calibration_run(&ctx, assumed).await?;
@@ -725,6 +730,8 @@ struct Ctx<'a> {
     /// The server has pg_stat_statements: each run reports its costliest
     /// statements.
     statements: bool,
+    /// The server's postmaster, whose processes' CPU each run reads.
+    postmaster: Option<u32>,
 }
 
 /// The capacity and length of a run.
@@ -899,6 +906,30 @@ struct Samples {
     trend: f64,
     /// Sequential scans of `actions` per second, per poll during the load.
     seq_scans_per_s: Vec<f64>,
+    /// The machine's and the server's CPU during the measured load.
+    cpu: RoundCpu,
+}
+
+impl FairnessRun {
+    /// The machine's busy share (1.0: every core busy) during the measured
+    /// load, the median over the rounds that read it; `None` if none did.
+    pub fn machine_busy_share(&self) -> Option<f64> {
+        let shares: Vec<f64> = self
+            .cpu_by_round
+            .iter()
+            .filter_map(|r| r.load.map(|l| l.busy_share))
+            .collect();
+        (!shares.is_empty()).then(|| median(shares.iter().copied()))
+    }
+}
+
+/// The CPU of one round's measured load (after the warm-up), whole and by
+/// thirds (the thirds the trend compares); `None` where the readings did
+/// not cover the span.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct RoundCpu {
+    pub load: Option<cpu::SpanCpu>,
+    pub thirds: Vec<Option<cpu::SpanCpu>>,
 }
 
 /// Pools the rounds of one scenario and claim mode.
@@ -965,6 +996,7 @@ fn summarise(
         ratio_by_round: Vec::new(),
         trend_by_round: rounds.iter().map(|r| r.trend).collect(),
         seq_scans_per_s_by_round: rounds.iter().map(|r| r.seq_scans_per_s.clone()).collect(),
+        cpu_by_round: rounds.iter().map(|r| r.cpu.clone()).collect(),
         noisy,
         actions,
         offered_per_s: actions as f64 / load_s,
@@ -1048,6 +1080,12 @@ async fn run_one(
     // query counts actions by a scan).
     let poll_stop = CancellationToken::new();
     let poller = tokio::spawn(seq_scans_poll(store.clone(), poll_stop.clone()));
+    let cpu_roles = cpu::Roles {
+        postmaster: ctx.postmaster,
+        bench: std::process::id(),
+        ..cpu::Roles::default()
+    };
+    let cpu_watch = cpu::watch(cpu_roles, CPU_READ_EVERY, poll_stop.clone());
     let load_started = Instant::now();
     let generated = {
         let load = generate(&store, schedule, cfg, plan.duration_s, enqueued.clone());
@@ -1067,8 +1105,12 @@ async fn run_one(
             }
         }
     };
+    // The CPU readings cover the whole load, however early its last
+    // arrival was enqueued: the watch's last reading is taken after this.
+    tokio::time::sleep_until((load_started + Duration::from_secs(plan.duration_s)).into()).await;
     poll_stop.cancel();
     let seq_scans_per_s = poller.await?;
+    let cpu_readings = cpu_watch.await?;
     let lag_max_ms = match generated {
         Ok(v) => v,
         Err(e) => {
@@ -1141,9 +1183,22 @@ async fn run_one(
             }
         }
     }
-    let trend = trend_ratio(&quiet_timeline, warmup_ms, plan.duration_s as f64 * 1000.0);
+    let load_end_ms = plan.duration_s as f64 * 1000.0;
+    let trend = trend_ratio(&quiet_timeline, warmup_ms, load_end_ms);
+    let cores = cpu::machine_cores();
+    let third_ms = (load_end_ms - warmup_ms) / 3.0;
+    let cpu = RoundCpu {
+        load: cpu::span(&cpu_readings, warmup_ms, load_end_ms, cores),
+        thirds: (0..3)
+            .map(|i| {
+                let from = warmup_ms + third_ms * f64::from(i);
+                cpu::span(&cpu_readings, from, from + third_ms, cores)
+            })
+            .collect(),
+    };
     Ok(Samples {
         trend,
+        cpu,
         seq_scans_per_s,
         statements,
         quiet_us,
@@ -1361,6 +1416,7 @@ mod tests {
             ratio_by_round: vec![ratio],
             trend_by_round: vec![1.0],
             seq_scans_per_s_by_round: vec![vec![0.0; 6]],
+            cpu_by_round: Vec::new(),
             noisy: None,
             actions: 10,
             offered_per_s: 1.0,

@@ -29,6 +29,10 @@ pub const OVERLOADED_CELLS_MAX: usize = 2;
 /// rate and keeps its workers at most this busy.
 const KEEPS_UP_SHARE_MIN: f64 = 0.9;
 const BUSY_MAX: f64 = 0.85;
+/// The machine's CPUs may be at most this busy (every process's time, the
+/// median over a run's rounds) in a fair run of a judged cell: beyond it the
+/// quiet stores wait for a core, whichever store the claim serves first.
+const MACHINE_BUSY_MAX: f64 = 0.85;
 
 /// One shape.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -179,6 +183,8 @@ pub struct MatrixReport {
     /// [`OVERLOADED_CELLS_MAX`] were overloaded.
     pub within_targets: bool,
     pub wall_time_s: f64,
+    /// Where the chart was written, once it was.
+    pub chart: Option<std::path::PathBuf>,
 }
 
 /// The machine's 1-minute load average (NaN where /proc has none).
@@ -224,6 +230,7 @@ pub async fn run(m: &MatrixConfig) -> Result<MatrixReport, BenchError> {
         within_targets: met == judged && overloaded <= OVERLOADED_CELLS_MAX,
         cells,
         wall_time_s: started.elapsed().as_secs_f64(),
+        chart: None,
     })
 }
 
@@ -273,7 +280,10 @@ async fn one_cell(
 }
 
 /// Why a cell's figures measure a queue rather than fairness, if they do:
-/// a fair run kept its workers more than 85% busy, or a fair run of Poisson
+/// a fair run kept its workers more than 85% busy, or the machine's CPUs
+/// more than 85% busy (the server, the workers, the provider and the load
+/// share one machine, so the quiet stores then queue for a core, not for a
+/// slot), or a fair run of Poisson
 /// arrivals (the baseline, the steady scenario) accepted less than 90% of
 /// its offered rate. A bulk run's accepted rate is no such sign: its bursts
 /// are larger than the capacity by design, and the per-store cap drains
@@ -287,15 +297,20 @@ fn overload_reason(runs: &[FairnessRun]) -> Option<String> {
         .find(|run| {
             let arrivals_kept_up = run.scenario == Scenario::Bulk
                 || run.throughput_per_s >= KEEPS_UP_SHARE_MIN * run.offered_per_s;
-            !arrivals_kept_up || run.utilisation_measured > BUSY_MAX
+            let machine_busy = run.machine_busy_share().unwrap_or(0.0);
+            !arrivals_kept_up
+                || run.utilisation_measured > BUSY_MAX
+                || machine_busy > MACHINE_BUSY_MAX
         })
         .map(|run| {
             format!(
-                "fair, {}: accepted {:.0}/s of {:.0}/s offered, workers {:.0}% busy",
+                "fair, {}: accepted {:.0}/s of {:.0}/s offered, workers {:.0}% busy, the machine's CPUs {}",
                 run.label,
                 run.throughput_per_s,
                 run.offered_per_s,
-                run.utilisation_measured * 100.0
+                run.utilisation_measured * 100.0,
+                run.machine_busy_share()
+                    .map_or("not read".to_string(), |b| format!("{:.0}% busy", b * 100.0))
             )
         })
 }
@@ -311,10 +326,10 @@ impl MatrixReport {
             self.rounds
         );
         out.push_str(
-            "| stores | noisy | noise | offered noisy /s | slots | store cap | busy | fair base p95 ms | FIFO base p95 ms | base vs FIFO | steady (fair) | bulk (fair) | bulk (FIFO) | worst trend | actions seq scans/s max | load avg | verdict |\n",
+            "| stores | noisy | noise | offered noisy /s | slots | store cap | busy | CPUs busy | fair base p95 ms | FIFO base p95 ms | base vs FIFO | steady (fair) | bulk (fair) | bulk (FIFO) | worst trend | actions seq scans/s max | load avg | verdict |\n",
         );
         out.push_str(
-            "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---|\n",
+            "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---|\n",
         );
         for c in &self.cells {
             out.push_str(&row(c));
@@ -343,18 +358,30 @@ impl MatrixReport {
 
 fn row(c: &CellResult) -> String {
     let x = |v: f64| format!("{v:.2}x");
-    let (mut figures, mut verdict) = (vec!["-".to_string(); 11], "overloaded".to_string());
+    let (mut figures, mut verdict) = (vec!["-".to_string(); 12], "overloaded".to_string());
     if let Some(r) = &c.report {
         let p95 = |s, m| r.run(s, m).map_or(f64::NAN, |x| x.quiet.p95_ms);
         let ratio = |s, m| r.run(s, m).map_or(f64::NAN, |x| x.quiet_p95_ratio);
         let busy = r
             .run(Scenario::Steady, ClaimMode::Fair)
             .map_or(f64::NAN, |x| x.utilisation_measured * 100.0);
+        // The busiest fair run's machine (median over its rounds).
+        let cpus = r
+            .runs
+            .iter()
+            .filter(|x| x.claim == ClaimMode::Fair)
+            .filter_map(FairnessRun::machine_busy_share)
+            .fold(f64::NAN, f64::max);
         let v = &r.verdict;
         figures = vec![
             r.settings.calibration.slots.to_string(),
             r.settings.store_in_flight_max.to_string(),
             format!("{busy:.0}%"),
+            if cpus.is_nan() {
+                "-".to_string()
+            } else {
+                format!("{:.0}%", cpus * 100.0)
+            },
             format!("{:.1}", p95(Scenario::Baseline, ClaimMode::Fair)),
             format!("{:.1}", p95(Scenario::Baseline, ClaimMode::Fifo)),
             x(v.baseline_vs_fifo),
@@ -383,6 +410,7 @@ fn row(c: &CellResult) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::fairness::RoundCpu;
 
     #[test]
     fn the_full_matrix_has_18_valid_cells_with_the_same_baseline_load() {
@@ -416,6 +444,7 @@ mod tests {
             ratio_by_round: vec![1.0],
             trend_by_round: vec![1.0],
             seq_scans_per_s_by_round: Vec::new(),
+            cpu_by_round: Vec::new(),
             noisy: None,
             actions: 1_000,
             offered_per_s: 300.0,
@@ -449,6 +478,24 @@ mod tests {
         bulk_busy[2].utilisation_measured = 0.9;
         let why = overload_reason(&bulk_busy).expect("a bulk run with its workers 90% busy");
         assert!(why.contains("Bulk") && why.contains("90% busy"), "{why}");
+        // The machine's CPUs: a median over the rounds above 85% is overload,
+        // one busy round of three is not.
+        let cpu = |share: f64| RoundCpu {
+            load: Some(crate::cpu::SpanCpu {
+                busy_share: share,
+                ..Default::default()
+            }),
+            thirds: Vec::new(),
+        };
+        let mut machine_busy = kept_up.clone();
+        machine_busy[1].cpu_by_round = vec![cpu(0.7), cpu(0.95), cpu(0.6)];
+        assert_eq!(overload_reason(&machine_busy), None);
+        machine_busy[1].cpu_by_round = vec![cpu(0.9), cpu(0.95), cpu(0.6)];
+        let why = overload_reason(&machine_busy).expect("a steady run on a machine 90% busy");
+        assert!(
+            why.contains("Steady") && why.contains("CPUs 90% busy"),
+            "{why}"
+        );
     }
 
     #[test]

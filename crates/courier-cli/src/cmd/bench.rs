@@ -155,7 +155,7 @@ struct FairnessArgs {
     /// A bulk store's bursts are at least this large (default 1000; 50 with --smoke).
     #[arg(long)]
     burst_actions_min: Option<u32>,
-    /// Where to write the SVG chart.
+    /// Where to write the SVG chart (with --matrix, the matrix's chart).
     #[arg(long, default_value = ".courier/bench/fairness.svg")]
     chart: PathBuf,
     /// Print the report as JSON on stdout (the rest goes to stderr).
@@ -510,14 +510,24 @@ async fn run_matrix(a: FairnessArgs) -> anyhow::Result<ExitCode> {
             m.base.utilisation_target * 100.0
         ),
     );
-    let report = matrix::run(&m).await?;
+    let mut report = matrix::run(&m).await?;
+    courier_bench::chart::write_matrix(&mut report, &a.chart)?;
     if a.json {
+        // The table goes with the rest of the run's telling, to stderr.
+        eprint!("\n{}", report.table());
         println!("{}", serde_json::to_string_pretty(&report)?);
     } else {
         println!();
         print!("{}", report.table());
     }
-    say(a.json, &format!("wall time {:.0} s", report.wall_time_s));
+    say(
+        a.json,
+        &format!(
+            "chart: {} · wall time {:.0} s",
+            a.chart.display(),
+            report.wall_time_s
+        ),
+    );
     Ok(ExitCode::SUCCESS)
 }
 
