@@ -508,13 +508,34 @@ fn draw_matrix(report: &MatrixReport, path: &Path) -> Result<(), String> {
     }
     type Pick = fn(&FairnessReport) -> f64;
     fn ratio_of(r: &FairnessReport, s: Scenario) -> f64 {
-        r.run(s, ClaimMode::Fair).map_or(f64::NAN, |x| x.quiet_p95_ratio)
+        r.run(s, ClaimMode::Fair)
+            .map_or(f64::NAN, |x| x.quiet_p95_ratio)
     }
     let figures: [(&str, Pick, RGBColor, f64); 4] = [
-        ("steady (fair) / fair baseline", |r| ratio_of(r, Scenario::Steady), FAIR, 0.2),
-        ("bulk (fair) / fair baseline", |r| ratio_of(r, Scenario::Bulk), BURST, 0.4),
-        ("fair baseline / FIFO baseline", |r| r.verdict.baseline_vs_fifo, FIFO, 0.6),
-        ("worst fair round, last third / first", |r| r.verdict.fair_trend_worst, TARGET, 0.8),
+        (
+            "steady (fair) / fair baseline",
+            |r| ratio_of(r, Scenario::Steady),
+            FAIR,
+            0.2,
+        ),
+        (
+            "bulk (fair) / fair baseline",
+            |r| ratio_of(r, Scenario::Bulk),
+            BURST,
+            0.4,
+        ),
+        (
+            "fair baseline / FIFO baseline",
+            |r| r.verdict.baseline_vs_fifo,
+            FIFO,
+            0.6,
+        ),
+        (
+            "worst fair round, last third / first",
+            |r| r.verdict.fair_trend_worst,
+            TARGET,
+            0.8,
+        ),
     ];
     for (name, pick, colour, dx) in figures {
         let points: Vec<(f64, f64)> = report
@@ -527,7 +548,11 @@ fn draw_matrix(report: &MatrixReport, path: &Path) -> Result<(), String> {
             .map(|(x, v)| (x, v.clamp(0.6, Y_MAX)))
             .collect();
         chart
-            .draw_series(points.into_iter().map(|p| Circle::new(p, 4, colour.filled())))
+            .draw_series(
+                points
+                    .into_iter()
+                    .map(|p| Circle::new(p, 4, colour.filled())),
+            )
             .map_err(|x| e(&x))?
             .label(name)
             .legend(move |(x, y)| Circle::new((x + 6, y), 4, colour.filled()));

@@ -81,10 +81,7 @@ pub async fn action_enqueue(
 
 /// The action a conflicting enqueue met (a conflict is only possible with a
 /// client key): the same content is that action, other content an error.
-async fn existing(
-    client: &impl GenericClient,
-    new: &NewAction,
-) -> Result<Enqueued, EnqueueError> {
+async fn existing(client: &impl GenericClient, new: &NewAction) -> Result<Enqueued, EnqueueError> {
     let row = client
         .query_one(sql!("action/by_client_key"), &[&new.store, &new.key])
         .await

@@ -53,14 +53,36 @@ impl SweepOwed {
         &self.stores
     }
 
+    /// Gives the claim's connection back to the pool: a sweep held back
+    /// while further claims run must not hold one; it runs on a connection
+    /// from the pool instead.
+    pub fn release_connection(&mut self) {
+        self.client = None;
+    }
+
+    /// Takes on another claim's sweep, to run as one statement: the stores
+    /// of both (each once), on a connection from the pool.
+    pub fn absorb(&mut self, other: SweepOwed) {
+        self.client = None;
+        for s in other.stores {
+            if !self.stores.contains(&s) {
+                self.stores.push(s);
+            }
+        }
+    }
+
     /// Sweeps; an error is logged, never returned: the claim stands
     /// whatever becomes of its sweep (its actions are held, and an error
     /// here would leave them to wait out their lease).
     pub async fn run(self) {
-        let Some(client) = self.client else {
+        if self.stores.is_empty() {
             return;
+        }
+        let swept = match &self.client {
+            Some(client) => self.store.store_work_sweep_on(client, &self.stores).await,
+            None => self.store.store_work_sweep(&self.stores).await,
         };
-        if let Err(e) = self.store.store_work_sweep_on(&client, &self.stores).await {
+        if let Err(e) = swept {
             tracing::warn!(error = %e, stores = self.stores.len(), "store_work sweep failed; the claim stands");
         }
     }

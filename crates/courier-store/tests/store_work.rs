@@ -171,6 +171,33 @@ async fn a_claim_that_hands_back_its_sweep_keeps_the_row_until_the_sweep_runs() 
 }
 
 #[tokio::test]
+async fn sweeps_held_back_run_together_without_the_claims_connections() {
+    let db = fresh_db().await;
+    let s = &db.store;
+    let c = s.client().await.unwrap();
+    let listed = || listed(&c);
+    for store in ["s1", "s2", "s3"] {
+        fixtures::enqueued(s, store, 1).await;
+    }
+    let o = owner();
+    let take = || s.action_claim_to_send_sweep_after(&o, 1, LONG_LEASE_MS, CAP, ClaimMode::Fair);
+    let mut held = take().await.unwrap().sweep;
+    held.release_connection();
+    held.absorb(take().await.unwrap().sweep);
+    // A claim also owes the rows without work it walked past (here the
+    // rows of s1 and s2, still listed): each store is owed once.
+    let mut joint = take().await.unwrap().sweep;
+    assert_eq!(joint.stores(), ["s1", "s2", "s3"]);
+    joint.absorb(held);
+    assert_eq!(joint.stores(), ["s1", "s2", "s3"]);
+    assert_eq!(listed().await, vec!["s1", "s2", "s3"], "nothing swept yet");
+    // s1 has work again before the joint sweep runs: it stays listed.
+    fixtures::enqueued(s, "s1", 1).await;
+    joint.run().await;
+    assert_eq!(listed().await, vec!["s1"]);
+}
+
+#[tokio::test]
 async fn a_failed_sweep_does_not_cost_the_claim_its_actions() {
     let db = fresh_db().await;
     let s = &db.store;

@@ -6,9 +6,13 @@
 //! - An action is in the held map (renewed by the heartbeat) before its
 //!   delivery starts, with the local deadline measured from the moment the
 //!   claim was sent (`courier_core::lease::deadline_ms`).
-//! - A claim's deliveries start before its sweep of `store_work` runs, and
-//!   the sweep ends (or is given up after a lease time) before the next
-//!   claim.
+//! - A claim's deliveries start before its sweep of `store_work` runs.
+//! - A claim's sweep runs before the next claim, or waits to run with later
+//!   claims' sweeps as one statement: at most [`SWEEP_WAIT_MAX`], until
+//!   [`SWEEP_STORES_MAX`] stores are owed, or until the claimer waits for
+//!   room or stops (checked after every claim; an idle claimer claims
+//!   every poll interval); a sweep held back holds no connection. A sweep ends (or is given up after a lease time) before
+//!   the claim after it.
 
 use super::context::{bounded, Ctx, Held};
 use super::delivery::Delivery;
@@ -24,15 +28,31 @@ use tokio::task::JoinSet;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
+/// A sweep may wait this long for later claims' sweeps to run with them.
+/// Until it runs, the stores it owes stay in `store_work` (a claim walks
+/// past a store without work at the cost of one probe, and an enqueue for
+/// it finds its row in place).
+pub const SWEEP_WAIT_MAX: Duration = Duration::from_millis(20);
+/// A sweep held back runs once it owes this many stores.
+pub const SWEEP_STORES_MAX: usize = 32;
+
+/// The sweep held back, and since when.
+type Owed = Option<(SweepOwed, Instant)>;
+
 pub(super) async fn run<P: Provider>(ctx: Arc<Ctx<P>>, shutdown: CancellationToken) {
     let limits = &ctx.cfg.limits;
     let mut tasks = JoinSet::new();
     let mut rng = StdRng::seed_from_u64(ctx.cfg.seed);
     let mut store_retry = 0u32;
+    let mut owed: Owed = None;
     while !shutdown.is_cancelled() {
         while tasks.try_join_next().is_some() {}
         let room = limits.worker_concurrency_max as usize - tasks.len();
         if room == 0 {
+            // About to wait for room: the sweep held back runs now.
+            if let Some((s, _)) = owed.take() {
+                sweep(&ctx, s).await;
+            }
             tokio::select! {
                 _ = tasks.join_next() => {}
                 _ = shutdown.cancelled() => break,
@@ -45,7 +65,8 @@ pub(super) async fn run<P: Provider>(ctx: Arc<Ctx<P>>, shutdown: CancellationTok
         let (wait_ms, idle) = match claim(&ctx, n).await {
             Ok((taken, _)) if taken.claimed.is_empty() => {
                 store_retry = 0;
-                sweep(&ctx, taken.sweep).await;
+                owe(&mut owed, taken.sweep);
+                sweep_if_due(&ctx, &mut owed).await;
                 (idle_wait_ms(ctx.cfg.idle_poll_ms, &mut rng), true)
             }
             Ok((taken, sent_ms)) => {
@@ -54,8 +75,10 @@ pub(super) async fn run<P: Provider>(ctx: Arc<Ctx<P>>, shutdown: CancellationTok
                 for c in taken.claimed {
                     start(&ctx, &mut tasks, c, deadline, rng.random()).await;
                 }
-                // The deliveries are under way; now the sweep the claim owes.
-                sweep(&ctx, taken.sweep).await;
+                // The deliveries are under way; now the sweep the claim owes,
+                // or later, with the next claims' sweeps.
+                owe(&mut owed, taken.sweep);
+                sweep_if_due(&ctx, &mut owed).await;
                 continue;
             }
             Err(e) => {
@@ -73,9 +96,41 @@ pub(super) async fn run<P: Provider>(ctx: Arc<Ctx<P>>, shutdown: CancellationTok
             _ = shutdown.cancelled() => break,
         }
     }
+    if let Some((s, _)) = owed.take() {
+        sweep(&ctx, s).await;
+    }
     // Let the actions in hand finish: abandoning them would only delay them
     // by a lease, but finishing is cleaner.
     while tasks.join_next().await.is_some() {}
+}
+
+/// Runs the sweep held back once it owes [`SWEEP_STORES_MAX`] stores or
+/// has waited [`SWEEP_WAIT_MAX`] (an idle claimer asks again within its
+/// poll interval, so it runs at most one poll late).
+async fn sweep_if_due<P: Provider>(ctx: &Ctx<P>, owed: &mut Owed) {
+    let due = owed.as_ref().is_some_and(|(s, since)| {
+        s.stores().len() >= SWEEP_STORES_MAX || since.elapsed() >= SWEEP_WAIT_MAX
+    });
+    if due {
+        if let Some((s, _)) = owed.take() {
+            sweep(ctx, s).await;
+        }
+    }
+}
+
+/// Adds a claim's sweep to the one held back (if it owes anything), giving
+/// its connection back to the pool.
+fn owe(owed: &mut Owed, mut more: SweepOwed) {
+    if more.stores().is_empty() {
+        return;
+    }
+    match owed {
+        Some((s, _)) => s.absorb(more),
+        None => {
+            more.release_connection();
+            *owed = Some((more, Instant::now()));
+        }
+    }
 }
 
 /// One claim statement; also returns when it was sent, on the lease clock.
