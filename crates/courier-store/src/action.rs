@@ -109,6 +109,7 @@ impl PgStore {
             client.prepare_cached(sql!("action/enqueue")),
         )
         .map_err(StoreError::from)?;
+        // Time-ordered, as in `action_enqueue` above.
         let uid = uuid::Uuid::now_v7();
         let register_params: [&(dyn tokio_postgres::types::ToSql + Sync); 1] = [&new.store];
         let insert_params: [&(dyn tokio_postgres::types::ToSql + Sync); 5] =

@@ -11,8 +11,8 @@
 //!   claims' sweeps as one statement: at most [`SWEEP_WAIT_MAX`], until
 //!   [`SWEEP_STORES_MAX`] stores are owed, or until the claimer waits for
 //!   room or stops (checked after every claim; an idle claimer claims
-//!   every poll interval); a sweep held back holds no connection. A sweep ends (or is given up after a lease time) before
-//!   the claim after it.
+//!   every poll interval); a sweep held back holds no connection. A sweep
+//!   ends (or is given up after a lease time) before the claim after it.
 
 use super::context::{bounded, Ctx, Held};
 use super::delivery::Delivery;
@@ -50,9 +50,7 @@ pub(super) async fn run<P: Provider>(ctx: Arc<Ctx<P>>, shutdown: CancellationTok
         let room = limits.worker_concurrency_max as usize - tasks.len();
         if room == 0 {
             // About to wait for room: the sweep held back runs now.
-            if let Some((s, _)) = owed.take() {
-                sweep(&ctx, s).await;
-            }
+            sweep_owed(&ctx, &mut owed).await;
             tokio::select! {
                 _ = tasks.join_next() => {}
                 _ = shutdown.cancelled() => break,
@@ -96,9 +94,7 @@ pub(super) async fn run<P: Provider>(ctx: Arc<Ctx<P>>, shutdown: CancellationTok
             _ = shutdown.cancelled() => break,
         }
     }
-    if let Some((s, _)) = owed.take() {
-        sweep(&ctx, s).await;
-    }
+    sweep_owed(&ctx, &mut owed).await;
     // Let the actions in hand finish: abandoning them would only delay them
     // by a lease, but finishing is cleaner.
     while tasks.join_next().await.is_some() {}
@@ -112,9 +108,14 @@ async fn sweep_if_due<P: Provider>(ctx: &Ctx<P>, owed: &mut Owed) {
         s.stores().len() >= SWEEP_STORES_MAX || since.elapsed() >= SWEEP_WAIT_MAX
     });
     if due {
-        if let Some((s, _)) = owed.take() {
-            sweep(ctx, s).await;
-        }
+        sweep_owed(ctx, owed).await;
+    }
+}
+
+/// Runs the sweep held back, if any.
+async fn sweep_owed<P: Provider>(ctx: &Ctx<P>, owed: &mut Owed) {
+    if let Some((s, _)) = owed.take() {
+        sweep(ctx, s).await;
     }
 }
 
