@@ -474,7 +474,7 @@ impl PgStore {
             .await?;
         let explained = async {
             let tx = client.transaction().await?;
-            tx.batch_execute(crate::CLAIM_PLAN_SETTINGS).await?;
+            tx.batch_execute(crate::PLAN_BY_KEY).await?;
             // Integers written in (EXPLAIN EXECUTE takes no parameters).
             let rows = tx
                 .query(

@@ -175,33 +175,8 @@ pub const RECLAIM_EVERY_MS: i64 = 1_000;
 /// Owners whose pacing one store keeps.
 const RECLAIM_OWNERS_MAX: usize = 1_024;
 
-/// The planner settings a claim runs with, in its own transaction.
-///
-/// - **Its generic plan**, made once per connection for each of the four
-///   claim statements (fair and FIFO, with and without the look for
-///   expired leases), and again after an ANALYZE of a table it reads: the server judged the
-///   fair claim's generic plan costlier than its custom ones and planned it
-///   afresh on every call, 1.3-1.4 ms of planning against 1.4 ms executing
-///   (`courier bench fairness`'s statements, docs/benchmarks.md; FIFO's
-///   claim 27 us).
-/// - **Read by key**: no sequential scan, hash join or merge join. A
-///   generic plan is made from the statistics and table sizes of its
-///   moment and kept until the next `ANALYZE`: made while `actions` held a
-///   few dozen rows, it scanned `actions` sequentially in every claim (up to
-///   693 scans per second as the table grew in a fairness run); and over
-///   `stores` never analysed, it joined the served stores by a full index
-///   scan. A claim touches about as many rows as it takes, which nested
-///   loops over its indexes reach at any size.
-///
-/// `tests/plans.rs` checks the plans these settings give with statistics
-/// missing, taken while the tables were tiny (and the plan kept as they
-/// grew) and fresh; a generic plan with the planner's other settings at
-/// their defaults, the control, fails the same check.
-#[doc(hidden)]
-pub const CLAIM_PLAN_SETTINGS: &str = sql!("lease/claim_plan");
-
 /// What a claim's pipeline opens with.
-const CLAIM_BEGIN: &str = concat!("BEGIN;\n", sql!("lease/claim_plan"));
+const CLAIM_BEGIN: &str = concat!("BEGIN;\n", sql!("plan/by_key"));
 
 /// Every claim statement of a mode: with the look for expired leases, and
 /// without it (what most claims run, see [`RECLAIM_EVERY_MS`]). For tests.
@@ -329,7 +304,7 @@ impl PgStore {
             (ClaimMode::Fifo, false) => CLAIM_FIFO_NO_RECLAIM,
         };
         // Prepared once per connection and run with its generic plan, read
-        // by key (CLAIM_PLAN_SETTINGS; the plan is made again after an
+        // by key (crate::PLAN_BY_KEY; the plan is made again after an
         // ANALYZE of a table it reads). The settings are the transaction's
         // own (SET LOCAL), and the three requests leave together
         // (tokio-postgres pipelines requests polled at once), so they cost

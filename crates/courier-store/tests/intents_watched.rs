@@ -353,8 +353,10 @@ async fn webhook_merges_are_hot_updates_of_outbox() {
 /// The trigger's statements reach `intents_watched` by key (migration 17),
 /// even with a plan the session made while the table was small: a settle
 /// and a webhook after the table grew start no sequential scan of it. The
-/// control runs the same steps with the function's setting reset, and the
-/// plan made when the table was small scans it.
+/// control runs the same steps with the function's setting turned on (not
+/// merely reset: it would then take the settle's own, which turns
+/// sequential scans off too), and the plan made when the table was small
+/// scans it.
 #[tokio::test]
 async fn trigger_statements_reach_intents_watched_by_key_even_when_planned_small() {
     async fn scans(by_key: bool) -> i64 {
@@ -364,7 +366,7 @@ async fn trigger_statements_reach_intents_watched_by_key_even_when_planned_small
             .await
             .unwrap();
         if !by_key {
-            raw.batch_execute("ALTER FUNCTION courier_watched_update() RESET enable_seqscan")
+            raw.batch_execute("ALTER FUNCTION courier_watched_update() SET enable_seqscan = on")
                 .await
                 .unwrap();
         }
@@ -403,7 +405,7 @@ async fn trigger_statements_reach_intents_watched_by_key_even_when_planned_small
     }
     let by_key = scans(true).await;
     let control = scans(false).await;
-    eprintln!("sequential scans of intents_watched: {by_key}; with the setting reset: {control}");
+    eprintln!("sequential scans of intents_watched: {by_key}; with the setting on: {control}");
     assert_eq!(by_key, 0);
     assert!(
         control > 0,

@@ -14,6 +14,7 @@
 //! partial index, put back, is walked in the stale state (so the check can
 //! fail).
 
+use courier_core::Status;
 use courier_store::*;
 use courier_testkit::fresh_db;
 
@@ -621,20 +622,6 @@ async fn fair_claim_reads_what_it_takes_from_deep_backlogs_behind_stale_statisti
     }
 }
 
-/// Generic and custom plans made so far for the claim statements prepared
-/// on this connection (both claims open with `WITH reclaimed AS`).
-async fn claim_plans_made(c: &tokio_postgres::Client) -> (i64, i64) {
-    let row = c
-        .query_one(
-            "SELECT coalesce(sum(generic_plans), 0)::bigint, coalesce(sum(custom_plans), 0)::bigint
-             FROM pg_prepared_statements WHERE statement LIKE '%WITH reclaimed AS%'",
-            &[],
-        )
-        .await
-        .unwrap();
-    (row.get(0), row.get(1))
-}
-
 /// Claims run with their generic plan, planned once per connection: the
 /// server judged the fair claim's generic plan costlier than its custom
 /// ones and planned it on every call, as long as running it. The control
@@ -666,14 +653,14 @@ async fn claims_run_their_generic_plan_not_one_planned_per_call() {
             &[ClaimMode::Fair][..],
         ),
     ] {
-        let before = claim_plans_made(&s.client().await.unwrap()).await;
+        let before = plans_made(&s.client().await.unwrap(), "WITH reclaimed AS").await;
         for mode in modes {
             for _ in 0..CLAIMS / modes.len() as i64 {
                 let got = s.action_claim(&owner, 2, 60_000, 4, *mode).await.unwrap();
                 assert!(!got.is_empty(), "{label}: the claim found nothing");
             }
         }
-        let after = claim_plans_made(&s.client().await.unwrap()).await;
+        let after = plans_made(&s.client().await.unwrap(), "WITH reclaimed AS").await;
         let (generic, custom) = (after.0 - before.0, after.1 - before.1);
         eprintln!("{label}: {generic} generic and {custom} custom plans for {CLAIMS} claims");
         if label == "forced" {
@@ -691,39 +678,168 @@ async fn claims_run_their_generic_plan_not_one_planned_per_call() {
     }
 }
 
-/// Every claim statement (fair and FIFO, with and without the look for
-/// expired leases) prepared on a connection, as a worker's pool prepares
-/// them, twice: named `{mode}{i}_claims` and `{mode}{i}_control`.
-async fn prepare_claims(c: &tokio_postgres::Client) -> Vec<String> {
-    let mut names = Vec::new();
-    for (name, mode) in [("fair", ClaimMode::Fair), ("fifo", ClaimMode::Fifo)] {
-        for (i, sql) in claim_statements(mode).iter().enumerate() {
-            for kind in ["claims", "control"] {
-                c.batch_execute(&format!(
-                    "PREPARE {name}{i}_{kind} (text, bigint, double precision, integer, boolean, timestamptz) AS {sql}"
-                ))
-                .await
-                .unwrap();
-            }
-            names.push(format!("{name}{i}"));
+/// Generic and custom plans made so far for the prepared statements on
+/// this connection whose text contains `marker`.
+async fn plans_made(c: &tokio_postgres::Client, marker: &str) -> (i64, i64) {
+    let row = c
+        .query_one(
+            "SELECT coalesce(sum(generic_plans), 0)::bigint, coalesce(sum(custom_plans), 0)::bigint
+             FROM pg_prepared_statements WHERE strpos(statement, $1) > 0",
+            &[&marker],
+        )
+        .await
+        .unwrap();
+    (row.get(0), row.get(1))
+}
+
+/// Settles run their two statements' generic plans, planned once per
+/// connection (planned per call, they spent 0.4 ms planning a batch of
+/// one). The control runs the settle's fence prepared on its own, the
+/// choice left to the server: the count sees a custom plan per call.
+#[tokio::test]
+async fn settles_run_their_generic_plans_not_one_planned_per_call() {
+    let db = fresh_db().await;
+    let mut sc = StoreConfig::new(&db.url);
+    sc.migrate = false;
+    sc.pool_size_max = 1;
+    let store = PgStore::connect(&sc).await.unwrap();
+    {
+        let c = store.client().await.unwrap();
+        idle_and_active(&c, 100, 40, 10).await;
+    }
+    const SETTLES: i64 = 8;
+    let owner: std::sync::Arc<str> = "w".into();
+    let [(lock_types, lock), (_, write)] = settle_statements();
+    let (lock_marker, write_marker) = (&lock[lock.len() - 60..], &write[write.len() - 60..]);
+    let c = store.client().await.unwrap();
+    let before = (
+        plans_made(&c, lock_marker).await,
+        plans_made(&c, write_marker).await,
+    );
+    drop(c);
+    for _ in 0..SETTLES {
+        let got = store
+            .action_claim_to_send(&owner, 2, 60_000, 4, ClaimMode::Fair)
+            .await
+            .unwrap();
+        assert_eq!(got.len(), 2, "the claim found too little");
+        let reqs: Vec<SettleReq> = got
+            .iter()
+            .map(|a| SettleReq {
+                lease: a.lease.clone(),
+                report: Status::Accepted,
+                message_id: Some(format!("m-{}", a.lease.action_id)),
+                from_lookup: false,
+            })
+            .collect();
+        for answer in store.actions_settle(&reqs, 60_000).await.unwrap() {
+            assert!(
+                matches!(answer, Ok(SettleOutcome::Settled(_))),
+                "{answer:?}"
+            );
         }
     }
+    let c = store.client().await.unwrap();
+    for (name, marker, before) in [
+        ("fence", lock_marker, before.0),
+        ("write", write_marker, before.1),
+    ] {
+        let after = plans_made(&c, marker).await;
+        let (generic, custom) = (after.0 - before.0, after.1 - before.1);
+        eprintln!(
+            "settle {name}: {generic} generic and {custom} custom plans for {SETTLES} settles"
+        );
+        assert_eq!(custom, 0, "settle {name}: planned per call");
+        assert_eq!(
+            generic, SETTLES,
+            "settle {name}: every settle runs the generic plan"
+        );
+    }
+    // The control: the fence prepared on its own, run without the settings.
+    c.batch_execute(&format!("PREPARE settle_control ({lock_types}) AS {lock}"))
+        .await
+        .unwrap();
+    for _ in 0..SETTLES {
+        c.batch_execute("EXECUTE settle_control('{1,2}', '{1,1}', '{w,w}')")
+            .await
+            .unwrap();
+    }
+    let (_, custom): (i64, i64) = {
+        let row = c
+            .query_one(
+                "SELECT generic_plans, custom_plans FROM pg_prepared_statements WHERE name = 'settle_control'",
+                &[],
+            )
+            .await
+            .unwrap();
+        (row.get(0), row.get(1))
+    };
+    assert!(
+        custom >= 5,
+        "the control (the server's choice) made {custom} custom plans for {SETTLES} runs"
+    );
+}
+
+/// Every claim statement (fair and FIFO, with and without the look for
+/// expired leases) and both settle statements, prepared on a connection as
+/// a worker's pool prepares them, twice: named `{name}_claims` (a claim's
+/// or a settle's settings) and `{name}_control`. Each with the arguments an
+/// EXPLAIN EXECUTE gives it (a generic plan ignores their values).
+async fn prepare_claims(c: &tokio_postgres::Client) -> Vec<(String, &'static str)> {
+    let mut names = Vec::new();
+    let mut prepare = async |name: String, types: &str, sql: &str, args: &'static str| {
+        for kind in ["claims", "control"] {
+            c.batch_execute(&format!("PREPARE {name}_{kind} ({types}) AS {sql}"))
+                .await
+                .unwrap();
+        }
+        names.push((name, args));
+    };
+    for (name, mode) in [("fair", ClaimMode::Fair), ("fifo", ClaimMode::Fifo)] {
+        for (i, sql) in claim_statements(mode).iter().enumerate() {
+            prepare(
+                format!("{name}{i}"),
+                "text, bigint, double precision, integer, boolean, timestamptz",
+                sql,
+                "'w', 16, 60000, 4, true, NULL",
+            )
+            .await;
+        }
+    }
+    let [(lock_types, lock), (write_types, write)] = settle_statements();
+    prepare(
+        "settle_lock".into(),
+        lock_types,
+        lock,
+        "'{1,2}', '{1,1}', '{w,w}'",
+    )
+    .await;
+    prepare(
+        "settle_write".into(),
+        write_types,
+        write,
+        "'{1,2}', '{accepted,accepted}', '{m1,m2}', '{f,f}', '{f,f}', '{s,s}', 60000, '{}', '{}', '{}'",
+    )
+    .await;
     names
 }
 
-/// The plan a prepared claim runs under `settings` (SET LOCAL statements,
-/// in a transaction of its own, rolled back): its cached generic plan, made
-/// at its first execution and kept until an ANALYZE of a table it reads.
-async fn cached_plan(c: &mut tokio_postgres::Client, name: &str, settings: &str) -> Vec<String> {
+/// The plan a prepared statement runs under `settings` (SET LOCAL
+/// statements, in a transaction of its own, rolled back): its cached
+/// generic plan, made at its first execution and kept until an ANALYZE of a
+/// table it reads.
+async fn cached_plan(
+    c: &mut tokio_postgres::Client,
+    name: &str,
+    args: &str,
+    settings: &str,
+) -> Vec<String> {
     let tx = c.transaction().await.unwrap();
     tx.batch_execute(settings).await.unwrap();
     let rows = tx
-        .query(
-            &format!("EXPLAIN EXECUTE {name}('w', 16, 60000, 4, true, NULL)"),
-            &[],
-        )
+        .query(&format!("EXPLAIN EXECUTE {name}({args})"), &[])
         .await
-        .expect("explain the claim");
+        .expect("explain the statement");
     tx.rollback().await.unwrap();
     rows.iter().map(|r| r.get::<_, String>(0)).collect()
 }
@@ -759,16 +875,16 @@ fn reads_beyond_keys(plan: &[String]) -> Vec<String> {
     found
 }
 
-/// The plans claims run (their generic plan, CLAIM_PLAN_SETTINGS) read by
-/// key in every state statistics pass through: never analysed; analysed
-/// while `actions` held a few dozen rows; the plan made then, kept while
-/// the table grew a hundredfold (a young database between two autovacuum
-/// passes: such a plan scanned `actions` in every claim of a fairness run);
-/// and fresh, with 10,000 more idle stores. The control, the same generic
-/// plans with the planner's other settings at their defaults, reads beyond
-/// keys in the grown state.
+/// The plans claims and settles run (their generic plan, PLAN_BY_KEY)
+/// read by key in every state statistics pass through: never analysed;
+/// analysed while `actions` held a few dozen rows; the plan made then, kept
+/// while the table grew a hundredfold (a young database between two
+/// autovacuum passes: such a plan scanned `actions` in every claim of a
+/// fairness run); and fresh, with 10,000 more idle stores. The control, the
+/// same generic plans with the planner's other settings at their defaults,
+/// scans `actions` in the grown state, a claim's and a settle's.
 #[tokio::test]
-async fn claims_plans_read_by_key_with_missing_tiny_grown_and_fresh_statistics() {
+async fn claims_and_settles_plans_read_by_key_with_missing_tiny_grown_and_fresh_statistics() {
     let db = fresh_db().await;
     let mut c = own_client(&db.url).await;
     idle_and_active(&c, 1_000, 5, 1).await;
@@ -800,16 +916,16 @@ async fn claims_plans_read_by_key_with_missing_tiny_grown_and_fresh_statistics()
     const CONTROL: &str = "SET LOCAL plan_cache_mode = force_generic_plan";
     let mut control_caught = Vec::new();
     let mut check = async |c: &mut tokio_postgres::Client, state: &str| {
-        for name in &names {
-            let plan = cached_plan(c, &format!("{name}_claims"), CLAIM_PLAN_SETTINGS).await;
+        for (name, args) in &names {
+            let plan = cached_plan(c, &format!("{name}_claims"), args, PLAN_BY_KEY).await;
             let found = reads_beyond_keys(&plan);
             assert!(
                 found.is_empty(),
-                "{state}, {name}: the claim reads beyond keys: {found:?}\n{}",
+                "{state}, {name}: the statement reads beyond keys: {found:?}\n{}",
                 plan.join("\n")
             );
             let control =
-                reads_beyond_keys(&cached_plan(c, &format!("{name}_control"), CONTROL).await);
+                reads_beyond_keys(&cached_plan(c, &format!("{name}_control"), args, CONTROL).await);
             eprintln!("{state}, {name}, control: {control:?}");
             if control
                 .iter()
@@ -844,19 +960,21 @@ async fn claims_plans_read_by_key_with_missing_tiny_grown_and_fresh_statistics()
     .unwrap();
     c.batch_execute("ANALYZE").await.unwrap();
     check(&mut c, "fresh").await;
-    assert!(
-        control_caught
-            .iter()
-            .any(|s| s.starts_with("analysed tiny, grown")),
-        "the control (generic plans, other settings default) should scan actions once grown; \
-         it did in: {control_caught:?}"
-    );
+    for family in ["fair", "settle"] {
+        assert!(
+            control_caught
+                .iter()
+                .any(|s| s.starts_with(&format!("analysed tiny, grown, {family}"))),
+            "the control (generic plans, other settings default) of a {family} statement \
+             should scan actions once grown; it did in: {control_caught:?}"
+        );
+    }
 }
 
 /// The planner settings the claims change in their transaction
-/// (`CLAIM_PLAN_SETTINGS`: `SET LOCAL name = value` statements).
+/// (`PLAN_BY_KEY`: `SET LOCAL name = value` statements).
 fn claim_settings() -> Vec<String> {
-    CLAIM_PLAN_SETTINGS
+    PLAN_BY_KEY
         .lines()
         .filter_map(|l| l.trim().strip_prefix("SET LOCAL "))
         .filter_map(|l| l.split_once('=').map(|(name, _)| name.trim().to_string()))
@@ -913,7 +1031,7 @@ async fn trigger_functions_pin_every_planner_setting_the_claims_change() {
             "enable_hashjoin",
             "enable_mergejoin"
         ],
-        "the settings read from CLAIM_PLAN_SETTINGS"
+        "the settings read from PLAN_BY_KEY"
     );
     let triggers: i64 = c
         .query_one(

@@ -1,7 +1,9 @@
 -- The settles of a batch, fenced already (settle/lock.sql): each outbox row
 -- takes its folded report, each action is dispatched (or done), its lease
 -- released and its store's slot released (store_releases, never the store
--- row), and backward or conflicting reports are recorded.
+-- row), and backward or conflicting reports are recorded. Rows are
+-- reached by key whichever side a plan walks first (the ids also as an
+-- array, as in outbox/report_write.part.sql).
 -- $1 ids, $2 statuses, $3 message ids, $4 conflicts, $5 done, $6 stores,
 -- $7 final-overdue ms, $8-$10 events (kinds, action ids, details).
 WITH u AS (
@@ -15,7 +17,7 @@ WITH u AS (
     SET state = CASE WHEN u.done THEN 'done' ELSE 'dispatched' END,
         lease_until = NULL, dispatched_at = now(),
         done_at = CASE WHEN u.done THEN now() END
-    FROM u WHERE a.id = u.id
+    FROM u WHERE a.id = u.id AND a.id = ANY (ARRAY(SELECT id FROM u))
 ), released AS (
     INSERT INTO store_releases (store, n)
     SELECT store, count(*)::int FROM u GROUP BY store
