@@ -22,7 +22,8 @@
 
 use crate::schedule::{arrivals, Arrival, Scenario, Shape};
 use crate::stats::{
-    calibrate, latency_mean_ms, median, ratio, timeline_p95, trend_ratio, Calibration, Percentiles,
+    calibrate, latency_mean_ms, median, ratio, thirds_p95, timeline_p95, trend_ratio, Calibration,
+    Percentiles, ThirdP95,
 };
 use crate::{bar, cpu, run_dir, BenchError};
 use courier_core::Limits;
@@ -339,6 +340,9 @@ pub struct FairnessRun {
     /// Each round's quiet p95 of its last third over its first third (by
     /// enqueue time, after the warm-up), in round order.
     pub trend_by_round: Vec<f64>,
+    /// Each round's thirds (those the trend compares): the quiet p95,
+    /// whole and split at the claim, in round order.
+    pub thirds_by_round: Vec<Vec<Option<ThirdP95>>>,
     /// Sequential scans of `actions` per second during each round's load,
     /// one figure per poll interval, in round order.
     pub seq_scans_per_s_by_round: Vec<Vec<f64>>,
@@ -904,6 +908,8 @@ struct Samples {
     lag_max_ms: f64,
     /// The quiet p95 of the last third of the load over the first third's.
     trend: f64,
+    /// The quiet p95s of each third, whole and split at the claim.
+    thirds: Vec<Option<ThirdP95>>,
     /// Sequential scans of `actions` per second, per poll during the load.
     seq_scans_per_s: Vec<f64>,
     /// The machine's and the server's CPU during the measured load.
@@ -995,6 +1001,7 @@ fn summarise(
         quiet_by_round,
         ratio_by_round: Vec::new(),
         trend_by_round: rounds.iter().map(|r| r.trend).collect(),
+        thirds_by_round: rounds.iter().map(|r| r.thirds.clone()).collect(),
         seq_scans_per_s_by_round: rounds.iter().map(|r| r.seq_scans_per_s.clone()).collect(),
         cpu_by_round: rounds.iter().map(|r| r.cpu.clone()).collect(),
         noisy,
@@ -1162,6 +1169,7 @@ async fn run_one(
     let mut quiet_us = Vec::new();
     let mut quiet_wait_us = Vec::new();
     let mut quiet_timeline = Vec::new();
+    let mut quiet_split = Vec::new();
     let mut noisy_us = Vec::new();
     let (mut hold_us_total, mut last_ms) = (0u64, 0f64);
     let mut holds: std::collections::BTreeMap<u64, (u64, u64)> = Default::default();
@@ -1177,6 +1185,7 @@ async fn run_one(
             noisy_us.push(r.latency_us);
         } else {
             quiet_timeline.push((r.enqueued_ms, r.latency_us));
+            quiet_split.push((r.enqueued_ms, r.latency_us, r.wait_us));
             if r.enqueued_ms >= warmup_ms {
                 quiet_us.push(r.latency_us);
                 quiet_wait_us.push(r.wait_us);
@@ -1185,6 +1194,7 @@ async fn run_one(
     }
     let load_end_ms = plan.duration_s as f64 * 1000.0;
     let trend = trend_ratio(&quiet_timeline, warmup_ms, load_end_ms);
+    let thirds = thirds_p95(&quiet_split, warmup_ms, load_end_ms);
     let cores = cpu::machine_cores();
     let third_ms = (load_end_ms - warmup_ms) / 3.0;
     let cpu = RoundCpu {
@@ -1198,6 +1208,7 @@ async fn run_one(
     };
     Ok(Samples {
         trend,
+        thirds,
         cpu,
         seq_scans_per_s,
         statements,
@@ -1415,6 +1426,7 @@ mod tests {
             quiet_by_round: vec![p],
             ratio_by_round: vec![ratio],
             trend_by_round: vec![1.0],
+            thirds_by_round: Vec::new(),
             seq_scans_per_s_by_round: vec![vec![0.0; 6]],
             cpu_by_round: Vec::new(),
             noisy: None,

@@ -443,6 +443,7 @@ mod tests {
             quiet_by_round: vec![p],
             ratio_by_round: vec![1.0],
             trend_by_round: vec![1.0],
+            thirds_by_round: Vec::new(),
             seq_scans_per_s_by_round: Vec::new(),
             cpu_by_round: Vec::new(),
             noisy: None,

@@ -149,6 +149,46 @@ pub fn trend_ratio(samples: &[(f64, u64)], from_ms: f64, to_ms: f64) -> f64 {
     )
 }
 
+/// The p95s of one third of a run's quiet actions (by enqueue time), whole
+/// and split at the claim, so a trend can be traced to the claim or to the
+/// delivery.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct ThirdP95 {
+    pub count: usize,
+    /// Enqueue to accepted.
+    pub latency_ms: f64,
+    /// Enqueue to claim (the part the claim decides).
+    pub wait_ms: f64,
+    /// Claim to accepted (the delivery: the provider's answer and the
+    /// settle's commit), each action's latency less its wait.
+    pub after_claim_ms: f64,
+}
+
+/// The p95s of each third of `[from_ms, to_ms)` (the thirds
+/// [`trend_ratio`] compares); `samples` are `(enqueued_ms, latency_us,
+/// wait_us)`. `None` for a third with no sample.
+pub fn thirds_p95(samples: &[(f64, u64, u64)], from_ms: f64, to_ms: f64) -> Vec<Option<ThirdP95>> {
+    let third = (to_ms - from_ms) / 3.0;
+    (0..3)
+        .map(|i| {
+            let lo = from_ms + third * f64::from(i);
+            let within: Vec<&(f64, u64, u64)> = samples
+                .iter()
+                .filter(|(t, _, _)| *t >= lo && *t < lo + third)
+                .collect();
+            let p95 = |f: &dyn Fn(&(f64, u64, u64)) -> u64| {
+                Percentiles::from_us(within.iter().map(|s| f(s))).map(|p| p.p95_ms)
+            };
+            Some(ThirdP95 {
+                count: within.len(),
+                latency_ms: p95(&|s| s.1)?,
+                wait_ms: p95(&|s| s.2)?,
+                after_claim_ms: p95(&|s| s.1.saturating_sub(s.2))?,
+            })
+        })
+        .collect()
+}
+
 /// The mean of a latency distribution, in milliseconds.
 pub fn latency_mean_ms(l: &Latency) -> f64 {
     match *l {
@@ -302,6 +342,39 @@ mod tests {
         // Samples outside the window are left out; an empty third is NaN.
         assert!((trend_ratio(&climbing, 1000.0, 3000.0) - 1.0).abs() < 0.01);
         assert!(trend_ratio(&flat, 5000.0, 6000.0).is_nan());
+    }
+
+    #[test]
+    fn thirds_split_a_trend_at_the_claim() {
+        // The wait stays 2 ms; the delivery takes 20 ms, then 60 ms in the
+        // last third: the climb is after the claim.
+        let s: Vec<(f64, u64, u64)> = (0..300)
+            .map(|i| {
+                let after = if i < 200 { 20_000 } else { 60_000 };
+                (i as f64 * 10.0, 2_000 + after, 2_000)
+            })
+            .collect();
+        let t = thirds_p95(&s, 0.0, 3000.0);
+        assert_eq!(t.len(), 3);
+        let (first, last) = (t[0].unwrap(), t[2].unwrap());
+        assert_eq!(first.count, 100);
+        // Within the histogram's precision.
+        let near = |a: f64, b: f64| (a - b).abs() < 0.1;
+        assert!(near(first.wait_ms, 2.0) && near(last.wait_ms, 2.0), "{t:?}");
+        assert!(
+            near(first.after_claim_ms, 20.0) && near(last.after_claim_ms, 60.0),
+            "{t:?}"
+        );
+        assert!(
+            near(first.latency_ms, 22.0) && near(last.latency_ms, 62.0),
+            "{t:?}"
+        );
+        // The same thirds as the trend's.
+        let whole: Vec<(f64, u64)> = s.iter().map(|x| (x.0, x.1)).collect();
+        let trend = trend_ratio(&whole, 0.0, 3000.0);
+        assert!((trend - last.latency_ms / first.latency_ms).abs() < 1e-9);
+        // An empty third is None.
+        assert!(thirds_p95(&s, 0.0, 9000.0)[2].is_none());
     }
 
     #[test]
