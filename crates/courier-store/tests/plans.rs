@@ -622,6 +622,17 @@ async fn fair_claim_reads_what_it_takes_from_deep_backlogs_behind_stale_statisti
     }
 }
 
+/// A store of one connection (so its prepared statements' plan counts are
+/// the test's) over 100 stores, 40 of them with 10 pending actions each.
+async fn one_connection_with_work(url: &str) -> PgStore {
+    let mut sc = StoreConfig::new(url);
+    sc.migrate = false;
+    sc.pool_size_max = 1;
+    let store = PgStore::connect(&sc).await.unwrap();
+    idle_and_active(&store.client().await.unwrap(), 100, 40, 10).await;
+    store
+}
+
 /// Claims run with their generic plan, planned once per connection: the
 /// server judged the fair claim's generic plan costlier than its custom
 /// ones and planned it on every call, as long as running it. The control
@@ -631,14 +642,7 @@ async fn fair_claim_reads_what_it_takes_from_deep_backlogs_behind_stale_statisti
 #[tokio::test]
 async fn claims_run_their_generic_plan_not_one_planned_per_call() {
     let db = fresh_db().await;
-    let mut sc = StoreConfig::new(&db.url);
-    sc.migrate = false;
-    sc.pool_size_max = 1;
-    let store = PgStore::connect(&sc).await.unwrap();
-    {
-        let c = store.client().await.unwrap();
-        idle_and_active(&c, 100, 40, 10).await;
-    }
+    let store = one_connection_with_work(&db.url).await;
     const CLAIMS: i64 = 12;
     let owner: std::sync::Arc<str> = "w".into();
     for (label, s, modes) in [
@@ -699,14 +703,7 @@ async fn plans_made(c: &tokio_postgres::Client, marker: &str) -> (i64, i64) {
 #[tokio::test]
 async fn settles_run_their_generic_plans_not_one_planned_per_call() {
     let db = fresh_db().await;
-    let mut sc = StoreConfig::new(&db.url);
-    sc.migrate = false;
-    sc.pool_size_max = 1;
-    let store = PgStore::connect(&sc).await.unwrap();
-    {
-        let c = store.client().await.unwrap();
-        idle_and_active(&c, 100, 40, 10).await;
-    }
+    let store = one_connection_with_work(&db.url).await;
     const SETTLES: i64 = 8;
     let owner: std::sync::Arc<str> = "w".into();
     let [(lock_types, lock), (_, write)] = settle_statements();
