@@ -782,7 +782,7 @@ async fn settles_run_their_generic_plans_not_one_planned_per_call() {
 /// a worker's pool prepares them, twice: named `{name}_claims` (a claim's
 /// or a settle's settings) and `{name}_control`. Each with the arguments an
 /// EXPLAIN EXECUTE gives it (a generic plan ignores their values).
-async fn prepare_claims(c: &tokio_postgres::Client) -> Vec<(String, &'static str)> {
+async fn prepare_claims_and_settles(c: &tokio_postgres::Client) -> Vec<(String, &'static str)> {
     let mut names = Vec::new();
     let mut prepare = async |name: String, types: &str, sql: &str, args: &'static str| {
         for kind in ["claims", "control"] {
@@ -909,7 +909,7 @@ async fn claims_and_settles_plans_read_by_key_with_missing_tiny_grown_and_fresh_
     )
     .await
     .unwrap();
-    let names = prepare_claims(&c).await;
+    let names = prepare_claims_and_settles(&c).await;
     const CONTROL: &str = "SET LOCAL plan_cache_mode = force_generic_plan";
     let mut control_caught = Vec::new();
     let mut check = async |c: &mut tokio_postgres::Client, state: &str| {
