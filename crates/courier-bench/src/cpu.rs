@@ -36,6 +36,84 @@ pub struct Ticks {
     /// Every CPU's busy time (user, nice, system, irq, softirq), steal apart.
     pub machine_busy: u64,
     pub steal: u64,
+    /// The kernel's stall totals, where it keeps them.
+    pub stalls: Option<StallTotals>,
+}
+
+/// Cumulative stall time from the kernel's pressure stall information
+/// (`/proc/pressure/{cpu,io,memory}`, in microseconds): time in which at
+/// least one runnable task waited for the resource (`some`), or every
+/// non-idle task did at once (`full`).
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct StallTotals {
+    pub cpu_some: u64,
+    pub io_some: u64,
+    pub io_full: u64,
+    pub memory_some: u64,
+}
+
+impl StallTotals {
+    /// Reads the three files; `None` when the kernel has none of them.
+    pub fn read() -> Option<StallTotals> {
+        let of = |name: &str| {
+            std::fs::read_to_string(format!("/proc/pressure/{name}"))
+                .ok()
+                .and_then(|t| parse_pressure(&t))
+        };
+        let (cpu_some, _) = of("cpu")?;
+        let (io_some, io_full) = of("io")?;
+        let (memory_some, _) = of("memory")?;
+        Some(StallTotals {
+            cpu_some,
+            io_some,
+            io_full: io_full.unwrap_or(0),
+            memory_some,
+        })
+    }
+}
+
+/// The `some` total and, when there is one, the `full` total of one
+/// pressure file (`some avg10=0.01 avg60=1.36 avg300=1.48 total=294782257`).
+pub fn parse_pressure(text: &str) -> Option<(u64, Option<u64>)> {
+    let total = |kind: &str| {
+        text.lines()
+            .find(|l| l.split_whitespace().next() == Some(kind))?
+            .split_whitespace()
+            .find_map(|f| f.strip_prefix("total="))?
+            .parse::<u64>()
+            .ok()
+    };
+    Some((total("some")?, total("full")))
+}
+
+/// The share of a span's wall time in which tasks stalled, by resource
+/// (0.25: a quarter of the span), from [`StallTotals`].
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize)]
+pub struct Stalls {
+    /// Some runnable task waited for a CPU.
+    pub cpu_some: f64,
+    /// Some task waited for the disk.
+    pub io_some: f64,
+    /// Every non-idle task waited for the disk at once.
+    pub io_full: f64,
+    /// Some task waited for memory (reclaim, refaults).
+    pub memory_some: f64,
+}
+
+impl Stalls {
+    /// The stalls between two readings `dt_s` seconds apart.
+    pub fn between(a: &StallTotals, b: &StallTotals, dt_s: f64) -> Option<Stalls> {
+        if dt_s <= 0.0 {
+            return None;
+        }
+        let share = |x: u64, y: u64| y.saturating_sub(x) as f64 / 1e6 / dt_s;
+        Some(Stalls {
+            cpu_some: share(a.cpu_some, b.cpu_some),
+            io_some: share(a.io_some, b.io_some),
+            io_full: share(a.io_full, b.io_full),
+            memory_some: share(a.memory_some, b.memory_some),
+        })
+    }
 }
 
 /// Cores used over an interval, by role; `other` is the machine's busy time
@@ -172,6 +250,7 @@ impl Roles {
             t.machine_busy = busy;
             t.steal = steal;
         }
+        t.stalls = StallTotals::read();
         t
     }
 }
@@ -294,6 +373,8 @@ pub struct SpanCpu {
     /// The machine's busy time (every process's, steal apart) over its
     /// cores: 1.0 is every core busy.
     pub busy_share: f64,
+    /// The machine's stalls by resource; `None` without pressure files.
+    pub stalls: Option<Stalls>,
 }
 
 /// The cores this machine has, as the scheduler lets this process use them.
@@ -347,6 +428,10 @@ pub fn span(readings: &[Reading], from_ms: f64, to_ms: f64, cores: f64) -> Optio
         cores: used,
         autovacuum: cores_of(b.autovacuum.saturating_sub(a.autovacuum), dt_s),
         busy_share: used.total() / cores,
+        stalls: match (a.ticks.stalls, b.ticks.stalls) {
+            (Some(x), Some(y)) => Stalls::between(&x, &y, dt_s),
+            _ => None,
+        },
     })
 }
 
@@ -386,6 +471,32 @@ mod tests {
     }
 
     #[test]
+    fn pressure_files_give_their_totals_and_a_span_their_shares() {
+        let io = "some avg10=0.01 avg60=1.36 avg300=1.48 total=294782257\n\
+                  full avg10=0.01 avg60=1.05 avg300=0.82 total=156354028\n";
+        assert_eq!(parse_pressure(io), Some((294_782_257, Some(156_354_028))));
+        let cpu = "some avg10=0.00 avg60=6.72 avg300=25.12 total=14783938116\n";
+        assert_eq!(parse_pressure(cpu), Some((14_783_938_116, None)));
+        assert_eq!(parse_pressure("full avg10=0.00 total=5\n"), None);
+        assert_eq!(parse_pressure("some avg10=0.00\n"), None);
+        // 2 s apart: 500 ms of some task waiting for the disk is a quarter.
+        let a = StallTotals::default();
+        let b = StallTotals {
+            cpu_some: 200_000,
+            io_some: 500_000,
+            io_full: 100_000,
+            memory_some: 0,
+        };
+        let s = Stalls::between(&a, &b, 2.0).unwrap();
+        assert_eq!(s.io_some, 0.25);
+        assert_eq!(s.io_full, 0.05);
+        assert_eq!(s.cpu_some, 0.1);
+        assert_eq!(Stalls::between(&a, &b, 0.0), None);
+        // The counters only grow; a smaller later total reads as no stall.
+        assert_eq!(Stalls::between(&b, &a, 1.0).unwrap().io_some, 0.0);
+    }
+
+    #[test]
     fn cores_are_ticks_per_second_and_other_is_what_no_role_used() {
         let a = Ticks::default();
         let b = Ticks {
@@ -395,6 +506,7 @@ mod tests {
             bench: 50,
             machine_busy: 1_000,
             steal: 10,
+            stalls: None,
         };
         // 10 s apart: 1,000 ticks are 1.0 core.
         let c = Cores::between(&a, &b, 10.0).unwrap();

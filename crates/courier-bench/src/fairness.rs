@@ -20,7 +20,7 @@
 //! - Every action enqueued is accepted before a run is measured, or the run
 //!   fails with a time-out: a percentile never silently leaves out the slow tail.
 
-use crate::schedule::{arrivals, Arrival, Scenario, Shape};
+use crate::schedule::{arrivals, spread_latencies, Arrival, Scenario, Shape};
 use crate::stats::{
     calibrate, latency_mean_ms, median, ratio, thirds_p95, timeline_p95, trend_ratio, Calibration,
     Percentiles, ThirdP95,
@@ -62,6 +62,12 @@ pub const TREND_MAX: f64 = 1.2;
 const SCAN_POLL: Duration = Duration::from_secs(2);
 /// How often a run reads the machine's and the server's CPU during its load.
 const CPU_READ_EVERY: Duration = Duration::from_millis(200);
+/// The timer by which a run tells how late the bench's own runtime (load,
+/// workers, provider) wakes, and the lateness worth keeping.
+const LATE_EVERY: Duration = Duration::from_millis(10);
+const LATE_NOTED_MS: f64 = 5.0;
+/// A second needs this many quiet actions to be a round's worst.
+const WORST_SECOND_SAMPLES_MIN: usize = 20;
 
 /// Statements reported per run.
 const STATEMENTS_MAX: i64 = 6;
@@ -348,6 +354,9 @@ pub struct FairnessRun {
     pub seq_scans_per_s_by_round: Vec<Vec<f64>>,
     /// The machine's and the server's CPU in each round's measured load.
     pub cpu_by_round: Vec<RoundCpu>,
+    /// Where each round stalled: its worst second and how late the bench's
+    /// runtime woke, in round order.
+    pub stalls_by_round: Vec<RoundStalls>,
     /// The noisy stores' own latency (in the baseline: the same stores,
     /// sending like everyone else), medians over the rounds.
     pub noisy: Option<Percentiles>,
@@ -451,6 +460,51 @@ impl FairnessReport {
             .find(|r| r.scenario == scenario && r.claim == claim)
     }
 
+    /// One line per fair round that trended above [`TREND_MAX`]: its
+    /// thirds and its worst second, with the machine's stalls then.
+    pub fn trending_lines(&self) -> String {
+        let mut out = String::new();
+        for r in self.runs.iter().filter(|r| r.claim == ClaimMode::Fair) {
+            for (i, trend) in r.trend_by_round.iter().enumerate() {
+                if *trend <= TREND_MAX {
+                    continue;
+                }
+                out.push_str(&format!("  {} round {}: trend {trend:.2}x", r.label, i + 1));
+                let thirds = r.thirds_by_round.get(i).map(Vec::as_slice);
+                if let Some([Some(a), _, Some(c)]) = thirds {
+                    out.push_str(&format!(
+                        " (wait p95 {:.1} -> {:.1} ms, after the claim {:.1} -> {:.1} ms)",
+                        a.wait_ms, c.wait_ms, a.after_claim_ms, c.after_claim_ms
+                    ));
+                }
+                if let Some(w) = r
+                    .stalls_by_round
+                    .get(i)
+                    .and_then(|s| s.worst_second.as_ref())
+                {
+                    out.push_str(&format!(
+                        "; worst second {:.0} s: p95 {:.1} ms (wait {:.1}), runtime late {:.0} ms",
+                        w.at_s, w.p95_ms, w.wait_p95_ms, w.runtime_late_max_ms
+                    ));
+                    if let Some(c) = w.cpu {
+                        out.push_str(&format!(", CPUs {:.0}% busy", c.busy_share * 100.0));
+                        if let Some(st) = c.stalls {
+                            out.push_str(&format!(
+                                ", stalled: cpu {:.0}%, io {:.0}% (full {:.0}%), memory {:.0}%",
+                                st.cpu_some * 100.0,
+                                st.io_some * 100.0,
+                                st.io_full * 100.0,
+                                st.memory_some * 100.0
+                            ));
+                        }
+                    }
+                }
+                out.push('\n');
+            }
+        }
+        out
+    }
+
     /// The results as a text table.
     pub fn table(&self) -> String {
         let mut out = String::new();
@@ -533,6 +587,7 @@ impl FairnessReport {
             v.fifo_bulk_ratio
         ));
         out.push_str(&v.more_lines());
+        out.push_str(&self.trending_lines());
         for r in self
             .runs
             .iter()
@@ -581,7 +636,7 @@ pub async fn run(cfg: &FairnessConfig) -> Result<FairnessReport, BenchError> {
         let mut fake = FakeConfig::new(dir.path().join("provider.jsonl"), API_KEY, SECRET);
         fake.faults = FaultRates::NONE;
         fake.latency = cfg.latency;
-        fake.latency_subject = LatencySubject::Message;
+        fake.latency_subject = LatencySubject::Stated;
         fake.seed = cfg.seed;
         let provider = courier_fake::start(fake).await?;
         let ctx = Ctx {
@@ -792,7 +847,13 @@ async fn calibration_run(
         duration_ms: cfg.calibration_s as f64 * 1000.0,
         ..cfg.shape()
     };
-    let schedule = arrivals(&shape, Scenario::Baseline, cfg.seed ^ 0x00ca_11b7);
+    let mut schedule = arrivals(&shape, Scenario::Baseline, cfg.seed ^ 0x00ca_11b7);
+    spread_latencies(
+        &mut schedule,
+        cfg.noisy_stores,
+        &cfg.latency,
+        cfg.seed ^ 0x00ca_11b7,
+    );
     let run = run_one(
         ctx,
         &plan,
@@ -850,13 +911,15 @@ async fn all_runs(ctx: &Ctx<'_>, plan: &Plan) -> Result<Vec<FairnessRun>, BenchE
             // One seed per round: the same schedule for both claim modes of
             // a scenario, and the same quiet arrivals in every scenario (each
             // store draws from its own stream), sending the same messages,
-            // whose latency the provider draws from the message: a quiet
-            // action waits as long at the provider in every run of a round,
-            // and the runs' quiet p95s differ by what the courier did.
+            // which state their provider latency (spread evenly over the
+            // round): a quiet action waits as long at the provider in every
+            // run of a round, and the runs' quiet p95s differ by what the
+            // courier did.
             let seed = cfg
                 .seed
                 .wrapping_add((1 + 8 * u64::from(round)).wrapping_mul(0x9e37_79b9_7f4a_7c15));
-            let schedule = arrivals(&shape, scenario, seed);
+            let mut schedule = arrivals(&shape, scenario, seed);
+            spread_latencies(&mut schedule, cfg.noisy_stores, &cfg.latency, seed);
             n += 1;
             let label = scenario.label(cfg.noisy_stores, cfg.noise_factor);
             let title = format!("[{n}/{total_runs}] {} · {label}", claim_name(claim));
@@ -914,6 +977,7 @@ struct Samples {
     seq_scans_per_s: Vec<f64>,
     /// The machine's and the server's CPU during the measured load.
     cpu: RoundCpu,
+    stalls: RoundStalls,
 }
 
 impl FairnessRun {
@@ -936,6 +1000,108 @@ impl FairnessRun {
 pub struct RoundCpu {
     pub load: Option<cpu::SpanCpu>,
     pub thirds: Vec<Option<cpu::SpanCpu>>,
+}
+
+/// Where a round's quiet latency stalled, so that a trend can be traced to
+/// the disk, memory, the CPUs or the bench's own runtime.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct RoundStalls {
+    /// The second of the measured load (by enqueue time) with the highest
+    /// quiet p95; `None` when no second had enough quiet actions.
+    pub worst_second: Option<WorstSecond>,
+    /// The latest the bench's runtime woke a timer asking every 10 ms, in
+    /// each third of the measured load (0 when never 5 ms late).
+    pub runtime_late_max_ms_by_third: Vec<f64>,
+}
+
+/// One second of a round, and what the machine did while its actions lived.
+#[derive(Debug, Clone, Serialize)]
+pub struct WorstSecond {
+    /// Seconds after the load began.
+    pub at_s: f64,
+    pub count: usize,
+    pub p95_ms: f64,
+    /// Enqueue to claim.
+    pub wait_p95_ms: f64,
+    /// From the second's start until its p95 action was accepted (the span
+    /// the next two figures cover).
+    pub span_ms: f64,
+    /// The machine's CPU and stalls over that span.
+    pub cpu: Option<cpu::SpanCpu>,
+    /// The latest the bench's runtime woke its timer in that span.
+    pub runtime_late_max_ms: f64,
+}
+
+/// The worst second of `samples` (`(enqueued_ms, latency_us, wait_us)`)
+/// within `[from_ms, to_ms)` by quiet p95, among seconds with at least
+/// `samples_min` actions, with the machine's readings and the runtime's
+/// lateness (`(at_ms, late_ms)`) over the span its actions lived.
+fn worst_second(
+    samples: &[(f64, u64, u64)],
+    from_ms: f64,
+    to_ms: f64,
+    samples_min: usize,
+    readings: &[cpu::Reading],
+    late: &[(f64, f64)],
+) -> Option<WorstSecond> {
+    let mut bins: std::collections::BTreeMap<u64, Vec<(u64, u64)>> = Default::default();
+    for &(at, us, wait) in samples {
+        if at >= from_ms && at < to_ms {
+            bins.entry((at / 1000.0) as u64)
+                .or_default()
+                .push((us, wait));
+        }
+    }
+    let (second, p95, wait) = bins
+        .into_iter()
+        .filter(|(_, v)| v.len() >= samples_min.max(1))
+        .filter_map(|(s, v)| {
+            let p = Percentiles::from_us(v.iter().map(|x| x.0))?;
+            let w = Percentiles::from_us(v.iter().map(|x| x.1))?;
+            Some(((s, v.len()), p.p95_ms, w.p95_ms))
+        })
+        .max_by(|a, b| a.1.total_cmp(&b.1))?;
+    let start = second.0 as f64 * 1000.0;
+    let span_ms = 1000.0 + p95;
+    Some(WorstSecond {
+        at_s: second.0 as f64,
+        count: second.1,
+        p95_ms: p95,
+        wait_p95_ms: wait,
+        span_ms,
+        cpu: cpu::span(readings, start, start + span_ms, cpu::machine_cores()),
+        runtime_late_max_ms: late_max(late, start, start + span_ms),
+    })
+}
+
+/// The most late of `late` (`(at_ms, late_ms)`) within `[from_ms, to_ms)`.
+fn late_max(late: &[(f64, f64)], from_ms: f64, to_ms: f64) -> f64 {
+    late.iter()
+        .filter(|(at, _)| *at >= from_ms && *at < to_ms)
+        .map(|(_, l)| *l)
+        .fold(0.0, f64::max)
+}
+
+/// Wakes every [`LATE_EVERY`] from now until `stop` and keeps each wake
+/// more than [`LATE_NOTED_MS`] late: `(ms after the start, ms late)`. A
+/// runtime whose threads are all blocked (a slow write, a long poll) wakes
+/// it late.
+fn runtime_lateness(stop: CancellationToken) -> tokio::task::JoinHandle<Vec<(f64, f64)>> {
+    tokio::spawn(async move {
+        let t0 = Instant::now();
+        let mut out = Vec::new();
+        loop {
+            let due = Instant::now() + LATE_EVERY;
+            tokio::select! {
+                _ = stop.cancelled() => return out,
+                _ = tokio::time::sleep_until(due.into()) => {}
+            }
+            let late_ms = due.elapsed().as_secs_f64() * 1000.0;
+            if late_ms > LATE_NOTED_MS {
+                out.push((t0.elapsed().as_secs_f64() * 1000.0 - late_ms, late_ms));
+            }
+        }
+    })
 }
 
 /// Pools the rounds of one scenario and claim mode.
@@ -1004,6 +1170,7 @@ fn summarise(
         thirds_by_round: rounds.iter().map(|r| r.thirds.clone()).collect(),
         seq_scans_per_s_by_round: rounds.iter().map(|r| r.seq_scans_per_s.clone()).collect(),
         cpu_by_round: rounds.iter().map(|r| r.cpu.clone()).collect(),
+        stalls_by_round: rounds.iter().map(|r| r.stalls.clone()).collect(),
         noisy,
         actions,
         offered_per_s: actions as f64 / load_s,
@@ -1092,7 +1259,12 @@ async fn run_one(
         bench: std::process::id(),
         ..cpu::Roles::default()
     };
-    let cpu_watch = cpu::watch(cpu_roles, CPU_READ_EVERY, poll_stop.clone());
+    // The CPU and the runtime's lateness are read until the queue has
+    // drained, so the last second's actions are covered while they live.
+    let watch_stop = CancellationToken::new();
+    let watch_guard = watch_stop.clone().drop_guard();
+    let cpu_watch = cpu::watch(cpu_roles, CPU_READ_EVERY, watch_stop.clone());
+    let late_watch = runtime_lateness(watch_stop);
     let load_started = Instant::now();
     let generated = {
         let load = generate(&store, schedule, cfg, plan.duration_s, enqueued.clone());
@@ -1112,12 +1284,11 @@ async fn run_one(
             }
         }
     };
-    // The CPU readings cover the whole load, however early its last
-    // arrival was enqueued: the watch's last reading is taken after this.
+    // The load lasts its whole duration, however early its last arrival
+    // was enqueued.
     tokio::time::sleep_until((load_started + Duration::from_secs(plan.duration_s)).into()).await;
     poll_stop.cancel();
     let seq_scans_per_s = poller.await?;
-    let cpu_readings = cpu_watch.await?;
     let lag_max_ms = match generated {
         Ok(v) => v,
         Err(e) => {
@@ -1151,6 +1322,9 @@ async fn run_one(
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
     };
+    drop(watch_guard);
+    let cpu_readings = cpu_watch.await?;
+    let late = late_watch.await?;
     shutdown.cancel();
     while let Some(r) = worker_tasks.join_next().await {
         r?;
@@ -1206,10 +1380,27 @@ async fn run_one(
             })
             .collect(),
     };
+    let stalls = RoundStalls {
+        worst_second: worst_second(
+            &quiet_split,
+            warmup_ms,
+            load_end_ms,
+            WORST_SECOND_SAMPLES_MIN,
+            &cpu_readings,
+            &late,
+        ),
+        runtime_late_max_ms_by_third: (0..3)
+            .map(|i| {
+                let from = warmup_ms + third_ms * f64::from(i);
+                late_max(&late, from, from + third_ms)
+            })
+            .collect(),
+    };
     Ok(Samples {
         trend,
         thirds,
         cpu,
+        stalls,
         seq_scans_per_s,
         statements,
         quiet_us,
@@ -1287,10 +1478,14 @@ async fn generate(
             if count == 1 {
                 // Named by the store and the arrival's place among its
                 // store's: the same message in every run of a round.
+                let mut body = format!("bench message {} of {}", a.ordinal, a.store);
+                if let Some(ms) = a.latency_ms {
+                    body.push_str(&format!(" [latency {ms} ms]"));
+                }
                 let new = NewAction {
                     store: name,
                     to: format!("+1555{:07}", a.store % 10_000_000),
-                    body: format!("bench message {} of {}", a.ordinal, a.store),
+                    body,
                     key: None,
                 };
                 store.action_enqueue(&new).await.map_err(|e| match e {
@@ -1315,6 +1510,67 @@ async fn generate(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_worst_second_is_the_highest_p95_with_the_machine_and_runtime_then() {
+        // 30 quiet actions a second for 4 s; the third second's are slow.
+        let mut samples = Vec::new();
+        for s in 0..4u64 {
+            for i in 0..30u64 {
+                let slow = s == 2;
+                let us = if slow {
+                    200_000 + i * 1_000
+                } else {
+                    50_000 + i * 100
+                };
+                samples.push((
+                    s as f64 * 1000.0 + i as f64 * 30.0,
+                    us,
+                    if slow { 150_000 } else { 5_000 },
+                ));
+            }
+        }
+        // A second with too few actions is not judged, however slow.
+        samples.push((4_100.0, 9_000_000, 0));
+        let reading = |ms: f64, io_s: f64| cpu::Reading {
+            at_ms: ms,
+            ticks: cpu::Ticks {
+                stalls: Some(cpu::StallTotals {
+                    io_some: (io_s * 1e6) as u64,
+                    ..Default::default()
+                }),
+                ..Default::default()
+            },
+            autovacuum: 0,
+        };
+        // The disk stalled for 0.6 s between 2.0 and 3.0 s.
+        let readings: Vec<cpu::Reading> = (0..=60)
+            .map(|i| {
+                let ms = f64::from(i) * 100.0;
+                reading(ms, ((ms - 2_000.0) / 1_000.0).clamp(0.0, 0.6))
+            })
+            .collect();
+        let late = [(500.0, 7.0), (2_400.0, 180.0), (5_900.0, 9.0)];
+        let w = worst_second(&samples, 1_000.0, 5_000.0, 20, &readings, &late).expect("judged");
+        assert_eq!(w.at_s, 2.0);
+        assert_eq!(w.count, 30);
+        assert!(
+            w.p95_ms > 200.0 && (w.wait_p95_ms - 150.0).abs() < 0.5,
+            "{w:?}"
+        );
+        // Its span runs from 2.0 s until its p95 action was accepted.
+        assert!((w.span_ms - (1_000.0 + w.p95_ms)).abs() < 1e-9);
+        assert_eq!(w.runtime_late_max_ms, 180.0);
+        let stalls = w.cpu.and_then(|c| c.stalls).expect("read");
+        assert!(
+            (stalls.io_some - 0.6 / (w.span_ms / 1_000.0)).abs() < 0.05,
+            "{stalls:?}"
+        );
+        // Before the window, nothing is judged.
+        assert!(worst_second(&samples, 0.0, 1_000.0, 31, &readings, &late).is_none());
+        assert_eq!(late_max(&late, 0.0, 1_000.0), 7.0);
+        assert_eq!(late_max(&late, 1_000.0, 2_000.0), 0.0);
+    }
 
     #[test]
     fn defaults_and_smoke_settings_are_valid() {
@@ -1429,6 +1685,7 @@ mod tests {
             thirds_by_round: Vec::new(),
             seq_scans_per_s_by_round: vec![vec![0.0; 6]],
             cpu_by_round: Vec::new(),
+            stalls_by_round: Vec::new(),
             noisy: None,
             actions: 10,
             offered_per_s: 1.0,

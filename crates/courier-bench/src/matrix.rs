@@ -352,6 +352,20 @@ impl MatrixReport {
                 c.overloaded.as_deref().unwrap_or("")
             ));
         }
+        // Judged cells' rounds that trended, with where they stalled.
+        for c in self.cells.iter().filter(|c| c.overloaded.is_none()) {
+            let lines = c
+                .report
+                .as_ref()
+                .map(|r| r.trending_lines())
+                .unwrap_or_default();
+            if !lines.is_empty() {
+                out.push_str(&format!(
+                    "trending rounds of {}x{}x{}:\n{lines}",
+                    c.cell.stores, c.cell.noisy_stores, c.cell.noise_factor
+                ));
+            }
+        }
         out
     }
 }
@@ -446,6 +460,7 @@ mod tests {
             thirds_by_round: Vec::new(),
             seq_scans_per_s_by_round: Vec::new(),
             cpu_by_round: Vec::new(),
+            stalls_by_round: Vec::new(),
             noisy: None,
             actions: 1_000,
             offered_per_s: 300.0,

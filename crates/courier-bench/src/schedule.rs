@@ -15,6 +15,11 @@
 //!   index), so with one seed a quiet store's arrivals are the same in every
 //!   scenario: scenarios differ only by what the noisy stores send, and a
 //!   comparison of quiet latencies across them is paired.
+//! - [`spread_latencies`] gives the quiet stores' arrivals, in time order,
+//!   the provider latencies of a golden-ratio sequence of quantiles: any
+//!   stretch of a few hundred of them meets the distribution's own
+//!   percentiles, not a sample's luck, and (being a function of the quiet
+//!   arrivals alone) the same in every scenario of a seed.
 
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
@@ -62,6 +67,9 @@ pub struct Arrival {
     /// names the same arrival in every scenario of one seed.
     pub ordinal: u32,
     pub count: u32,
+    /// The provider latency this arrival's message states, once
+    /// [`spread_latencies`] gave it one (single arrivals only).
+    pub latency_ms: Option<u64>,
 }
 
 /// What shapes a schedule.
@@ -136,6 +144,7 @@ pub fn arrivals(shape: &Shape, scenario: Scenario, seed: u64) -> Vec<Arrival> {
                     store,
                     ordinal,
                     count,
+                    latency_ms: None,
                 },
             ));
             continue;
@@ -153,12 +162,48 @@ pub fn arrivals(shape: &Shape, scenario: Scenario, seed: u64) -> Vec<Arrival> {
                 store,
                 ordinal,
                 count: 1,
+                latency_ms: None,
             });
             ordinal += 1;
         });
     }
     out.sort_by(|a, b| a.at_ms.total_cmp(&b.at_ms).then(a.store.cmp(&b.store)));
     out
+}
+
+/// Quantiles kept of the provider's latency distribution: the p95 of as
+/// many draws is within about 0.25 ms of the distribution's (log-normal,
+/// median 25 ms, sigma 0.5).
+const LATENCY_TABLE: usize = 1 << 16;
+
+/// Gives every single arrival a provider latency from `latency`, at
+/// quantiles spread evenly over time: the quiet stores' arrivals (`store >=
+/// noisy_stores`) in time order take the quantiles `frac(u0 + k / phi)`,
+/// the noisy stores' a sequence of their own, where `phi` is the golden
+/// ratio and `u0` comes from the seed. Each quantile reads a sorted table of
+/// [`LATENCY_TABLE`] draws of the distribution, itself drawn from the seed.
+/// Independent draws would give each third of a round (~600 quiet actions)
+/// a p95 with a standard error of about 2.5 ms; one round's draw once put
+/// its last third's above its first's in every run.
+pub fn spread_latencies(
+    arrivals: &mut [Arrival],
+    noisy_stores: u32,
+    latency: &courier_fake::Latency,
+    seed: u64,
+) {
+    const PHI_INV: f64 = 0.618_033_988_749_894_9;
+    let mut rng = StdRng::seed_from_u64(store_seed(seed, u32::MAX));
+    let mut table: Vec<u64> = (0..LATENCY_TABLE)
+        .map(|_| latency.sample_ms(rng.random(), rng.random()))
+        .collect();
+    table.sort_unstable();
+    let mut next = [rng.random::<f64>(), rng.random::<f64>()];
+    for a in arrivals.iter_mut().filter(|a| a.count == 1) {
+        let u = &mut next[usize::from(a.store >= noisy_stores)];
+        let at = ((*u * LATENCY_TABLE as f64) as usize).min(LATENCY_TABLE - 1);
+        a.latency_ms = Some(table[at]);
+        *u = (*u + PHI_INV).fract();
+    }
 }
 
 /// The seed of one store's stream: a splitmix64 step of the seed and the
@@ -215,6 +260,84 @@ mod tests {
         // Every store gets about its share.
         let store0 = a.iter().filter(|x| x.store == 0).count();
         assert!((120..=240).contains(&store0), "{store0}");
+    }
+
+    #[test]
+    fn spread_latencies_give_every_third_the_distributions_p95_and_iid_draws_do_not() {
+        use crate::stats::Percentiles;
+        let latency = courier_fake::Latency::LogNormal {
+            median_ms: 25.0,
+            sigma: 0.5,
+        };
+        // The matrix's shape: 250/s over 1,000 stores, 8 s.
+        let s = Shape {
+            stores: 1_000,
+            noisy_stores: 2,
+            rate_per_store_hz: 0.25,
+            duration_ms: 8_000.0,
+            ..shape()
+        };
+        let third_p95s = |a: &[Arrival], of: &dyn Fn(&Arrival) -> u64| -> Vec<f64> {
+            (0..3)
+                .map(|i| {
+                    let lo = f64::from(i) * s.duration_ms / 3.0;
+                    let within = a.iter().filter(|x| {
+                        x.store >= s.noisy_stores
+                            && x.at_ms >= lo
+                            && x.at_ms < lo + s.duration_ms / 3.0
+                    });
+                    Percentiles::from_us(within.map(|x| of(x) * 1_000))
+                        .expect("a third has arrivals")
+                        .p95_ms
+                })
+                .collect()
+        };
+        let spread = |p: &[f64]| {
+            let max = p.iter().copied().fold(f64::MIN, f64::max);
+            let min = p.iter().copied().fold(f64::MAX, f64::min);
+            max / min - 1.0
+        };
+        let (mut stated_worst, mut iid_worst) = (0f64, 0f64);
+        for seed in 0..20 {
+            let mut a = arrivals(&s, Scenario::Steady, seed);
+            spread_latencies(&mut a, s.noisy_stores, &latency, seed);
+            assert!(a.iter().all(|x| x.latency_ms.is_some()));
+            let stated = third_p95s(&a, &|x| x.latency_ms.unwrap());
+            // The distribution's p95 is 25 * e^(0.5 * 1.645) = 57.0 ms.
+            assert!(stated.iter().all(|p| (p - 57.0).abs() < 1.5), "{stated:?}");
+            stated_worst = stated_worst.max(spread(&stated));
+            // The control: independent draws for the same arrivals.
+            let mut rng = StdRng::seed_from_u64(seed);
+            let drawn: Vec<Arrival> = a
+                .iter()
+                .map(|x| Arrival {
+                    latency_ms: Some(latency.sample_ms(rng.random(), rng.random())),
+                    ..*x
+                })
+                .collect();
+            iid_worst = iid_worst.max(spread(&third_p95s(&drawn, &|x| x.latency_ms.unwrap())));
+        }
+        assert!(
+            stated_worst < 0.03,
+            "stated thirds differ by {stated_worst}"
+        );
+        assert!(iid_worst > 0.08, "independent thirds differ by {iid_worst}");
+        // The quiet stores' latencies are the same in every scenario of a
+        // seed; a bulk burst states none.
+        let quiet = |scenario| -> Vec<Arrival> {
+            let mut a = arrivals(&s, scenario, 5);
+            spread_latencies(&mut a, s.noisy_stores, &latency, 5);
+            a.into_iter()
+                .filter(|x| x.store >= s.noisy_stores)
+                .collect()
+        };
+        assert_eq!(quiet(Scenario::Baseline), quiet(Scenario::Bulk));
+        let mut bulk = arrivals(&s, Scenario::Bulk, 5);
+        spread_latencies(&mut bulk, s.noisy_stores, &latency, 5);
+        assert!(bulk
+            .iter()
+            .filter(|x| x.count > 1)
+            .all(|x| x.latency_ms.is_none()));
     }
 
     #[test]

@@ -77,6 +77,13 @@ pub enum LatencySubject {
     /// every scenario and claim mode of a round, so their latencies differ
     /// only by what the courier did).
     Message,
+    /// As `Message`, except that a body ending in `[latency N ms]` waits
+    /// `N` ms (at most [`DELAY_MS_MAX`]) instead of a draw. A test control,
+    /// like a sandbox's magic card numbers: a benchmark that states its
+    /// messages' latencies can spread the distribution's quantiles evenly
+    /// over a run (`courier bench fairness`), so that every stretch of the
+    /// run meets the same latencies and not the luck of a sample.
+    Stated,
 }
 
 /// A latency distribution, applied to each send and lookup.

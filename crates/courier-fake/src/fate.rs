@@ -148,7 +148,23 @@ pub fn send_latency_ms(cfg: &FakeConfig, key: &str, ordinal: u64, to: &str, body
     match cfg.latency_subject {
         LatencySubject::Request => latency_ms(cfg, key, ordinal),
         LatencySubject::Message => latency_ms(cfg, &format!("{to}\n{body}"), 0),
+        LatencySubject::Stated => {
+            stated_latency_ms(body).unwrap_or_else(|| latency_ms(cfg, &format!("{to}\n{body}"), 0))
+        }
     }
+}
+
+/// The latency a body states at its end (`... [latency 57 ms]`), capped at
+/// [`DELAY_MS_MAX`](crate::config::DELAY_MS_MAX); `None` when it states none.
+pub fn stated_latency_ms(body: &str) -> Option<u64> {
+    let n = body.strip_suffix(" ms]")?.rsplit_once("[latency ")?.1;
+    if n.is_empty() || !n.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    // All digits: too many of them is a latency above the cap.
+    Some(n.parse::<u64>().map_or(crate::config::DELAY_MS_MAX, |ms| {
+        ms.min(crate::config::DELAY_MS_MAX)
+    }))
 }
 
 #[cfg(test)]
@@ -183,6 +199,49 @@ mod tests {
             .map(|i| send_latency_ms(&cfg, "courier-0", 0, "+15551234567", &format!("m{i}")))
             .collect();
         assert!(others.iter().any(|ms| *ms != same[0]), "{others:?}");
+    }
+
+    #[test]
+    fn a_stated_subject_waits_what_the_body_states_and_draws_otherwise() {
+        assert_eq!(
+            stated_latency_ms("bench message 3 of 7 [latency 57 ms]"),
+            Some(57)
+        );
+        assert_eq!(stated_latency_ms("[latency 0 ms]"), Some(0));
+        assert_eq!(
+            stated_latency_ms("x [latency 99999999999999999999999 ms]"),
+            Some(crate::config::DELAY_MS_MAX)
+        );
+        for not_stated in [
+            "hello",
+            "x [latency ms]",
+            "x [latency -5 ms]",
+            "x [latency 5 ms] and more",
+            "x [latency 5ms]",
+        ] {
+            assert_eq!(stated_latency_ms(not_stated), None, "{not_stated}");
+        }
+        let mut cfg = FakeConfig::new("unused.jsonl", "k", "s");
+        cfg.latency = Latency::LogNormal {
+            median_ms: 25.0,
+            sigma: 0.5,
+        };
+        cfg.latency_subject = LatencySubject::Stated;
+        let to = "+15551234567";
+        assert_eq!(
+            send_latency_ms(&cfg, "k1", 0, to, "a [latency 123 ms]"),
+            123
+        );
+        assert_eq!(send_latency_ms(&cfg, "k2", 9, to, "b [latency 4 ms]"), 4);
+        // Without a statement, the message's own draw, as under `Message`.
+        let stated = send_latency_ms(&cfg, "k1", 0, to, "plain");
+        cfg.latency_subject = LatencySubject::Message;
+        assert_eq!(send_latency_ms(&cfg, "k3", 5, to, "plain"), stated);
+        // The control: under `Message` a statement is only text.
+        let drawn: Vec<u64> = (0..20)
+            .map(|i| send_latency_ms(&cfg, "k", 0, to, &format!("{i} [latency 123 ms]")))
+            .collect();
+        assert!(drawn.iter().any(|ms| *ms != 123), "{drawn:?}");
     }
 
     #[test]
