@@ -2,7 +2,8 @@
 //!
 //! One PostgreSQL cluster of its own (in a temporary directory, with
 //! `synchronous_commit=off`: it measures the scheduler, not the disk), the
-//! fake provider in-process (faults off, log-normal latency), and in-process
+//! fake provider in-process (faults off, log-normal latency, which each
+//! message states, spread evenly over the run: [`spread_latencies`]), and in-process
 //! workers ([`Worker`] with the real [`ProviderClient`]) sized so the
 //! baseline keeps them about 60% busy: headroom is part of fairness.
 //!
@@ -460,49 +461,9 @@ impl FairnessReport {
             .find(|r| r.scenario == scenario && r.claim == claim)
     }
 
-    /// One line per fair round that trended above [`TREND_MAX`]: its
-    /// thirds and its worst second, with the machine's stalls then.
+    /// One line per fair round that trended above [`TREND_MAX`].
     pub fn trending_lines(&self) -> String {
-        let mut out = String::new();
-        for r in self.runs.iter().filter(|r| r.claim == ClaimMode::Fair) {
-            for (i, trend) in r.trend_by_round.iter().enumerate() {
-                if *trend <= TREND_MAX {
-                    continue;
-                }
-                out.push_str(&format!("  {} round {}: trend {trend:.2}x", r.label, i + 1));
-                let thirds = r.thirds_by_round.get(i).map(Vec::as_slice);
-                if let Some([Some(a), _, Some(c)]) = thirds {
-                    out.push_str(&format!(
-                        " (wait p95 {:.1} -> {:.1} ms, after the claim {:.1} -> {:.1} ms)",
-                        a.wait_ms, c.wait_ms, a.after_claim_ms, c.after_claim_ms
-                    ));
-                }
-                if let Some(w) = r
-                    .stalls_by_round
-                    .get(i)
-                    .and_then(|s| s.worst_second.as_ref())
-                {
-                    out.push_str(&format!(
-                        "; worst second {:.0} s: p95 {:.1} ms (wait {:.1}), runtime late {:.0} ms",
-                        w.at_s, w.p95_ms, w.wait_p95_ms, w.runtime_late_max_ms
-                    ));
-                    if let Some(c) = w.cpu {
-                        out.push_str(&format!(", CPUs {:.0}% busy", c.busy_share * 100.0));
-                        if let Some(st) = c.stalls {
-                            out.push_str(&format!(
-                                ", stalled: cpu {:.0}%, io {:.0}% (full {:.0}%), memory {:.0}%",
-                                st.cpu_some * 100.0,
-                                st.io_some * 100.0,
-                                st.io_full * 100.0,
-                                st.memory_some * 100.0
-                            ));
-                        }
-                    }
-                }
-                out.push('\n');
-            }
-        }
-        out
+        trending_lines(&self.runs)
     }
 
     /// The results as a text table.
@@ -694,6 +655,52 @@ pub async fn run(cfg: &FairnessConfig) -> Result<FairnessReport, BenchError> {
     };
     report.wall_time_s = started.elapsed().as_secs_f64();
     Ok(report)
+}
+
+/// One line per fair round that trended above [`TREND_MAX`] (a NaN trend,
+/// from a third without a quiet action, counts): its thirds and its worst
+/// second, with the machine's stalls then.
+fn trending_lines(runs: &[FairnessRun]) -> String {
+    let mut out = String::new();
+    for r in runs.iter().filter(|r| r.claim == ClaimMode::Fair) {
+        for (i, trend) in r.trend_by_round.iter().enumerate() {
+            if *trend <= TREND_MAX {
+                continue;
+            }
+            out.push_str(&format!("  {} round {}: trend {trend:.2}x", r.label, i + 1));
+            let thirds = r.thirds_by_round.get(i).map(Vec::as_slice);
+            if let Some([Some(a), _, Some(c)]) = thirds {
+                out.push_str(&format!(
+                    " (wait p95 {:.1} -> {:.1} ms, after the claim {:.1} -> {:.1} ms)",
+                    a.wait_ms, c.wait_ms, a.after_claim_ms, c.after_claim_ms
+                ));
+            }
+            if let Some(w) = r
+                .stalls_by_round
+                .get(i)
+                .and_then(|s| s.worst_second.as_ref())
+            {
+                out.push_str(&format!(
+                    "; worst second {:.0} s: p95 {:.1} ms (wait {:.1}), runtime late {:.0} ms",
+                    w.at_s, w.p95_ms, w.wait_p95_ms, w.runtime_late_max_ms
+                ));
+                if let Some(c) = w.cpu {
+                    out.push_str(&format!(", CPUs {:.0}% busy", c.busy_share * 100.0));
+                    if let Some(st) = c.stalls {
+                        out.push_str(&format!(
+                            ", stalled: cpu {:.0}%, io {:.0}% (full {:.0}%), memory {:.0}%",
+                            st.cpu_some * 100.0,
+                            st.io_some * 100.0,
+                            st.io_full * 100.0,
+                            st.memory_some * 100.0
+                        ));
+                    }
+                }
+            }
+            out.push('\n');
+        }
+    }
+    out
 }
 
 fn verdict(runs: &[FairnessRun]) -> FairnessVerdict {
@@ -1010,7 +1017,7 @@ pub struct RoundStalls {
     /// quiet p95; `None` when no second had enough quiet actions.
     pub worst_second: Option<WorstSecond>,
     /// The latest the bench's runtime woke a timer asking every 10 ms, in
-    /// each third of the measured load (0 when never 5 ms late).
+    /// each third of the measured load (0 when never more than 5 ms late).
     pub runtime_late_max_ms_by_third: Vec<f64>,
 }
 
@@ -1023,8 +1030,9 @@ pub struct WorstSecond {
     pub p95_ms: f64,
     /// Enqueue to claim.
     pub wait_p95_ms: f64,
-    /// From the second's start until its p95 action was accepted (the span
-    /// the next two figures cover).
+    /// From the second's start to its end plus its p95: by then all but
+    /// the slowest 5% of its actions were accepted (the span the next two
+    /// figures cover).
     pub span_ms: f64,
     /// The machine's CPU and stalls over that span.
     pub cpu: Option<cpu::SpanCpu>,
@@ -1083,12 +1091,14 @@ fn late_max(late: &[(f64, f64)], from_ms: f64, to_ms: f64) -> f64 {
 }
 
 /// Wakes every [`LATE_EVERY`] from now until `stop` and keeps each wake
-/// more than [`LATE_NOTED_MS`] late: `(ms after the start, ms late)`. A
+/// more than [`LATE_NOTED_MS`] late: `(ms after t0 it was due, ms late)`. A
 /// runtime whose threads are all blocked (a slow write, a long poll) wakes
 /// it late.
-fn runtime_lateness(stop: CancellationToken) -> tokio::task::JoinHandle<Vec<(f64, f64)>> {
+fn runtime_lateness(
+    t0: Instant,
+    stop: CancellationToken,
+) -> tokio::task::JoinHandle<Vec<(f64, f64)>> {
     tokio::spawn(async move {
-        let t0 = Instant::now();
         let mut out = Vec::new();
         loop {
             let due = Instant::now() + LATE_EVERY;
@@ -1264,7 +1274,7 @@ async fn run_one(
     let watch_stop = CancellationToken::new();
     let watch_guard = watch_stop.clone().drop_guard();
     let cpu_watch = cpu::watch(cpu_roles, CPU_READ_EVERY, watch_stop.clone());
-    let late_watch = runtime_lateness(watch_stop);
+    let late_watch = runtime_lateness(Instant::now(), watch_stop);
     let load_started = Instant::now();
     let generated = {
         let load = generate(&store, schedule, cfg, plan.duration_s, enqueued.clone());
@@ -1543,7 +1553,7 @@ mod tests {
             },
             autovacuum: 0,
         };
-        // The disk stalled for 0.6 s between 2.0 and 3.0 s.
+        // The disk stalled from 2.0 to 2.6 s.
         let readings: Vec<cpu::Reading> = (0..=60)
             .map(|i| {
                 let ms = f64::from(i) * 100.0;
@@ -1566,8 +1576,11 @@ mod tests {
             (stalls.io_some - 0.6 / (w.span_ms / 1_000.0)).abs() < 0.05,
             "{stalls:?}"
         );
-        // Before the window, nothing is judged.
-        assert!(worst_second(&samples, 0.0, 1_000.0, 31, &readings, &late).is_none());
+        // A slower second outside the window is not judged...
+        let later = worst_second(&samples, 3_000.0, 5_000.0, 20, &readings, &late).expect("judged");
+        assert_eq!(later.at_s, 3.0);
+        // ...nor a second with fewer actions than asked for.
+        assert!(worst_second(&samples, 0.0, 5_000.0, 31, &readings, &late).is_none());
         assert_eq!(late_max(&late, 0.0, 1_000.0), 7.0);
         assert_eq!(late_max(&late, 1_000.0, 2_000.0), 0.0);
     }
@@ -1661,6 +1674,60 @@ mod tests {
             let err = cfg.validate().expect_err(flag);
             assert!(err.contains(flag), "{err:?} does not name {flag}");
         }
+    }
+
+    #[test]
+    fn a_trending_round_is_printed_with_its_thirds_and_worst_second() {
+        let third = |wait_ms, after_claim_ms| {
+            Some(ThirdP95 {
+                count: 600,
+                latency_ms: wait_ms + after_claim_ms,
+                wait_ms,
+                after_claim_ms,
+            })
+        };
+        let mut steady = run_of(Scenario::Steady, ClaimMode::Fair, 1.0);
+        steady.label = "one store 10x, steady".into();
+        steady.trend_by_round = vec![1.05, 1.31];
+        steady.thirds_by_round = vec![Vec::new(), vec![third(8.0, 56.0), None, third(9.0, 67.0)]];
+        steady.stalls_by_round = vec![
+            RoundStalls::default(),
+            RoundStalls {
+                worst_second: Some(WorstSecond {
+                    at_s: 6.0,
+                    count: 80,
+                    p95_ms: 246.0,
+                    wait_p95_ms: 12.0,
+                    span_ms: 1_246.0,
+                    cpu: Some(cpu::SpanCpu {
+                        busy_share: 0.8,
+                        stalls: Some(cpu::Stalls {
+                            io_some: 0.4,
+                            ..Default::default()
+                        }),
+                        ..Default::default()
+                    }),
+                    runtime_late_max_ms: 180.0,
+                }),
+                runtime_late_max_ms_by_third: vec![0.0, 0.0, 180.0],
+            },
+        ];
+        // FIFO trends are not judged, and not printed.
+        let mut fifo = run_of(Scenario::Bulk, ClaimMode::Fifo, 1.0);
+        fifo.trend_by_round = vec![1.5];
+        let lines = trending_lines(&[steady, fifo]);
+        assert_eq!(lines.lines().count(), 1, "{lines}");
+        assert!(
+            lines.contains("one store 10x, steady round 2: trend 1.31x"),
+            "{lines}"
+        );
+        assert!(lines.contains("after the claim 56.0 -> 67.0 ms"), "{lines}");
+        assert!(lines.contains("worst second 6 s: p95 246.0 ms"), "{lines}");
+        assert!(
+            lines.contains("runtime late 180 ms, CPUs 80% busy"),
+            "{lines}"
+        );
+        assert!(lines.contains("io 40% (full 0%)"), "{lines}");
     }
 
     fn run_of(scenario: Scenario, claim: ClaimMode, ratio: f64) -> FairnessRun {

@@ -16,12 +16,14 @@
 //!   scenario: scenarios differ only by what the noisy stores send, and a
 //!   comparison of quiet latencies across them is paired.
 //! - [`spread_latencies`] gives the quiet stores' arrivals, in time order,
-//!   the provider latencies of a golden-ratio sequence of quantiles: any
-//!   stretch of a few hundred of them meets the distribution's own
-//!   percentiles, not a sample's luck, and (being a function of the quiet
-//!   arrivals alone) the same in every scenario of a seed.
+//!   the provider latencies of a golden-ratio sequence of quantiles,
+//!   shuffled within windows of 16: any stretch of a few hundred meets the
+//!   distribution's own percentiles, not a sample's luck; being a function
+//!   of the quiet arrivals alone, they are the same in every scenario of a
+//!   seed.
 
 use rand::rngs::StdRng;
+use rand::seq::SliceRandom;
 use rand::{Rng, SeedableRng};
 use serde::Serialize;
 
@@ -171,38 +173,82 @@ pub fn arrivals(shape: &Shape, scenario: Scenario, seed: u64) -> Vec<Arrival> {
     out
 }
 
-/// Quantiles kept of the provider's latency distribution: the p95 of as
-/// many draws is within about 0.25 ms of the distribution's (log-normal,
-/// median 25 ms, sigma 0.5).
+/// Draws kept of the provider's latency distribution, sorted, to read its
+/// quantiles from: one standard error of the table's p95 is about 0.25 ms
+/// at log-normal, median 25 ms, sigma 0.5 (entries are whole ms).
 const LATENCY_TABLE: usize = 1 << 16;
+/// The arrivals of a sequence whose quantiles are shuffled among them
+/// (16 quiet arrivals: about 64 ms of the matrix's 250/s). Wider windows
+/// leave more of a third's edges to the shuffle: at 64, two thirds of one
+/// round read p95s 3 ms apart.
+const WINDOW: usize = 16;
 
-/// Gives every single arrival a provider latency from `latency`, at
-/// quantiles spread evenly over time: the quiet stores' arrivals (`store >=
-/// noisy_stores`) in time order take the quantiles `frac(u0 + k / phi)`,
-/// the noisy stores' a sequence of their own, where `phi` is the golden
-/// ratio and `u0` comes from the seed. Each quantile reads a sorted table of
-/// [`LATENCY_TABLE`] draws of the distribution, itself drawn from the seed.
-/// Independent draws would give each third of a round (~600 quiet actions)
-/// a p95 with a standard error of about 2.5 ms; one round's draw once put
-/// its last third's above its first's in every run.
+/// One sequence's quantiles: the golden-ratio sequence `frac(u0 + k / phi)`
+/// (any `n` consecutive terms spread over `[0, 1)` with gaps of at most
+/// about `2.6 / n`), taken [`WINDOW`] terms at a time in a random order.
+struct Quantiles {
+    next: f64,
+    rng: StdRng,
+    window: Vec<f64>,
+}
+
+impl Quantiles {
+    fn new(seed: u64) -> Quantiles {
+        let mut rng = StdRng::seed_from_u64(seed);
+        Quantiles {
+            next: rng.random(),
+            rng,
+            window: Vec::with_capacity(WINDOW),
+        }
+    }
+
+    fn next(&mut self) -> f64 {
+        const PHI_INV: f64 = 0.618_033_988_749_894_9;
+        if self.window.is_empty() {
+            for _ in 0..WINDOW {
+                self.window.push(self.next);
+                self.next = (self.next + PHI_INV).fract();
+            }
+            self.window.shuffle(&mut self.rng);
+        }
+        self.window.pop().unwrap_or(0.5)
+    }
+}
+
+/// Gives every single arrival a provider latency from `latency`, spread
+/// evenly over time: the quiet stores' arrivals (`store >= noisy_stores`),
+/// in time order, take the quantiles of a golden-ratio sequence, shuffled
+/// within each [`WINDOW`] of them; the noisy stores' arrivals a sequence of
+/// their own, so the quiet ones are the same in every scenario of a seed.
+/// A quantile reads a sorted table of [`LATENCY_TABLE`] draws of the
+/// distribution.
+///
+/// Why: a third of a round (~600 quiet actions) of independent draws has a
+/// p95 with a standard error of about 2.5 ms, and paired runs repeat one
+/// round's draw in all its runs; one such draw put the last third's
+/// provider latencies above the first's in every run of a round. The
+/// sequence gives every few hundred arrivals the distribution's own
+/// percentiles; the shuffle lets slow answers fall together within a
+/// window as independent draws would, instead of at even spacings.
 pub fn spread_latencies(
     arrivals: &mut [Arrival],
     noisy_stores: u32,
     latency: &courier_fake::Latency,
     seed: u64,
 ) {
-    const PHI_INV: f64 = 0.618_033_988_749_894_9;
     let mut rng = StdRng::seed_from_u64(store_seed(seed, u32::MAX));
     let mut table: Vec<u64> = (0..LATENCY_TABLE)
         .map(|_| latency.sample_ms(rng.random(), rng.random()))
         .collect();
     table.sort_unstable();
-    let mut next = [rng.random::<f64>(), rng.random::<f64>()];
+    let mut sequences = [
+        Quantiles::new(store_seed(seed, u32::MAX - 1)),
+        Quantiles::new(store_seed(seed, u32::MAX - 2)),
+    ];
     for a in arrivals.iter_mut().filter(|a| a.count == 1) {
-        let u = &mut next[usize::from(a.store >= noisy_stores)];
-        let at = ((*u * LATENCY_TABLE as f64) as usize).min(LATENCY_TABLE - 1);
+        let u = sequences[usize::from(a.store >= noisy_stores)].next();
+        let at = ((u * LATENCY_TABLE as f64) as usize).min(LATENCY_TABLE - 1);
         a.latency_ms = Some(table[at]);
-        *u = (*u + PHI_INV).fract();
     }
 }
 

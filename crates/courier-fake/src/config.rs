@@ -73,9 +73,8 @@ pub enum LatencySubject {
     Request,
     /// The recipient and body alone: the same message waits as long in
     /// every run, whatever its key and whatever came before it. For paired
-    /// benchmarks (`courier bench fairness` sends the same quiet messages in
-    /// every scenario and claim mode of a round, so their latencies differ
-    /// only by what the courier did).
+    /// benchmarks that send the same messages in every run, so that their
+    /// latencies differ only by what the courier did.
     Message,
     /// As `Message`, except that a body ending in `[latency N ms]` waits
     /// `N` ms (at most [`DELAY_MS_MAX`]) instead of a draw. A test control,

@@ -143,7 +143,8 @@ pub fn latency_ms(cfg: &FakeConfig, subject: &str, ordinal: u64) -> u64 {
 
 /// The latency of one send: drawn as [`latency_ms`] from its key and
 /// `ordinal`, or, under [`LatencySubject::Message`], from its recipient and
-/// body alone (a newline cannot be part of a recipient).
+/// body alone (a newline cannot be part of a recipient); under
+/// [`LatencySubject::Stated`], what the body states, else as `Message`.
 pub fn send_latency_ms(cfg: &FakeConfig, key: &str, ordinal: u64, to: &str, body: &str) -> u64 {
     match cfg.latency_subject {
         LatencySubject::Request => latency_ms(cfg, key, ordinal),
