@@ -854,13 +854,9 @@ async fn calibration_run(
         duration_ms: cfg.calibration_s as f64 * 1000.0,
         ..cfg.shape()
     };
-    let mut schedule = arrivals(&shape, Scenario::Baseline, cfg.seed ^ 0x00ca_11b7);
-    spread_latencies(
-        &mut schedule,
-        cfg.noisy_stores,
-        &cfg.latency,
-        cfg.seed ^ 0x00ca_11b7,
-    );
+    let seed = cfg.seed ^ 0x00ca_11b7;
+    let mut schedule = arrivals(&shape, Scenario::Baseline, seed);
+    spread_latencies(&mut schedule, cfg.noisy_stores, &cfg.latency, seed);
     let run = run_one(
         ctx,
         &plan,
