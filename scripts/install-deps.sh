@@ -27,6 +27,9 @@
 #                                      (sync_interval, which Debian's 2.9.10 lacks)
 #   axe-core (npm, web/test/package-lock.json: scripts/install-web-deps.sh)
 #                                      the lesson's accessibility audit
+#   psycopg 3.3.9 (PyPI, in a venv: scripts/install-py-deps.sh)
+#                                      the enqueue from Python, as the
+#                                      README's outbox example calls it
 # Then it checks that every tool and file the build and tests use is there.
 # Idempotent: it installs only what is not installed, and is quick then.
 #
@@ -78,6 +81,7 @@ if [ "$group" != ha ]; then
 fi
 if [ "$group" = all ]; then
   ./scripts/install-web-deps.sh
+  ./scripts/install-py-deps.sh
 fi
 
 # Check, rather than trust the package list: each of these is used by name.
@@ -104,6 +108,7 @@ if [ "$group" = all ]; then
   need_tool chromium chromium
   need_tool chromedriver chromium-driver
   need_file web/test/node_modules/axe-core/axe.min.js axe-core
+  need_file .courier/tools/py-venv/bin/python scripts/install-py-deps.sh
 fi
 [ "$fail" = 0 ] || exit 1
 

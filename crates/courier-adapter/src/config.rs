@@ -55,7 +55,8 @@ pub struct ConfigError(pub String);
 
 /// The longest message body the provider contract allows, in characters.
 pub const JOB_PAYLOAD_BYTES_MAX: usize = 1_600;
-const PRODUCER_BATCH_MAX_LIMIT: usize = 10_000;
+/// The set form's own ceiling ([`courier_core::ENQUEUE_MANY_MAX`]).
+const PRODUCER_BATCH_MAX_LIMIT: usize = courier_core::ENQUEUE_MANY_MAX as usize;
 const WORKER_COUNT_MAX: u32 = 4_096;
 
 impl Config {

@@ -1,6 +1,6 @@
 //! The producer: inserts jobs through courier's public enqueue path
-//! (`courier_store::action_enqueue` inside the caller's transaction, one
-//! transaction per batch of at most `PRODUCER_BATCH_MAX` jobs), paced by a
+//! (the set form, `courier_store::actions_enqueue_many`: one statement and
+//! one transaction per batch of at most `PRODUCER_BATCH_MAX` jobs), paced by a
 //! fixed rate on real elapsed time, by the harness's `ENQUEUE <n>` tokens,
 //! or by a target depth.
 //!
@@ -11,7 +11,7 @@
 use crate::config::{Config, Pacing, ProducerMode};
 use crate::job;
 use crate::pacing::{batches, depth_target_batch, Credit};
-use courier_store::{action_enqueue, EnqueueError, NewAction, PgStore, StoreError};
+use courier_store::{EnqueueError, NewAction, PgStore};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -155,23 +155,21 @@ impl Producer {
     }
 }
 
-/// One transaction of `n` jobs, each through `action_enqueue`; the
-/// statements are pipelined on the transaction's connection.
+/// One statement of `n` jobs through the set form
+/// (`courier_store::actions_enqueue_many`, `courier.enqueue_many`): all
+/// or nothing, its own transaction.
 async fn enqueue_batch(
     store: &PgStore,
     n: usize,
     payload_bytes: usize,
 ) -> Result<(), EnqueueError> {
-    let mut client = store.client().await?;
-    let tx = client.transaction().await.map_err(StoreError::from)?;
     let new = NewAction {
         store: job::STORE.into(),
         to: job::RECIPIENT.into(),
         body: job::body(crate::emit::now_since_epoch(), payload_bytes),
         key: None,
     };
-    futures::future::try_join_all((0..n).map(|_| action_enqueue(&*tx, &new))).await?;
-    tx.commit().await.map_err(StoreError::from)?;
+    store.actions_enqueue_many(&vec![new; n]).await?;
     Ok(())
 }
 

@@ -25,7 +25,7 @@ pub mod status;
 pub mod step;
 
 pub use key::{action_key, validate_key, KeyError};
-pub use limits::{Limits, LimitsError};
+pub use limits::{Limits, LimitsError, BODY_CHARS_MAX, ENQUEUE_MANY_MAX};
 pub use retention::{Retention, RetentionError};
 pub use state::ActionState;
 pub use status::{merge, Merge, Status};

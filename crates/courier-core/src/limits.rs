@@ -3,6 +3,16 @@
 
 use serde::{Deserialize, Serialize};
 
+/// The longest message body, in characters: the provider contract's limit,
+/// checked for every caller by the SQL enqueue (`courier.enqueue_problem`,
+/// migration 21) and the schema's CHECK; `courier-store`'s tests keep the
+/// three equal.
+pub const BODY_CHARS_MAX: u32 = 1_600;
+
+/// The most actions one call of the SQL set form (`courier.enqueue_many`)
+/// takes; more are refused with SQLSTATE 54000.
+pub const ENQUEUE_MANY_MAX: u32 = 10_000;
+
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Limits {
     /// How long a claim (or a heartbeat) keeps an action for its owner.
@@ -20,10 +30,13 @@ pub struct Limits {
     pub claim_batch_max: u32,
     /// Actions one worker process works on at once.
     pub worker_concurrency_max: u32,
-    /// Longest message body, in characters (the contract's limit).
-    pub body_chars_max: u32,
-    /// Largest HTTP request body the server reads.
+    /// Largest HTTP request body the server reads (one action).
     pub payload_bytes_max: u32,
+    /// Most actions in one `POST /v1/actions:batch` (at most
+    /// [`ENQUEUE_MANY_MAX`], the set form's own ceiling).
+    pub enqueue_batch_max: u32,
+    /// Largest HTTP request body of a batch.
+    pub batch_payload_bytes_max: u32,
     /// Backoff of lookups after unknown outcomes.
     pub backoff_base_ms: u64,
     pub backoff_cap_ms: u64,
@@ -45,8 +58,9 @@ impl Default for Limits {
             store_in_flight_max: 4,
             claim_batch_max: 16,
             worker_concurrency_max: 32,
-            body_chars_max: 1_600,
             payload_bytes_max: 64 * 1024,
+            enqueue_batch_max: 1_000,
+            batch_payload_bytes_max: 8 * 1024 * 1024,
             backoff_base_ms: 50,
             backoff_cap_ms: 2_000,
             final_overdue_ms: 10_000,
@@ -78,8 +92,11 @@ impl Limits {
         if self.worker_concurrency_max == 0 {
             return fail("worker_concurrency_max must be positive");
         }
-        if self.body_chars_max == 0 || self.body_chars_max > 1_600 {
-            return fail("body_chars_max must be within 1..=1600 (the provider contract)");
+        if self.enqueue_batch_max == 0 || self.enqueue_batch_max > ENQUEUE_MANY_MAX {
+            return fail("enqueue_batch_max must be within 1..=10000 (the set form's ceiling)");
+        }
+        if self.batch_payload_bytes_max < self.payload_bytes_max {
+            return fail("batch_payload_bytes_max must be at least payload_bytes_max");
         }
         if self.backoff_base_ms == 0 || self.backoff_cap_ms < self.backoff_base_ms {
             return fail("backoff_base_ms must be positive and at most backoff_cap_ms");
@@ -119,7 +136,12 @@ mod tests {
         };
         assert!(l.validate().is_err());
         let l = Limits {
-            body_chars_max: 2_000,
+            enqueue_batch_max: ENQUEUE_MANY_MAX + 1,
+            ..Limits::default()
+        };
+        assert!(l.validate().is_err());
+        let l = Limits {
+            enqueue_batch_max: 0,
             ..Limits::default()
         };
         assert!(l.validate().is_err());

@@ -11,7 +11,7 @@
 //! drives schemathesis with the same document.
 //!
 //! # Invariants
-//! - Every answer of the three API routes is documented (status and body).
+//! - Every answer of the four API routes is documented (status and body).
 //! - The schema of an action lists exactly the fields the store's
 //!   `ActionView` serializes (`additionalProperties: false`, all required).
 
@@ -29,6 +29,7 @@ use utoipa::{Modify, OpenApi};
 pub const NOT_PROVOKED: &[(&str, &str, u16)] = &[
     ("get", "/v1/actions/{id}", 408),
     ("post", "/v1/actions", 503),
+    ("post", "/v1/actions:batch", 503),
     ("get", "/v1/actions/{id}", 503),
     ("post", "/v1/webhooks/provider", 503),
 ];
@@ -46,12 +47,13 @@ pub const NOT_PROVOKED: &[(&str, &str, u16)] = &[
     ),
     paths(
         crate::server::enqueue,
+        crate::server::enqueue_batch,
         crate::server::get_action,
         crate::server::webhook
     ),
     modifiers(&BearerScheme),
     tags(
-        (name = "actions", description = "Enqueue and read actions (bearer token when configured)."),
+        (name = "actions", description = "Enqueue (one or a batch) and read actions (bearer token when configured)."),
         (name = "webhooks", description = "The provider's status reports (HMAC-signed).")
     )
 )]

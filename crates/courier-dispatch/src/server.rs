@@ -1,5 +1,5 @@
-//! The HTTP API of `courier serve`: enqueue, read an action, and the
-//! provider's status webhooks; and [`serve`], the HTTP/1 loop that runs it
+//! The HTTP API of `courier serve`: enqueue (one action or a batch), read an
+//! action, and the provider's status webhooks; and [`serve`], the HTTP/1 loop that runs it
 //! (with the dashboard and metrics of `crate::dashboard` merged in).
 //!
 //! The request and answer types carry `utoipa` annotations: the OpenAPI
@@ -27,13 +27,12 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
 use courier_core::key::validate_key;
-use courier_core::phone::validate_phone;
 use courier_core::status::Merge;
 use courier_core::{ActionState, Limits};
 use courier_provider::signature;
 use courier_provider::wire::WebhookEvent;
 use courier_store::{
-    EnqueueError, Enqueued, MergeOutcome, NewAction, PgStore, StoreError, WebhookIn,
+    EnqueueError, MergeOutcome, NewAction, PgStore, StoreError, WebhookIn,
 };
 use serde::Deserialize;
 use serde_json::json;
@@ -68,6 +67,10 @@ pub struct ApiError {
     status: StatusCode,
     code: &'static str,
     message: String,
+    /// The request's field at fault, when one is.
+    field: Option<String>,
+    /// The item of a batch at fault (0-based), when one is.
+    index: Option<usize>,
 }
 
 impl ApiError {
@@ -76,7 +79,14 @@ impl ApiError {
             status,
             code,
             message: message.into(),
+            field: None,
+            index: None,
         }
+    }
+    fn at(mut self, field: Option<String>, index: Option<usize>) -> Self {
+        self.field = field;
+        self.index = index;
+        self
     }
     fn bad(code: &'static str, message: impl Into<String>) -> Self {
         Self::new(StatusCode::BAD_REQUEST, code, message)
@@ -98,11 +108,14 @@ impl ApiError {
 
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
-        (
-            self.status,
-            Json(json!({"error": self.code, "message": self.message})),
-        )
-            .into_response()
+        let mut body = json!({"error": self.code, "message": self.message});
+        if let Some(field) = self.field {
+            body["field"] = json!(field);
+        }
+        if let Some(index) = self.index {
+            body["index"] = json!(index);
+        }
+        (self.status, Json(body)).into_response()
     }
 }
 
@@ -169,41 +182,41 @@ pub struct EnqueueRequest {
     pub key: Option<String>,
 }
 
-/// Checks an enqueue request against the limits; the error names the field.
-pub fn validate_enqueue(req: &EnqueueRequest, limits: &Limits) -> Result<(), ApiError> {
-    let store_ok = (1..=64).contains(&req.store.len())
-        && req
-            .store
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'));
-    if !store_ok {
-        return Err(ApiError::bad(
-            "bad_store",
-            "store must be 1..64 characters of A-Z a-z 0-9 - _ .",
-        ));
+/// The answer to a refused enqueue (single or batch). The checks are the
+/// SQL enqueue's (`courier.enqueue_problem`, migration 21), the same for
+/// every caller; its stable codes become the answer's `error`.
+fn enqueue_refused(e: EnqueueError) -> ApiError {
+    match e {
+        EnqueueError::Invalid(i) => {
+            let code = match i.code.as_str() {
+                "bad_store" => "bad_store",
+                "bad_phone" => "bad_phone",
+                "empty_body" => "empty_body",
+                "body_too_long" => "body_too_long",
+                "bad_body" => "bad_body",
+                "bad_key" => "bad_key",
+                "too_many_items" => "too_many_actions",
+                _ => "bad_request",
+            };
+            ApiError::bad(code, i.message).at(Some(i.field), i.index)
+        }
+        EnqueueError::KeyReused { index, message, .. } => {
+            ApiError::new(StatusCode::UNPROCESSABLE_ENTITY, "key_reused", message)
+                .at(Some("key".into()), index)
+        }
+        EnqueueError::Store(e) => e.into(),
     }
-    validate_phone(&req.to).map_err(|e| ApiError::bad("bad_phone", e.to_string()))?;
-    let chars = req.body.chars().count();
-    if chars == 0 {
-        return Err(ApiError::bad("empty_body", "body must not be empty"));
+}
+
+impl From<EnqueueRequest> for NewAction {
+    fn from(r: EnqueueRequest) -> Self {
+        NewAction {
+            store: r.store,
+            to: r.to,
+            body: r.body,
+            key: r.key,
+        }
     }
-    if chars > limits.body_chars_max as usize {
-        return Err(ApiError::bad(
-            "body_too_long",
-            format!(
-                "body has {chars} characters; the limit is {}",
-                limits.body_chars_max
-            ),
-        ));
-    }
-    // PostgreSQL's text cannot hold NUL: refuse it here rather than fail the insert.
-    if req.body.contains('\0') {
-        return Err(ApiError::bad("bad_body", "body must not contain NUL"));
-    }
-    if let Some(k) = &req.key {
-        validate_key(k).map_err(|e| ApiError::bad("bad_key", e.to_string()))?;
-    }
-    Ok(())
 }
 
 /// Checks a webhook event's identifiers before they reach the database.
@@ -305,6 +318,14 @@ pub struct ErrorDoc {
     pub error: String,
     /// A sentence for people.
     pub message: String,
+    /// The request's field at fault (`store`, `to`, `body`, `key`,
+    /// `actions`), when one is.
+    #[serde(default)]
+    pub field: Option<String>,
+    /// The item of a batch at fault (0-based), when one is.
+    #[serde(default)]
+    #[schema(minimum = 0)]
+    pub index: Option<u32>,
 }
 
 /// A status webhook from the provider, signed with
@@ -371,24 +392,9 @@ async fn enqueue(
     let body = body_or_error(body)?;
     let req: EnqueueRequest =
         serde_json::from_slice(&body).map_err(|e| ApiError::bad("bad_json", e.to_string()))?;
-    validate_enqueue(&req, &state.cfg.limits)?;
-    let new = NewAction {
-        store: req.store,
-        to: req.to,
-        body: req.body,
-        key: req.key,
-    };
-    let (id, created) = match state.store.action_enqueue(&new).await {
-        Ok(Enqueued::Created(id)) => (id, true),
-        Ok(Enqueued::Existing(id)) => (id, false),
-        Err(EnqueueError::KeyReused { existing_id }) => {
-            return Err(ApiError::new(
-                StatusCode::UNPROCESSABLE_ENTITY,
-                "key_reused",
-                format!("key already used for action {existing_id} with a different request"),
-            ))
-        }
-        Err(EnqueueError::Store(e)) => return Err(e.into()),
+    let (id, created) = match state.store.action_enqueue(&req.into()).await {
+        Ok(e) => (e.id(), e.created()),
+        Err(e) => return Err(enqueue_refused(e)),
     };
     metrics::counter!("courier_enqueued_total", "created" => created.to_string()).increment(1);
     let view = state.store.action_get(id).await?;
@@ -405,6 +411,92 @@ async fn enqueue(
         );
     }
     Ok(resp)
+}
+
+/// A batch of enqueue requests: all or nothing.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct EnqueueBatchRequest {
+    /// The actions, each as `POST /v1/actions` takes it; at most the
+    /// server's batch maximum (1,000 by default).
+    pub actions: Vec<EnqueueRequest>,
+}
+
+/// One action of a batch, in the request's order.
+#[derive(Debug, Deserialize, serde::Serialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct EnqueuedItem {
+    pub id: i64,
+    /// True when this request created the action; false for a repeat of a
+    /// kept action or of an earlier item of the same batch (same store,
+    /// key and content).
+    pub created: bool,
+}
+
+/// The answer to a batch.
+#[derive(Debug, Deserialize, serde::Serialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct EnqueueBatchAnswer {
+    pub actions: Vec<EnqueuedItem>,
+}
+
+/// Enqueue many actions in one transaction: all or nothing.
+#[utoipa::path(
+    post,
+    path = "/v1/actions:batch",
+    tag = "actions",
+    request_body(content = EnqueueBatchRequest, content_type = "application/json"),
+    responses(
+        (status = 200, description = "Every action enqueued (or found as a repeat), in the request's order.",
+         body = EnqueueBatchAnswer),
+        (status = 400, description = "Malformed JSON, an unknown field, more actions than the batch maximum,          or an action with a field out of its limits (`index` and `field` name it); nothing was enqueued.",
+         body = ErrorDoc),
+        (status = 401, description = "A bearer token is configured and was not sent.", body = ErrorDoc),
+        (status = 408, description = "The request took longer than the server's request time-out.", body = ErrorDoc),
+        (status = 413, description = "The body is larger than the batch payload limit.", body = ErrorDoc),
+        (status = 422, description = "An action's key was used before in its store, or by an earlier action \
+         of the batch, with a different request (`index` names it); nothing was enqueued.", body = ErrorDoc),
+        (status = 503, description = "The database is unavailable; retry (with the same keys).", body = ErrorDoc),
+    ),
+    security((), ("bearer" = []))
+)]
+async fn enqueue_batch(
+    State(state): State<Arc<AppState>>,
+    headers: HeaderMap,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<Response, ApiError> {
+    check_token(&state, &headers)?;
+    let body = body_or_error(body)?;
+    let req: EnqueueBatchRequest =
+        serde_json::from_slice(&body).map_err(|e| ApiError::bad("bad_json", e.to_string()))?;
+    let max = state.cfg.limits.enqueue_batch_max as usize;
+    if req.actions.len() > max {
+        return Err(ApiError::bad(
+            "too_many_actions",
+            format!("{} actions; at most {max} in one batch", req.actions.len()),
+        )
+        .at(Some("actions".into()), None));
+    }
+    let news: Vec<NewAction> = req.actions.into_iter().map(NewAction::from).collect();
+    let made = state
+        .store
+        .actions_enqueue_many(&news)
+        .await
+        .map_err(enqueue_refused)?;
+    let created = made.iter().filter(|e| e.created()).count() as u64;
+    metrics::counter!("courier_enqueued_total", "created" => "true").increment(created);
+    metrics::counter!("courier_enqueued_total", "created" => "false")
+        .increment(made.len() as u64 - created);
+    let answer = EnqueueBatchAnswer {
+        actions: made
+            .iter()
+            .map(|e| EnqueuedItem {
+                id: e.id(),
+                created: e.created(),
+            })
+            .collect(),
+    };
+    Ok(Json(answer).into_response())
 }
 
 /// Read an action.
@@ -563,16 +655,16 @@ async fn declared_size(limit: usize, req: Request, next: Next) -> Response {
     }
 }
 
-/// The API's router: the three API routes, `/healthz`, and JSON answers for
-/// unknown routes and methods. Merge other routers into it (they must not
-/// set a fallback of their own).
 /// The most webhooks merged in one transaction.
 const WEBHOOK_BATCH_MAX: usize = 256;
 
-/// The API's routes. Must be called within a tokio runtime: it starts the
-/// webhook batcher.
+/// The API's router: the four API routes, `/healthz`, and JSON answers for
+/// unknown routes and methods. Merge other routers into it (they must not
+/// set a fallback of their own). Must be called within a tokio runtime: it
+/// starts the webhook batcher.
 pub fn router(store: PgStore, cfg: ServerConfig) -> Router {
     let limit = cfg.limits.payload_bytes_max as usize;
+    let cfg_batch_limit = cfg.limits.batch_payload_bytes_max as usize;
     let timeout = cfg.request_timeout;
     let webhooks = {
         let store = store.clone();
@@ -586,17 +678,27 @@ pub fn router(store: PgStore, cfg: ServerConfig) -> Router {
         cfg,
         webhooks,
     });
+    // A batch has a body limit of its own; every other route the one of a
+    // single action.
+    let batch_limit = cfg_batch_limit;
+    let batch = Router::new()
+        .route("/v1/actions:batch", post(enqueue_batch))
+        .layer(DefaultBodyLimit::max(batch_limit))
+        .layer(axum::middleware::from_fn(move |req, next| {
+            declared_size(batch_limit, req, next)
+        }));
     Router::new()
         .route("/v1/actions", post(enqueue))
         .route("/v1/actions/{id}", get(get_action))
         .route("/v1/webhooks/provider", post(webhook))
         .route("/healthz", get(healthz))
-        .fallback(no_route)
-        .method_not_allowed_fallback(no_method)
         .layer(DefaultBodyLimit::max(limit))
         .layer(axum::middleware::from_fn(move |req, next| {
             declared_size(limit, req, next)
         }))
+        .merge(batch)
+        .fallback(no_route)
+        .method_not_allowed_fallback(no_method)
         .layer(axum::middleware::from_fn(move |req, next| {
             deadline(timeout, req, next)
         }))

@@ -1,4 +1,12 @@
-//! Actions: enqueue (also inside the caller's own transaction) and read.
+//! Actions: enqueue (also inside the caller's own transaction), one or many,
+//! and read.
+//!
+//! Every enqueue goes through the SQL functions of migration 21
+//! (`courier.enqueue`, `courier.enqueue_many`): they hold the one
+//! definition of a valid action and of the idempotency on `(store, key)`,
+//! for this library, the HTTP API and callers in any language alike. This
+//! module adds only what cannot reach SQL (a NUL) and maps the functions'
+//! SQLSTATEs to [`EnqueueError`].
 
 use crate::decode::{opt_status_col, state_col};
 use crate::error::StoreError;
@@ -33,96 +41,250 @@ pub struct ActionView {
     pub enqueued_at: String,
 }
 
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Enqueued {
     Created(i64),
     /// The same `(store, key)` with the same content: the first action.
     Existing(i64),
 }
 
-#[derive(Debug, thiserror::Error)]
+impl Enqueued {
+    pub fn id(self) -> i64 {
+        match self {
+            Enqueued::Created(id) | Enqueued::Existing(id) => id,
+        }
+    }
+    pub fn created(self) -> bool {
+        matches!(self, Enqueued::Created(_))
+    }
+}
+
+/// A field out of its limits, as `courier.enqueue_problem` (migration 21)
+/// or the NUL check below found it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Invalid {
+    /// The item of a batch (0-based), `None` for a single enqueue or for
+    /// the batch as a whole.
+    pub index: Option<usize>,
+    /// `store`, `to`, `body`, `key`, or `items` (the batch as a whole).
+    pub field: String,
+    /// A stable code: `bad_store`, `bad_phone`, `empty_body`,
+    /// `body_too_long`, `bad_body`, `bad_key`, `bad_items`, `too_many_items`.
+    pub code: String,
+    /// A sentence for people, naming the field (and the item).
+    pub message: String,
+}
+
+/// Why an enqueue refused, by what the caller does next: fix the input
+/// (`Invalid`, `KeyReused`), or retry with the same key (`Store`'s
+/// `Unavailable`; the enqueue is idempotent on `(store, key)`).
+#[derive(Debug, Clone, thiserror::Error)]
 pub enum EnqueueError {
-    #[error("key reused with a different request")]
-    KeyReused { existing_id: i64 },
+    #[error("{}", .0.message)]
+    Invalid(Invalid),
+    /// The key names an action (or an earlier item of the same batch) with
+    /// another recipient or body.
+    #[error("{message}")]
+    KeyReused {
+        index: Option<usize>,
+        existing_id: Option<i64>,
+        message: String,
+    },
     #[error(transparent)]
     Store(#[from] StoreError),
 }
 
-/// Enqueues inside the caller's transaction (or on any client), so an
-/// application can enqueue atomically with its own rows: the outbox pattern.
-/// Validation of the content is the caller's (see `courier-dispatch`).
+/// The single enqueue: `courier.enqueue`, one statement.
+const ENQUEUE_SQL: &str = "SELECT id, created FROM courier.enqueue($1, $2, $3, $4)";
+/// The set form: `courier.enqueue_many`, one statement.
+const ENQUEUE_MANY_SQL: &str =
+    "SELECT item, id, created FROM courier.enqueue_many($1, $2, $3, $4)";
+const TEXT: tokio_postgres::types::Type = tokio_postgres::types::Type::TEXT;
+const TEXT_ARRAY: tokio_postgres::types::Type = tokio_postgres::types::Type::TEXT_ARRAY;
+
+/// Enqueues one action inside the caller's transaction (or on any client),
+/// so an application can enqueue atomically with its own rows: the outbox
+/// pattern. Validation is the SQL function's (`courier.enqueue`), the same
+/// for every caller; one round trip.
 pub async fn action_enqueue(
     client: &impl GenericClient,
     new: &NewAction,
 ) -> Result<Enqueued, EnqueueError> {
-    client
-        .execute(sql!("action/store_insert"), &[&new.store])
-        .await
-        .map_err(StoreError::from)?;
-    // Time-ordered (UUIDv7: 48 bits of milliseconds, then 74 random bits), so
-    // a new action's uid, and the key derived from it, sort after every key
-    // in history: its inserts into `actions.uid` and `outbox.idem_key` and the
-    // new index entries of its non-HOT updates land on the indexes' rightmost
-    // pages, which stay in cache, instead of a random leaf of indexes as large
-    // as the history (docs/benchmarks.md, "History").
-    let uid = uuid::Uuid::now_v7();
+    no_nul(None, new)?;
     let row = client
-        .query_opt(
-            sql!("action/enqueue"),
-            &[&uid, &new.store, &new.key, &new.to, &new.body],
+        .query_typed_one(
+            ENQUEUE_SQL,
+            &[
+                (&new.store, TEXT),
+                (&new.to, TEXT),
+                (&new.body, TEXT),
+                (&new.key, TEXT),
+            ],
         )
         .await
-        .map_err(StoreError::from)?;
-    if let Some(row) = row {
-        return Ok(Enqueued::Created(row.get(0)));
-    }
-    existing(client, new).await
+        .map_err(enqueue_error)?;
+    Ok(enqueued(row.get(0), row.get(1)))
 }
 
-/// The action a conflicting enqueue met (a conflict is only possible with a
-/// client key): the same content is that action, other content an error.
-async fn existing(client: &impl GenericClient, new: &NewAction) -> Result<Enqueued, EnqueueError> {
-    let row = client
-        .query_one(sql!("action/by_client_key"), &[&new.store, &new.key])
+/// Enqueues many actions in one statement (`courier.enqueue_many`), all or
+/// nothing, inside the caller's transaction or on any client. The answer
+/// has one entry per action, in order; a repeat of an earlier action of
+/// the same call (same store, key and content) is `Existing` of its id.
+/// At most [`courier_core::ENQUEUE_MANY_MAX`] actions.
+pub async fn actions_enqueue_many(
+    client: &impl GenericClient,
+    news: &[NewAction],
+) -> Result<Vec<Enqueued>, EnqueueError> {
+    if news.is_empty() {
+        return Ok(Vec::new());
+    }
+    for (i, new) in news.iter().enumerate() {
+        no_nul(Some(i), new)?;
+    }
+    let cols = Columns::of(news);
+    let rows = client
+        .query_typed(
+            ENQUEUE_MANY_SQL,
+            &[
+                (&cols.stores, TEXT_ARRAY),
+                (&cols.tos, TEXT_ARRAY),
+                (&cols.bodies, TEXT_ARRAY),
+                (&cols.keys, TEXT_ARRAY),
+            ],
+        )
         .await
-        .map_err(StoreError::from)?;
-    let id: i64 = row.get(0);
-    let (to, body): (String, String) = (row.get(1), row.get(2));
-    if to == new.to && body == new.body {
-        Ok(Enqueued::Existing(id))
+        .map_err(enqueue_error)?;
+    many_answer(news.len(), &rows)
+}
+
+/// The arrays of the set form's parameters.
+struct Columns<'a> {
+    stores: Vec<&'a str>,
+    tos: Vec<&'a str>,
+    bodies: Vec<&'a str>,
+    keys: Option<Vec<Option<&'a str>>>,
+}
+
+impl<'a> Columns<'a> {
+    fn of(news: &'a [NewAction]) -> Self {
+        let any_key = news.iter().any(|n| n.key.is_some());
+        Columns {
+            stores: news.iter().map(|n| n.store.as_str()).collect(),
+            tos: news.iter().map(|n| n.to.as_str()).collect(),
+            bodies: news.iter().map(|n| n.body.as_str()).collect(),
+            keys: any_key.then(|| news.iter().map(|n| n.key.as_deref()).collect()),
+        }
+    }
+}
+
+/// The set form's rows (1-based item, id, created), checked against the
+/// request: one per action, in order.
+fn many_answer(n: usize, rows: &[tokio_postgres::Row]) -> Result<Vec<Enqueued>, EnqueueError> {
+    if rows.len() != n {
+        return Err(StoreError::Query(format!(
+            "courier.enqueue_many answered {} rows for {n} actions",
+            rows.len()
+        ))
+        .into());
+    }
+    rows.iter()
+        .enumerate()
+        .map(|(i, r)| {
+            let item: i32 = r.get(0);
+            debug_assert_eq!(item as usize, i + 1, "enqueue_many answers in item order");
+            if item as usize != i + 1 {
+                return Err(StoreError::Query(format!("item {item} answered at {i}")).into());
+            }
+            Ok(enqueued(r.get(1), r.get(2)))
+        })
+        .collect()
+}
+
+fn enqueued(id: i64, created: bool) -> Enqueued {
+    if created {
+        Enqueued::Created(id)
     } else {
-        Err(EnqueueError::KeyReused { existing_id: id })
+        Enqueued::Existing(id)
+    }
+}
+
+/// PostgreSQL's text cannot hold NUL (the server refuses the bytes before
+/// any function sees them): refused here, with the field named.
+fn no_nul(index: Option<usize>, new: &NewAction) -> Result<(), EnqueueError> {
+    let fields = [
+        ("store", new.store.as_str(), "bad_store"),
+        ("to", new.to.as_str(), "bad_phone"),
+        ("body", new.body.as_str(), "bad_body"),
+        ("key", new.key.as_deref().unwrap_or(""), "bad_key"),
+    ];
+    match fields.iter().find(|(_, v, _)| v.contains('\0')) {
+        None => Ok(()),
+        Some((field, _, code)) => {
+            let at = index.map_or(String::new(), |i| format!("item {}, ", i + 1));
+            Err(EnqueueError::Invalid(Invalid {
+                index,
+                field: field.to_string(),
+                code: code.to_string(),
+                message: format!("{at}{field}: must not contain NUL"),
+            }))
+        }
+    }
+}
+
+/// The SQL enqueue's errors (migration 21 lists them) as [`EnqueueError`].
+fn enqueue_error(e: tokio_postgres::Error) -> EnqueueError {
+    let Some(db) = e.as_db_error() else {
+        return EnqueueError::Store(e.into());
+    };
+    let detail = db.detail().unwrap_or("");
+    let detail_int = |name: &str| -> Option<i64> {
+        detail
+            .split_whitespace()
+            .find_map(|kv| kv.strip_prefix(name)?.strip_prefix('=')?.parse().ok())
+    };
+    // The 1-based item of the set form, as a 0-based index.
+    let index = detail_int("item").and_then(|i| usize::try_from(i - 1).ok());
+    match db.code().code() {
+        "22023" | "54000" if db.constraint().is_some() => EnqueueError::Invalid(Invalid {
+            index,
+            field: db.column().unwrap_or("items").to_string(),
+            code: db.constraint().unwrap_or("bad_items").to_string(),
+            message: db.message().to_string(),
+        }),
+        "QC001" => EnqueueError::KeyReused {
+            index,
+            existing_id: detail_int("existing"),
+            message: db.message().to_string(),
+        },
+        _ => EnqueueError::Store(e.into()),
     }
 }
 
 impl PgStore {
-    /// Enqueues on its own: the store's registration and the action's insert
-    /// are sent together (one round trip, statements prepared once per
-    /// connection), each committing on its own. The registration is
-    /// idempotent and stores are never deleted, so it may stand without the
-    /// action (an insert refused); the insert runs after it has committed,
-    /// so the `store_work` trigger's check that the store exists holds.
+    /// Enqueues on its own: `courier.enqueue` on a pooled connection,
+    /// prepared once per connection, one round trip, its own transaction.
     pub async fn action_enqueue(&self, new: &NewAction) -> Result<Enqueued, EnqueueError> {
+        no_nul(None, new)?;
         let client = self.pool.get().await.map_err(StoreError::from)?;
-        let (register, insert) = tokio::try_join!(
-            client.prepare_cached(sql!("action/store_insert")),
-            client.prepare_cached(sql!("action/enqueue")),
-        )
-        .map_err(StoreError::from)?;
-        // Time-ordered, as in `action_enqueue` above.
-        let uid = uuid::Uuid::now_v7();
-        let register_params: [&(dyn tokio_postgres::types::ToSql + Sync); 1] = [&new.store];
-        let insert_params: [&(dyn tokio_postgres::types::ToSql + Sync); 5] =
-            [&uid, &new.store, &new.key, &new.to, &new.body];
-        let (_, row) = tokio::try_join!(
-            client.execute(&register, &register_params),
-            client.query_opt(&insert, &insert_params),
-        )
-        .map_err(StoreError::from)?;
-        match row {
-            Some(row) => Ok(Enqueued::Created(row.get(0))),
-            None => existing(&**client, new).await,
-        }
+        let statement = client
+            .prepare_typed_cached(ENQUEUE_SQL, &[TEXT, TEXT, TEXT, TEXT])
+            .await
+            .map_err(StoreError::from)?;
+        let row = client
+            .query_one(&statement, &[&new.store, &new.to, &new.body, &new.key])
+            .await
+            .map_err(enqueue_error)?;
+        Ok(enqueued(row.get(0), row.get(1)))
+    }
+
+    /// Enqueues many on their own: [`actions_enqueue_many`] on a pooled
+    /// connection (the statement is its own transaction: all or nothing).
+    pub async fn actions_enqueue_many(
+        &self,
+        news: &[NewAction],
+    ) -> Result<Vec<Enqueued>, EnqueueError> {
+        let client = self.pool.get().await.map_err(StoreError::from)?;
+        actions_enqueue_many(&**client, news).await
     }
 
     pub async fn action_get(&self, id: i64) -> Result<Option<ActionView>, StoreError> {

@@ -394,9 +394,11 @@ impl PgStore {
             .collect())
     }
 
-    /// Enqueues `n` actions at once in one transaction, spread round-robin
-    /// over `stores`, each with a fresh uid, no client key, a valid phone
-    /// number and a short body. Returns how many it enqueued.
+    /// Enqueues `n` actions in one transaction through the set form
+    /// (`courier.enqueue_many`, in calls of at most
+    /// [`courier_core::ENQUEUE_MANY_MAX`]), spread round-robin over
+    /// `stores`, each with no client key, a valid phone number and a short
+    /// body. Returns how many it enqueued.
     pub async fn actions_enqueue_bulk(&self, stores: &[String], n: u32) -> Result<u64, StoreError> {
         if stores.is_empty() || n == 0 {
             return Ok(0);
@@ -408,25 +410,25 @@ impl PgStore {
         }
         let mut client = self.client().await?;
         let tx = client.transaction().await?;
-        tx.execute(
-            "INSERT INTO stores (store) SELECT unnest($1::text[]) ON CONFLICT (store) DO NOTHING",
-            &[&stores],
-        )
-        .await?;
-        let count = tx
-            .execute(
-                &format!(
-                    "INSERT INTO actions (uid, store, recipient, body)
-                     SELECT {},
-                            ($1::text[])[1 + (g % array_length($1::text[], 1))],
-                            '+1555' || lpad((g % 10000000)::text, 7, '0'),
-                            'bench message ' || g
-                     FROM generate_series(0, $2::bigint - 1) AS g",
-                    uuid_v7_sql("clock_timestamp()")
-                ),
-                &[&stores, &i64::from(n)],
-            )
-            .await?;
+        let mut count = 0u64;
+        let chunk = courier_core::ENQUEUE_MANY_MAX;
+        for first in (0..n).step_by(chunk as usize) {
+            let news: Vec<crate::NewAction> = (first..n.min(first + chunk))
+                .map(|g| crate::NewAction {
+                    store: stores[g as usize % stores.len()].clone(),
+                    to: format!("+1555{:07}", g % 10_000_000),
+                    body: format!("bench message {g}"),
+                    key: None,
+                })
+                .collect();
+            let made = crate::actions_enqueue_many(&*tx, &news)
+                .await
+                .map_err(|e| match e {
+                    crate::EnqueueError::Store(e) => e,
+                    other => StoreError::Query(format!("bulk enqueue: {other}")),
+                })?;
+            count += made.len() as u64;
+        }
         tx.commit().await?;
         Ok(count)
     }

@@ -125,6 +125,11 @@ pub const MIGRATIONS: &[(i32, &str, &str)] = &[
         "outbox_accepted_dropped",
         include_str!("../migrations/0020_outbox_accepted_dropped.sql"),
     ),
+    (
+        21,
+        "enqueue_function",
+        include_str!("../migrations/0021_enqueue_function.sql"),
+    ),
 ];
 
 /// The first line that makes a migration run outside a transaction.

@@ -299,7 +299,7 @@ async fn enqueue_is_idempotent_on_store_and_key() {
     changed.body = "something else".into();
     assert!(matches!(
         db.store.action_enqueue(&changed).await,
-        Err(EnqueueError::KeyReused { existing_id }) if existing_id == id
+        Err(EnqueueError::KeyReused { existing_id, .. }) if existing_id == Some(id)
     ));
     assert_eq!(db.store.summary(1800).await.unwrap().total(), 2);
 }
