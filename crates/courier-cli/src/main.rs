@@ -34,6 +34,9 @@ enum Command {
     /// Benchmarks: fairness across stores, and throughput against the
     /// PostgreSQL ceiling.
     Bench(cmd::bench::Args),
+    /// Enqueue actions straight into the database (one from flags, or
+    /// many from JSON lines), through the same SQL enqueue as every caller.
+    Enqueue(cmd::enqueue::Args),
     /// Counts by state, per-store backlog, oldest open intent.
     Status(cmd::status::Args),
     /// The managed local PostgreSQL: start | stop | status | url.
@@ -92,6 +95,7 @@ fn main() -> ExitCode {
             Command::Worker(a) => cmd::worker::run(a).await,
             Command::Chaos(a) => cmd::chaos::run(a).await,
             Command::Bench(a) => cmd::bench::run(a).await,
+            Command::Enqueue(a) => cmd::enqueue::run(a).await,
             Command::Status(a) => cmd::status::run(a).await,
             Command::Db(a) => cmd::db::run(a).await,
             Command::Provider(a) => cmd::provider::run(a).await,

@@ -31,9 +31,7 @@ use courier_core::status::Merge;
 use courier_core::{ActionState, Limits};
 use courier_provider::signature;
 use courier_provider::wire::WebhookEvent;
-use courier_store::{
-    EnqueueError, MergeOutcome, NewAction, PgStore, StoreError, WebhookIn,
-};
+use courier_store::{EnqueueError, MergeOutcome, NewAction, PgStore, StoreError, WebhookIn};
 use serde::Deserialize;
 use serde_json::json;
 use std::sync::Arc;

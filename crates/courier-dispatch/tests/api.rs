@@ -270,3 +270,114 @@ async fn health_unknown_routes_and_nul_get_clear_answers() {
     );
     assert_eq!(db.store.summary(1800).await.unwrap().total(), 0);
 }
+
+/// Every table's rows, for "changes nothing".
+async fn actions_total(store: &PgStore) -> i64 {
+    store.summary(1800).await.unwrap().total()
+}
+
+#[tokio::test]
+async fn a_batch_answers_per_item_in_order() {
+    let db = fresh_db().await;
+    let api = start(db.store.clone(), None).await;
+    let url = format!("{api}/v1/actions:batch");
+    let item = |store: &str, key: Option<&str>| json!({"store": store, "to": "+15551234567", "body": "hi", "key": key});
+    let (code, v) = post_raw(
+        &url,
+        json!({"actions": [item("s1", Some("a")), item("s2", None), item("s1", Some("a"))]})
+            .to_string(),
+    )
+    .await;
+    assert_eq!(code, 200, "{v}");
+    let items = v["actions"].as_array().unwrap();
+    assert_eq!(items.len(), 3);
+    assert_eq!(
+        (items[0]["created"].clone(), items[2]["created"].clone()),
+        (json!(true), json!(false))
+    );
+    assert_eq!(items[0]["id"], items[2]["id"], "a repeat inside the batch");
+    assert_eq!(actions_total(&db.store).await, 2);
+    // The single read shows a batch's action like any other.
+    let one: Value = reqwest::get(format!("{api}/v1/actions/{}", items[1]["id"]))
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(one["store"], "s2");
+}
+
+#[tokio::test]
+async fn a_bad_batch_is_named_by_index_and_field_and_enqueues_nothing() {
+    let db = fresh_db().await;
+    let api = start(db.store.clone(), None).await;
+    let url = format!("{api}/v1/actions:batch");
+    let good = |i: usize| json!({"store": "s1", "to": "+15551234567", "body": format!("m{i}")});
+    for at in 0..4 {
+        let mut items: Vec<Value> = (0..4).map(good).collect();
+        items[at]["to"] = json!("hello");
+        let (code, v) = post_raw(&url, json!({ "actions": items }).to_string()).await;
+        assert_eq!(code, 400, "{v}");
+        assert_eq!(
+            (v["error"].clone(), v["field"].clone(), v["index"].clone()),
+            (json!("bad_phone"), json!("to"), json!(at)),
+            "{v}"
+        );
+    }
+    // A key reused with other content, inside the batch: 422, its index.
+    let keyed =
+        |k: &str, body: &str| json!({"store": "s1", "to": "+15551234567", "body": body, "key": k});
+    let (code, v) = post_raw(
+        &url,
+        json!({"actions": [keyed("k", "a"), good(1), keyed("k", "b")]}).to_string(),
+    )
+    .await;
+    assert_eq!(
+        (code, v["error"].clone(), v["index"].clone()),
+        (422, json!("key_reused"), json!(2))
+    );
+    // Unknown fields, in the batch or an item.
+    let (code, _) = post_raw(&url, json!({"actions": [], "x": 1}).to_string()).await;
+    assert_eq!(code, 400);
+    let mut odd = good(1);
+    odd["priority"] = json!("high");
+    let (code, _) = post_raw(&url, json!({ "actions": [odd] }).to_string()).await;
+    assert_eq!(code, 400);
+    assert_eq!(actions_total(&db.store).await, 0);
+}
+
+#[tokio::test]
+async fn a_batch_takes_its_maximum_and_refuses_one_more() {
+    let db = fresh_db().await;
+    let limits = Limits {
+        enqueue_batch_max: 50,
+        ..Limits::default()
+    };
+    let app = router(
+        db.store.clone(),
+        ServerConfig {
+            limits,
+            webhook_secret: SECRET.to_vec(),
+            api_token: None,
+            request_timeout: Duration::from_secs(10),
+        },
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+    let url = format!("http://{addr}/v1/actions:batch");
+    let items = |n: usize| -> Vec<Value> {
+        (0..n)
+            .map(|i| json!({"store": "s1", "to": "+15551234567", "body": format!("m{i}")}))
+            .collect()
+    };
+    let (code, v) = post_raw(&url, json!({ "actions": items(51) }).to_string()).await;
+    assert_eq!(
+        (code, v["error"].clone(), v["field"].clone()),
+        (400, json!("too_many_actions"), json!("actions"))
+    );
+    assert_eq!(actions_total(&db.store).await, 0);
+    let (code, v) = post_raw(&url, json!({ "actions": items(50) }).to_string()).await;
+    assert_eq!(code, 200, "{v}");
+    assert_eq!(actions_total(&db.store).await, 50);
+}

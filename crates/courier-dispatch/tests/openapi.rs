@@ -203,7 +203,7 @@ fn conforms(
 }
 
 #[test]
-fn the_document_describes_the_three_routes() {
+fn the_document_describes_the_four_routes() {
     let doc: Value = serde_json::from_str(&document_json()).unwrap();
     assert!(doc["openapi"].as_str().unwrap().starts_with("3."));
     let paths: BTreeSet<&str> = doc["paths"]
@@ -214,7 +214,12 @@ fn the_document_describes_the_three_routes() {
         .collect();
     assert_eq!(
         paths,
-        BTreeSet::from(["/v1/actions", "/v1/actions/{id}", "/v1/webhooks/provider"])
+        BTreeSet::from([
+            "/v1/actions",
+            "/v1/actions:batch",
+            "/v1/actions/{id}",
+            "/v1/webhooks/provider"
+        ])
     );
     let action = &doc["components"]["schemas"]["Action"];
     assert_eq!(action["additionalProperties"], json!(false), "{action}");
@@ -387,6 +392,34 @@ fn action_cases() -> Vec<Case> {
     ]
 }
 
+/// Batches: enqueued, and every refusal (each changes nothing).
+fn batch_cases() -> Vec<Case> {
+    let item = |key: &str, body: &str| json!({"store": "s2", "to": "+15551234567", "body": body, "key": key});
+    let batch = |items: Vec<Value>| json!({ "actions": items });
+    let path = "/v1/actions:batch";
+    let case = |want: u16| Case::new("post", path, path, want);
+    let too_many: Vec<Value> = (0..1_001)
+        .map(|i| json!({"store": "s2", "to": "+15551234567", "body": format!("m{i}")}))
+        .collect();
+    vec![
+        case(200).json(&batch(vec![
+            item("b1", "x"),
+            item("b2", "y"),
+            item("b1", "x"),
+        ])),
+        case(200).json(&batch(vec![item("b1", "x")])),
+        case(401).json(&batch(vec![item("b3", "x")])).no_token(),
+        case(400).body(&b"{"[..]),
+        case(400).json(&batch(vec![
+            item("b4", "x"),
+            json!({"store": "s2", "to": "hello", "body": "x"}),
+        ])),
+        case(400).json(&json!({ "actions": too_many })),
+        case(422).json(&batch(vec![item("b5", "x"), item("b1", "changed")])),
+        case(413).body(vec![b' '; 9 * 1024 * 1024]),
+    ]
+}
+
 const HOOK: &str = "/v1/webhooks/provider";
 
 /// Webhooks about the dispatched action `key`: merged, repeated, refused.
@@ -441,11 +474,15 @@ async fn every_answer_is_documented_and_matches_its_schema() {
     for c in action_cases() {
         walk.run(c).await;
     }
+    for c in batch_cases() {
+        walk.run(c).await;
+    }
     let key = fixtures::settled(&db.store).await.key;
     for c in webhook_cases(&key) {
         walk.run(c).await;
     }
     walk.slow_body("/v1/actions").await;
+    walk.slow_body("/v1/actions:batch").await;
     walk.slow_body(HOOK).await;
 
     let not_provoked: BTreeSet<(String, String, u16)> = NOT_PROVOKED

@@ -97,8 +97,7 @@ pub enum EnqueueError {
 /// The single enqueue: `courier.enqueue`, one statement.
 const ENQUEUE_SQL: &str = "SELECT id, created FROM courier.enqueue($1, $2, $3, $4)";
 /// The set form: `courier.enqueue_many`, one statement.
-const ENQUEUE_MANY_SQL: &str =
-    "SELECT item, id, created FROM courier.enqueue_many($1, $2, $3, $4)";
+const ENQUEUE_MANY_SQL: &str = "SELECT item, id, created FROM courier.enqueue_many($1, $2, $3, $4)";
 const TEXT: tokio_postgres::types::Type = tokio_postgres::types::Type::TEXT;
 const TEXT_ARRAY: tokio_postgres::types::Type = tokio_postgres::types::Type::TEXT_ARRAY;
 

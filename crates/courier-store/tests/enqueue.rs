@@ -53,22 +53,62 @@ fn bad_inputs() -> Vec<(NewAction, &'static str, &'static str)> {
     let long_key = "k".repeat(256);
     vec![
         (action("", "+15551234567", "hi", None), "store", "bad_store"),
-        (action("s 1", "+15551234567", "hi", None), "store", "bad_store"),
-        (action(&"s".repeat(65), "+15551234567", "hi", None), "store", "bad_store"),
-        (action("s/1", "+15551234567", "hi", None), "store", "bad_store"),
-        (action("sé", "+15551234567", "hi", None), "store", "bad_store"),
+        (
+            action("s 1", "+15551234567", "hi", None),
+            "store",
+            "bad_store",
+        ),
+        (
+            action(&"s".repeat(65), "+15551234567", "hi", None),
+            "store",
+            "bad_store",
+        ),
+        (
+            action("s/1", "+15551234567", "hi", None),
+            "store",
+            "bad_store",
+        ),
+        (
+            action("sé", "+15551234567", "hi", None),
+            "store",
+            "bad_store",
+        ),
         (action("s1", "hello", "hi", None), "to", "bad_phone"),
         (action("s1", "15551234567", "hi", None), "to", "bad_phone"),
         (action("s1", "+0555123456", "hi", None), "to", "bad_phone"),
         (action("s1", "+1555", "hi", None), "to", "bad_phone"),
-        (action("s1", "+1234567890123456", "hi", None), "to", "bad_phone"),
+        (
+            action("s1", "+1234567890123456", "hi", None),
+            "to",
+            "bad_phone",
+        ),
         (action("s1", "+1555123456\n", "hi", None), "to", "bad_phone"),
         (action("s1", "+15551234567", "", None), "body", "empty_body"),
-        (action("s1", "+15551234567", &long_body, None), "body", "body_too_long"),
-        (action("s1", "+15551234567", "hi", Some("")), "key", "bad_key"),
-        (action("s1", "+15551234567", "hi", Some(&long_key)), "key", "bad_key"),
-        (action("s1", "+15551234567", "hi", Some("clé")), "key", "bad_key"),
-        (action("s1", "+15551234567", "hi", Some("a\tb")), "key", "bad_key"),
+        (
+            action("s1", "+15551234567", &long_body, None),
+            "body",
+            "body_too_long",
+        ),
+        (
+            action("s1", "+15551234567", "hi", Some("")),
+            "key",
+            "bad_key",
+        ),
+        (
+            action("s1", "+15551234567", "hi", Some(&long_key)),
+            "key",
+            "bad_key",
+        ),
+        (
+            action("s1", "+15551234567", "hi", Some("clé")),
+            "key",
+            "bad_key",
+        ),
+        (
+            action("s1", "+15551234567", "hi", Some("a\tb")),
+            "key",
+            "bad_key",
+        ),
     ]
 }
 
@@ -95,7 +135,17 @@ async fn library_enqueue_rolls_back_and_commits_with_the_callers_transaction() {
 /// `psql` at `url` running `script`; its output.
 fn psql(url: &str, script: &str) -> String {
     let out = Command::new("psql")
-        .args([url, "-X", "-q", "-t", "-A", "-v", "ON_ERROR_STOP=1", "-c", script])
+        .args([
+            url,
+            "-X",
+            "-q",
+            "-t",
+            "-A",
+            "-v",
+            "ON_ERROR_STOP=1",
+            "-c",
+            script,
+        ])
         .output()
         .expect("psql runs (PostgreSQL's client is on PATH)");
     assert!(
@@ -136,7 +186,8 @@ fn python() -> PathBuf {
     if let Some(p) = std::env::var_os("COURIER_PYTHON") {
         return PathBuf::from(p);
     }
-    let p = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../.courier/tools/py-venv/bin/python");
+    let p =
+        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../.courier/tools/py-venv/bin/python");
     assert!(
         p.exists(),
         "{} is missing: run scripts/install-py-deps.sh (scripts/install-deps.sh runs it)",
@@ -215,7 +266,11 @@ async fn bad_input_through_the_library_is_refused_and_changes_nothing() {
         ] {
             match result {
                 Err(EnqueueError::Invalid(i)) => {
-                    assert_eq!((i.field.as_str(), i.code.as_str()), (field, code), "{bad:?}");
+                    assert_eq!(
+                        (i.field.as_str(), i.code.as_str()),
+                        (field, code),
+                        "{bad:?}"
+                    );
                     assert!(i.message.contains(field), "{}", i.message);
                 }
                 other => panic!("{bad:?} gave {other:?}"),
@@ -294,7 +349,12 @@ async fn the_limits_are_the_contracts_and_the_schemas() {
     let longest_key = "k".repeat(courier_core::key::KEY_LEN_MAX);
     let ok = db
         .store
-        .action_enqueue(&action("s1", "+15551234567", &longest_body, Some(&longest_key)))
+        .action_enqueue(&action(
+            "s1",
+            "+15551234567",
+            &longest_body,
+            Some(&longest_key),
+        ))
         .await
         .unwrap();
     assert!(ok.created());
@@ -408,7 +468,11 @@ async fn a_bad_item_at_each_position_is_named_and_nothing_is_enqueued() {
                         (Some(at), field, code),
                         "{bad:?} at {at}"
                     );
-                    assert!(i.message.contains(&format!("item {}", at + 1)), "{}", i.message);
+                    assert!(
+                        i.message.contains(&format!("item {}", at + 1)),
+                        "{}",
+                        i.message
+                    );
                 }
                 e => panic!("{bad:?} at {at}: {e:?}"),
             }
@@ -421,7 +485,9 @@ async fn a_bad_item_at_each_position_is_named_and_nothing_is_enqueued() {
 async fn the_set_form_takes_its_maximum_and_refuses_one_more() {
     let db = fresh_db().await;
     let max = ENQUEUE_MANY_MAX as usize;
-    let items: Vec<NewAction> = (0..=max).map(|i| new_action(&format!("s{}", i % 7), i)).collect();
+    let items: Vec<NewAction> = (0..=max)
+        .map(|i| new_action(&format!("s{}", i % 7), i))
+        .collect();
     let before = tables(&db).await;
     match db.store.actions_enqueue_many(&items).await {
         Err(EnqueueError::Invalid(i)) => {

@@ -7,6 +7,7 @@ pub mod common;
 pub mod db;
 pub mod db_ha;
 pub mod demo;
+pub mod enqueue;
 pub mod lesson;
 pub mod provider;
 #[cfg(feature = "relay")]
