@@ -14,6 +14,8 @@
 //! - [`throughput`]: how fast is it? The whole protocol end to end, the
 //!   claim-to-settle path alone (an in-process provider stub), and the
 //!   ceiling of this PostgreSQL on this machine (pgbench), side by side.
+//! - [`enqueue`]: how fast do actions get in? Actions a second through
+//!   HTTP and the library, one at a time and in batches.
 //! - [`provider`]: sends/s and latency of the fake provider over real
 //!   loopback HTTP (faults off), so the provider is never the bottleneck.
 //!
@@ -41,6 +43,7 @@
 
 pub mod chart;
 pub mod cpu;
+pub mod enqueue;
 pub mod fairness;
 pub mod history;
 pub mod live_migration;

@@ -109,6 +109,27 @@ fn bad_inputs() -> Vec<(NewAction, &'static str, &'static str)> {
             "key",
             "bad_key",
         ),
+        (
+            action("../etc", "+15551234567", "hi", None),
+            "store",
+            "bad_store",
+        ),
+        (
+            action("ストア", "+15551234567", "hi", None),
+            "store",
+            "bad_store",
+        ),
+        (action("s1", "555-1234", "hi", None), "to", "bad_phone"),
+        (
+            action("s1", "+15551234567", "hi", Some("k\u{7}")),
+            "key",
+            "bad_key",
+        ),
+        (
+            action("s1", "+15551234567", "hi", Some("ключ")),
+            "key",
+            "bad_key",
+        ),
     ]
 }
 

@@ -1,4 +1,4 @@
-//! `courier bench fairness | scale | throughput | history | soak | live-migration | provider`: flags in, figures out. The work is
+//! `courier bench fairness | scale | throughput | enqueue | history | soak | live-migration | provider`: flags in, figures out. The work is
 //! in the `courier-bench` crate; this module only parses flags and prints.
 //!
 //! Every flag left out takes the benchmark's default, or with `--smoke` the
@@ -41,6 +41,9 @@ enum Which {
     /// The newest migrations (the no-transaction 14 and 16) applied while
     /// workers run on a large database.
     LiveMigration(super::bench_life::LiveMigrationArgs),
+    /// How fast do actions get in? Actions a second through HTTP and the
+    /// library, one at a time and in batches (synchronous commit on).
+    Enqueue(EnqueueArgs),
     /// Is the fake provider ever the bottleneck? Sends/s and latency over
     /// real loopback HTTP (faults off, latency 0, unique keys, keep-alive).
     Provider(ProviderArgs),
@@ -184,6 +187,41 @@ struct FairnessArgs {
 }
 
 #[derive(clap::Args)]
+struct EnqueueArgs {
+    /// Seconds each path runs (default 10; 0.5 with --smoke).
+    #[arg(long)]
+    seconds: Option<f64>,
+    /// Clients of the single paths (default 8; 2 with --smoke).
+    #[arg(long)]
+    clients: Option<u32>,
+    /// Clients of the batch paths (default 2; 1 with --smoke).
+    #[arg(long)]
+    batch_clients: Option<u32>,
+    /// Actions a batch (default 1000; 50 with --smoke).
+    #[arg(long)]
+    batch: Option<u32>,
+    /// Stores the actions are spread over (default 100; 5 with --smoke).
+    #[arg(long)]
+    stores: Option<u32>,
+    /// Enqueue without client keys (default: every action has one).
+    #[arg(long)]
+    no_keys: bool,
+    /// Paths to run, comma-separated (default all: http-single,
+    /// library-single, library-batch, http-batch).
+    #[arg(long, value_delimiter = ',')]
+    paths: Option<Vec<String>>,
+    /// Seed of the stores and recipients drawn (random when not given).
+    #[arg(long)]
+    seed: Option<u64>,
+    /// Print the report as JSON on stdout (the rest goes to stderr).
+    #[arg(long)]
+    json: bool,
+    /// Seconds, a tiny load: checks that everything runs, judges no rate.
+    #[arg(long)]
+    smoke: bool,
+}
+
+#[derive(clap::Args)]
 struct ThroughputArgs {
     /// The backlog of each path (default 100000; 300 with --smoke).
     #[arg(long)]
@@ -237,6 +275,7 @@ pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
         Which::Fairness(a) => run_fairness(a).await,
         Which::Scale(a) => run_scale(a).await,
         Which::Throughput(a) => run_throughput(a).await,
+        Which::Enqueue(a) => run_enqueue(a).await,
         Which::History(a) => super::bench_life::run_history(a).await,
         Which::Soak(a) => super::bench_life::run_soak(a).await,
         Which::LiveMigration(a) => super::bench_life::run_live_migration(a).await,
@@ -358,6 +397,58 @@ fn say_fairness_setup(a: &FairnessArgs, cfg: &FairnessConfig) {
             ),
         );
     }
+}
+
+async fn run_enqueue(a: EnqueueArgs) -> anyhow::Result<ExitCode> {
+    use courier_bench::enqueue::{self, EnqueueConfig, Path};
+    let seed = a.seed.unwrap_or_else(rand::random);
+    say(
+        a.json,
+        &format!("courier bench enqueue: seed {seed} (--seed {seed})"),
+    );
+    let mut cfg = if a.smoke {
+        EnqueueConfig::smoke(seed)
+    } else {
+        EnqueueConfig::new(seed)
+    };
+    macro_rules! set {
+        ($($flag:ident),* $(,)?) => { $(if let Some(v) = a.$flag { cfg.$flag = v; })* };
+    }
+    set!(seconds, clients, batch_clients, batch, stores);
+    cfg.keyed = !a.no_keys;
+    cfg.validate().map_err(anyhow::Error::msg)?;
+    let paths: Vec<Path> = match &a.paths {
+        None => Path::ALL.to_vec(),
+        Some(names) => names
+            .iter()
+            .map(|n| {
+                Path::ALL
+                    .into_iter()
+                    .find(|p| p.name().replace(' ', "-") == *n)
+                    .ok_or_else(|| anyhow::anyhow!("unknown path {n:?}"))
+            })
+            .collect::<anyhow::Result<_>>()?,
+    };
+    say(
+        a.json,
+        &format!(
+            "PostgreSQL: a cluster of its own (synchronous commit on); {} s a path, {} clients single, {} x {} batched{}",
+            cfg.seconds,
+            cfg.clients,
+            cfg.batch_clients,
+            cfg.batch,
+            if a.smoke { " · SMOKE: rates are not judged" } else { "" }
+        ),
+    );
+    let report = enqueue::run(&cfg, &paths).await?;
+    if a.json {
+        println!("{}", serde_json::to_string_pretty(&report)?);
+    } else {
+        println!();
+        print!("{}", report.table());
+    }
+    say(a.json, &format!("wall time {:.0} s", report.wall_time_s));
+    Ok(ExitCode::SUCCESS)
 }
 
 async fn run_throughput(a: ThroughputArgs) -> anyhow::Result<ExitCode> {

@@ -1,0 +1,410 @@
+//! How fast do actions get in? Actions enqueued a second by each way in,
+//! all through the one SQL enqueue (`courier.enqueue`, `courier.enqueue_many`,
+//! migration 21), with synchronous commit on and every trigger in place:
+//!
+//! - `http single`: `POST /v1/actions`, one action a request;
+//! - `library single`: `PgStore::action_enqueue`, one action a call;
+//! - `library batch`: `PgStore::actions_enqueue_many`, one statement a batch;
+//! - `http batch`: `POST /v1/actions:batch`.
+//!
+//! Each path runs on a fresh database of one cluster, for the same time,
+//! with its own closed-loop clients (each sends its next call when the last
+//! was answered). The figures are compared within one run.
+//!
+//! # Invariants
+//! - An action counts only once its call was answered with success, and the
+//!   database holds exactly the actions counted (checked after each path).
+//! - Every call's latency is recorded; a failed call fails the run.
+
+use crate::stats::Percentiles;
+use crate::{run_dir, BenchError};
+use courier_core::Limits;
+use courier_dispatch::server::{router, ServerConfig};
+use courier_store::cluster::{Cluster, StopMode};
+use courier_store::{NewAction, PgStore, StoreConfig};
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+use serde::Serialize;
+use std::time::{Duration, Instant};
+
+/// The set form must reach this many actions a second (issue 42's target).
+pub const BATCH_TARGET_PER_S: f64 = 20_000.0;
+
+#[derive(Debug, Clone, Serialize)]
+pub struct EnqueueConfig {
+    pub seed: u64,
+    /// How long each path runs.
+    pub seconds: f64,
+    /// Closed-loop clients of the single paths.
+    pub clients: u32,
+    /// Closed-loop clients of the batch paths.
+    pub batch_clients: u32,
+    /// Actions a batch.
+    pub batch: u32,
+    /// Stores the actions are spread over.
+    pub stores: u32,
+    /// Whether every action carries a client key (the idempotent path).
+    pub keyed: bool,
+}
+
+impl EnqueueConfig {
+    pub fn new(seed: u64) -> Self {
+        EnqueueConfig {
+            seed,
+            seconds: 10.0,
+            clients: 8,
+            batch_clients: 2,
+            batch: 1_000,
+            stores: 100,
+            keyed: true,
+        }
+    }
+
+    pub fn smoke(seed: u64) -> Self {
+        EnqueueConfig {
+            seconds: 0.5,
+            clients: 2,
+            batch_clients: 1,
+            batch: 50,
+            stores: 5,
+            ..Self::new(seed)
+        }
+    }
+
+    pub fn validate(&self) -> Result<(), String> {
+        if !(0.1..=600.0).contains(&self.seconds) {
+            return Err("seconds must be within 0.1..=600".into());
+        }
+        if !(1..=256).contains(&self.clients) || !(1..=64).contains(&self.batch_clients) {
+            return Err("clients must be within 1..=256 and batch clients within 1..=64".into());
+        }
+        if self.batch == 0 || self.batch > Limits::default().enqueue_batch_max {
+            return Err(format!(
+                "batch must be within 1..={} (the server's batch maximum)",
+                Limits::default().enqueue_batch_max
+            ));
+        }
+        if !(1..=100_000).contains(&self.stores) {
+            return Err("stores must be within 1..=100000".into());
+        }
+        Ok(())
+    }
+}
+
+/// A way in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Path {
+    HttpSingle,
+    LibrarySingle,
+    LibraryBatch,
+    HttpBatch,
+}
+
+impl Path {
+    pub const ALL: [Path; 4] = [
+        Path::HttpSingle,
+        Path::LibrarySingle,
+        Path::LibraryBatch,
+        Path::HttpBatch,
+    ];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Path::HttpSingle => "http single",
+            Path::LibrarySingle => "library single",
+            Path::LibraryBatch => "library batch",
+            Path::HttpBatch => "http batch",
+        }
+    }
+
+    fn batched(self) -> bool {
+        matches!(self, Path::LibraryBatch | Path::HttpBatch)
+    }
+
+    fn http(self) -> bool {
+        matches!(self, Path::HttpSingle | Path::HttpBatch)
+    }
+}
+
+/// One path's figures.
+#[derive(Debug, Clone, Serialize)]
+pub struct PathRate {
+    pub path: Path,
+    pub clients: u32,
+    pub actions_per_call: u32,
+    pub actions: u64,
+    pub seconds: f64,
+    pub actions_per_s: f64,
+    /// Latency of one call (one action, or one batch).
+    pub call_ms: Option<Percentiles>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct EnqueueReport {
+    pub settings: EnqueueConfig,
+    pub rates: Vec<PathRate>,
+    /// The better of the two batch paths, against [`BATCH_TARGET_PER_S`].
+    pub batch_best_per_s: f64,
+    pub batch_target_met: bool,
+    pub wall_time_s: f64,
+}
+
+impl EnqueueReport {
+    pub fn table(&self) -> String {
+        let mut out = format!(
+            "{:<16} {:>7} {:>9} {:>9} {:>9} {:>12} {:>12}\n",
+            "path", "clients", "per call", "actions", "per s", "call p50 ms", "call p99 ms"
+        );
+        for r in &self.rates {
+            let (p50, p99) = r
+                .call_ms
+                .as_ref()
+                .map_or((0.0, 0.0), |p| (p.p50_ms, p.p99_ms));
+            out += &format!(
+                "{:<16} {:>7} {:>9} {:>9} {:>9.0} {:>12.2} {:>12.2}\n",
+                r.path.name(),
+                r.clients,
+                r.actions_per_call,
+                r.actions,
+                r.actions_per_s,
+                p50,
+                p99
+            );
+        }
+        out += &format!(
+            "batch form: {:.0} actions/s (target >= {BATCH_TARGET_PER_S:.0}/s: {})\n",
+            self.batch_best_per_s,
+            if self.batch_target_met {
+                "met"
+            } else {
+                "NOT met"
+            }
+        );
+        out
+    }
+}
+
+/// Runs every path in `paths`, in order, on one cluster of its own.
+pub async fn run(cfg: &EnqueueConfig, paths: &[Path]) -> Result<EnqueueReport, BenchError> {
+    cfg.validate().map_err(BenchError::Settings)?;
+    let started = Instant::now();
+    let dir = run_dir("courier-bench-enqueue-")?;
+    let cluster = Cluster::new(dir.path().join("pg")).setting("synchronous_commit", "on");
+    let c = cluster.clone();
+    let server_url = tokio::task::spawn_blocking(move || c.start()).await??;
+    let mut rates = Vec::new();
+    let result = async {
+        for &path in paths {
+            rates.push(one_path(cfg, &server_url, path).await?);
+        }
+        Ok::<_, BenchError>(())
+    }
+    .await;
+    let c = cluster.clone();
+    let stopped = tokio::task::spawn_blocking(move || c.stop(StopMode::Fast)).await?;
+    result?;
+    stopped?;
+    let batch_best_per_s = rates
+        .iter()
+        .filter(|r| r.path.batched())
+        .map(|r| r.actions_per_s)
+        .fold(0.0, f64::max);
+    Ok(EnqueueReport {
+        settings: cfg.clone(),
+        rates,
+        batch_best_per_s,
+        batch_target_met: batch_best_per_s >= BATCH_TARGET_PER_S,
+        wall_time_s: started.elapsed().as_secs_f64(),
+    })
+}
+
+/// One path on a fresh database: its clients for `cfg.seconds`, then the
+/// count checked against the database.
+async fn one_path(
+    cfg: &EnqueueConfig,
+    server_url: &str,
+    path: Path,
+) -> Result<PathRate, BenchError> {
+    let name = format!("courier_bench_enqueue_{}", path.name().replace(' ', "_"));
+    let url = courier_store::database_recreate(server_url, &name).await?;
+    let clients = if path.batched() {
+        cfg.batch_clients
+    } else {
+        cfg.clients
+    };
+    let mut sc = StoreConfig::new(&url);
+    sc.pool_size_max = clients as usize + 2;
+    sc.migrate = true;
+    let store = PgStore::connect(&sc).await?;
+    // The API stops when this path ends, so the next can drop its database.
+    let stop = tokio_util::sync::CancellationToken::new();
+    let _stop_api = stop.clone().drop_guard();
+    let api = if path.http() {
+        Some(serve_api(store.clone(), stop.clone()).await?)
+    } else {
+        None
+    };
+    let deadline = Instant::now() + Duration::from_secs_f64(cfg.seconds);
+    let started = Instant::now();
+    let tasks: Vec<_> = (0..clients)
+        .map(|client| {
+            let caller = Caller::new(cfg, path, client, &store, api.as_deref());
+            tokio::spawn(caller.run(deadline))
+        })
+        .collect();
+    let mut actions = 0u64;
+    let mut calls_us = Vec::new();
+    for t in tasks {
+        let (n, us) = t.await??;
+        actions += n;
+        calls_us.extend(us);
+    }
+    let seconds = started.elapsed().as_secs_f64();
+    let held = store.summary(3_600).await?.total();
+    if held != actions as i64 {
+        return Err(BenchError::Task(format!(
+            "{}: {actions} actions acknowledged, {held} in the database",
+            path.name()
+        )));
+    }
+    Ok(PathRate {
+        path,
+        clients,
+        actions_per_call: if path.batched() { cfg.batch } else { 1 },
+        actions,
+        seconds,
+        actions_per_s: actions as f64 / seconds,
+        call_ms: Percentiles::from_us(calls_us),
+    })
+}
+
+/// The HTTP API on a loopback port of its own; its base URL.
+/// Stops when `stop` is cancelled (so the next path can drop its database).
+async fn serve_api(
+    store: PgStore,
+    stop: tokio_util::sync::CancellationToken,
+) -> Result<String, BenchError> {
+    let app = router(
+        store,
+        ServerConfig {
+            limits: Limits::default(),
+            webhook_secret: b"bench".to_vec(),
+            api_token: None,
+            request_timeout: Duration::from_secs(30),
+        },
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+    let addr = listener.local_addr()?;
+    tokio::spawn(async move {
+        axum::serve(listener, app)
+            .with_graceful_shutdown(stop.cancelled_owned())
+            .await
+    });
+    Ok(format!("http://{addr}"))
+}
+
+/// One closed-loop client.
+struct Caller {
+    path: Path,
+    client: u32,
+    per_call: u32,
+    stores: u32,
+    keyed: bool,
+    rng: StdRng,
+    store: PgStore,
+    http: reqwest::Client,
+    api: Option<String>,
+}
+
+impl Caller {
+    fn new(
+        cfg: &EnqueueConfig,
+        path: Path,
+        client: u32,
+        store: &PgStore,
+        api: Option<&str>,
+    ) -> Self {
+        Caller {
+            path,
+            client,
+            per_call: if path.batched() { cfg.batch } else { 1 },
+            stores: cfg.stores,
+            keyed: cfg.keyed,
+            rng: StdRng::seed_from_u64(cfg.seed ^ (u64::from(client) << 32)),
+            store: store.clone(),
+            http: reqwest::Client::new(),
+            api: api.map(String::from),
+        }
+    }
+
+    /// Calls until `deadline`: the actions acknowledged, and each call's
+    /// latency in microseconds.
+    async fn run(mut self, deadline: Instant) -> Result<(u64, Vec<u64>), BenchError> {
+        let mut n = 0u64;
+        let mut calls_us = Vec::new();
+        while Instant::now() < deadline {
+            let news: Vec<NewAction> = (0..self.per_call)
+                .map(|i| self.action(n + u64::from(i)))
+                .collect();
+            let t = Instant::now();
+            self.call(news).await?;
+            calls_us.push(t.elapsed().as_micros() as u64);
+            n += u64::from(self.per_call);
+        }
+        Ok((n, calls_us))
+    }
+
+    fn action(&mut self, n: u64) -> NewAction {
+        let store = self.rng.random_range(0..self.stores);
+        NewAction {
+            store: format!("store-{store:05}"),
+            to: format!("+1555{:07}", self.rng.random_range(0..10_000_000u32)),
+            body: format!("bench message {n} of client {}", self.client),
+            key: self.keyed.then(|| format!("c{}-{n}", self.client)),
+        }
+    }
+
+    async fn call(&self, news: Vec<NewAction>) -> Result<(), BenchError> {
+        let fail = |e: String| BenchError::Task(format!("{}: {e}", self.path.name()));
+        match self.path {
+            Path::LibrarySingle => {
+                self.store
+                    .action_enqueue(&news[0])
+                    .await
+                    .map_err(|e| fail(e.to_string()))?;
+            }
+            Path::LibraryBatch => {
+                self.store
+                    .actions_enqueue_many(&news)
+                    .await
+                    .map_err(|e| fail(e.to_string()))?;
+            }
+            Path::HttpSingle => self.post("/v1/actions", &news[0]).await.map_err(fail)?,
+            Path::HttpBatch => {
+                let body = serde_json::json!({ "actions": news });
+                self.post("/v1/actions:batch", &body).await.map_err(fail)?
+            }
+        }
+        Ok(())
+    }
+
+    async fn post(&self, route: &str, body: &impl Serialize) -> Result<(), String> {
+        let base = self.api.as_deref().expect("an HTTP path has the API");
+        let resp = self
+            .http
+            .post(format!("{base}{route}"))
+            .json(body)
+            .send()
+            .await
+            .map_err(|e| e.to_string())?;
+        let status = resp.status();
+        if !status.is_success() {
+            return Err(format!(
+                "{status}: {}",
+                resp.text().await.unwrap_or_default()
+            ));
+        }
+        Ok(())
+    }
+}
