@@ -318,7 +318,7 @@ impl PgStore {
         // trip would let the COMMIT leave before the claim.
         let (begun, rows, committed) = tokio::join!(
             biased;
-            client.batch_execute(if self.claim_custom_plans {
+            client.batch_execute(if self.switches().claim_custom_plans {
                 "BEGIN"
             } else {
                 CLAIM_BEGIN
@@ -400,15 +400,22 @@ impl PgStore {
         client: &deadpool_postgres::Object,
         stores: &[String],
     ) -> Result<Vec<String>, StoreError> {
-        let statement = if self.store_work_sweep_unlocked {
-            sql!("lease/sweep_unlocked_broken")
-        } else {
-            sql!("lease/sweep")
-        };
         let row = client
-            .query_one(&client.prepare_cached(statement).await?, &[&stores])
+            .query_one(
+                &client.prepare_cached(self.sweep_statement()).await?,
+                &[&stores],
+            )
             .await?;
         Ok(row.get("removed"))
+    }
+
+    /// The sweep of `store_work` (broken in one negative control).
+    fn sweep_statement(&self) -> &'static str {
+        #[cfg(feature = "negative-controls")]
+        if self.switches().store_work_sweep_unlocked {
+            return sql!("lease/sweep_unlocked_broken");
+        }
+        sql!("lease/sweep")
     }
 
     /// Stores with a pending action and no row in `store_work`: always
@@ -436,27 +443,6 @@ impl PgStore {
         let client = self.pool.get().await?;
         let rows = client.query(sql!("lease/side_mismatch"), &[]).await?;
         Ok(rows.iter().map(|r| (r.get(0), r.get(1))).collect())
-    }
-
-    /// The same store whose claims run with the server's planner settings
-    /// (custom plans for the fair claim, planned per call): the control of
-    /// the test that claims run with their generic plan.
-    pub fn with_claim_custom_plans(&self) -> PgStore {
-        let mut control = self.clone();
-        control.claim_custom_plans = true;
-        control
-    }
-
-    /// The same store whose sweep of `store_work` checks for pending work
-    /// without locking the store rows first (in one statement, one
-    /// snapshot): the maintenance broken on purpose, so that
-    /// `tests/store_work.rs` can show its checker catches a store with work
-    /// missing from `store_work`. Never use it elsewhere.
-    #[doc(hidden)]
-    pub fn with_store_work_sweep_unlocked(&self) -> PgStore {
-        let mut broken = self.clone();
-        broken.store_work_sweep_unlocked = true;
-        broken
     }
 
     /// Extends the leases this owner still holds. Of the ids asked about,
