@@ -5,7 +5,8 @@
 //! - `broken` (feature `negative-controls`): the deliberately broken resend
 //!   modes (a provider wrapper), for the chaos run's negative controls.
 //! - `failpoint` (feature `failpoints`, tests only): the worker's named crash points.
-//! - [`pruner`]: retention and the fold of the maintained counts, in every worker.
+//! - [`pruner`]: retention and the fold of the maintained counts, one of the
+//!   loops a [`worker::Worker`] runs.
 //! - [`server`]: the enqueue API and the provider's status webhooks.
 //! - [`metrics`], [`dashboard`], [`openapi`]: operating courier: Prometheus
 //!   metrics, the live dashboard, the API's OpenAPI description.

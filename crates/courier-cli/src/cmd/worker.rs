@@ -5,7 +5,7 @@ use super::common::{shutdown_on_signal, DbArgs, LimitArgs, ProviderArgs, Retenti
 use courier_dispatch::broken::{UnsafeProvider, UnsafeResend};
 use courier_dispatch::pruner::PrunerConfig;
 use courier_dispatch::worker::{Provider, Worker, WorkerConfig};
-use courier_store::{ClaimMode, PgStore, PruneWindows};
+use courier_store::{ClaimMode, PgStore};
 use std::process::ExitCode;
 use std::sync::atomic::Ordering;
 use tokio_util::sync::CancellationToken;
@@ -65,21 +65,18 @@ pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
         let addr = courier_dispatch::metrics::serve_standalone(listen, shutdown.clone()).await?;
         eprintln!("courier worker metrics on http://{addr}/metrics");
     }
-    let pruner = PrunerConfig {
-        windows: (!args.no_prune).then(|| PruneWindows::new(&retention, &limits)),
-        interval_ms: retention.prune_interval_ms,
+    let pruner = if args.no_prune {
+        PrunerConfig::fold_only(&retention)
+    } else {
+        PrunerConfig::new(&retention, &limits)
     };
-    tokio::spawn(courier_dispatch::pruner::run(
-        store.clone(),
-        pruner,
-        shutdown.clone(),
-    ));
     let cfg = WorkerConfig {
         limits,
         claim_mode: args.claim,
         owner,
         idle_poll_ms: args.idle_poll_ms,
         reconcile: !args.no_reconcile,
+        pruner: Some(pruner),
         seed,
     };
     #[cfg(feature = "negative-controls")]
