@@ -24,8 +24,6 @@ use crate::clock::Clock;
 use crate::connect::EachHost;
 use crate::error::StoreError;
 use deadpool_postgres::{ClientWrapper, HookError, Manager, ManagerConfig, Pool, RecyclingMethod};
-use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio_postgres::NoTls;
 
@@ -39,10 +37,6 @@ pub struct PgStore {
     /// feature `negative-controls`, tests only).
     #[cfg(feature = "negative-controls")]
     pub(crate) switches: crate::negative::Switches,
-    /// When (ms since the epoch, by the store's clock or this machine's)
-    /// each owner's next claim looks for expired leases
-    /// ([`crate::RECLAIM_EVERY_MS`]); shared by the store's clones.
-    pub(crate) reclaim_next_ms: Arc<Mutex<HashMap<Arc<str>, i64>>>,
 }
 
 /// How to connect.
@@ -134,7 +128,6 @@ impl PgStore {
             clock: Clock::database(),
             #[cfg(feature = "negative-controls")]
             switches: Default::default(),
-            reclaim_next_ms: Arc::default(),
         };
         let mut client = store.pool.get().await?;
         if cfg.migrate {
@@ -168,8 +161,6 @@ impl PgStore {
     pub fn with_clock(&self, clock: Clock) -> PgStore {
         PgStore {
             clock,
-            // Its own pacing of the reclaim: the clocks' times differ.
-            reclaim_next_ms: Arc::default(),
             ..self.clone()
         }
     }

@@ -5,7 +5,8 @@
 //! context ([`context`]):
 //!
 //! - [`claim`]: the claimer; it starts one [`delivery::Delivery`] per
-//!   claimed action (at most `worker_concurrency_max` at once);
+//!   claimed action (at most `worker_concurrency_max` at once), and looks
+//!   for expired leases and sweeps `store_work` as [`pacing`] says;
 //! - [`delivery`]: one action's delivery, a struct whose methods are the
 //!   steps (`delivery/send.rs`, `delivery/lookup.rs`, `delivery/settle.rs`);
 //! - [`heartbeat`]: extends the leases in hand, cancels deliveries found fenced;
@@ -36,6 +37,7 @@ mod delivery;
 mod event;
 mod heartbeat;
 mod observe;
+pub mod pacing;
 mod reconcile;
 
 use crate::pruner::PrunerConfig;
