@@ -33,7 +33,7 @@ echo "== $("$venv/bin/schemathesis" --version)"
 
 echo "== building courier"
 # With the test command's features, so the binary it built is reused.
-cargo build -q -p courier-cli --locked --features relay
+cargo build -q -p courier-cli --locked --features relay,negative-controls
 courier="$target/debug/courier"
 
 run=$(mktemp -d /tmp/courier-hostile-XXXXXX)

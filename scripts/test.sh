@@ -4,14 +4,15 @@
 # there), then formatting, lints, then every test against real servers that
 # the tests start themselves (PostgreSQL, the fake provider, etcd, NATS
 # JetStream, headless Chromium), then short smoke runs of the demo-scale tools.
-# Everything is built with the relay feature (`courier relay`), which the
-# demo's build leaves out.
+# Everything is built with the relay feature (`courier relay`) and the
+# negative controls (`courier chaos --unsafe-resend`, run by
+# crates/courier-cli/tests/chaos.rs), which the demo's build leaves out.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 echo "== scripts/install-deps.sh"
 ./scripts/install-deps.sh
-features=(--features courier-cli/relay)
+features=(--features courier-cli/relay,courier-cli/negative-controls)
 
 echo "== cargo fmt --check"
 cargo fmt --all -- --check

@@ -13,7 +13,10 @@
 //! in-process stub (`courier_bench::stub`) answering `JOB_WORK_MS` after
 //! each send, its messages kept in a record file that outlives the process
 //! ([`job`]). Claims, intents, counted attempts, leases, heartbeats,
-//! lookups after a reclaim and fenced settles are production's.
+//! lookups after a reclaim, fenced settles and the pruner are production's:
+//! every loop of the worker is `Worker::run`'s, which the adapter only
+//! configures. Its own tasks are the benchmark's: the producer, the depth
+//! count and the samples.
 //!
 //! A job completes when its settle commits (the action is `dispatched`:
 //! the provider has accepted the message). Final statuses (the provider's
@@ -36,7 +39,8 @@ pub mod window;
 
 use config::Config;
 use courier_bench::stub::{StubProvider, StubRecord};
-use courier_core::Limits;
+use courier_core::{Limits, Retention};
+use courier_dispatch::pruner::PrunerConfig;
 use courier_dispatch::worker::{Worker, WorkerConfig};
 use courier_store::{ClaimMode, PgStore, StoreConfig, StoreError};
 use producer::{Depth, Producer};
@@ -90,14 +94,19 @@ async fn connect(url: &str, pool: usize, migrate: bool) -> Result<PgStore, Store
 }
 
 /// The worker's settings: production's limits, with every delivery of the
-/// benchmark's single store allowed in flight at once.
+/// benchmark's single store allowed in flight at once, and production's
+/// pruner (`courier worker`'s default retention), which `Worker::run` runs
+/// beside the claims: a long-horizon run keeps its maintained counts folded
+/// and its history within retention as a deployment does.
 fn worker_config(cfg: &Config) -> WorkerConfig {
+    let limits = Limits {
+        worker_concurrency_max: cfg.worker_count,
+        store_in_flight_max: cfg.worker_count,
+        ..Limits::default()
+    };
     WorkerConfig {
-        limits: Limits {
-            worker_concurrency_max: cfg.worker_count,
-            store_in_flight_max: cfg.worker_count,
-            ..Limits::default()
-        },
+        pruner: Some(PrunerConfig::new(&Retention::default(), &limits)),
+        limits,
         claim_mode: ClaimMode::Fair,
         owner: courier_dispatch::owner_name(),
         idle_poll_ms: cfg.idle_poll_ms,

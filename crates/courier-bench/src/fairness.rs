@@ -1233,6 +1233,8 @@ async fn run_one(
                 owner: format!("{}-w{i}", courier_dispatch::owner_name()),
                 idle_poll_ms: cfg.idle_poll_ms,
                 reconcile: false,
+                // No maintenance: the figures measure the protocol alone.
+                pruner: None,
                 seed: cfg.seed.wrapping_add(u64::from(i)),
             },
         ));

@@ -689,6 +689,8 @@ async fn measure(
                 owner: format!("hist-{round}-w{i}"),
                 idle_poll_ms: 20,
                 reconcile: false,
+                // No maintenance: the figures measure the protocol alone.
+                pruner: None,
                 seed: u64::from(i),
             },
         ));

@@ -300,6 +300,8 @@ async fn start_workers(
                 owner: format!("live-w{i}"),
                 idle_poll_ms: 20,
                 reconcile: false,
+                // No maintenance: the figures measure the migration alone.
+                pruner: None,
                 seed: u64::from(i),
             },
         ));

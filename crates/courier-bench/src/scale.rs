@@ -40,11 +40,12 @@
 use crate::stats::{ratio, Percentiles};
 use crate::{bar, run_dir, BenchError};
 use courier_core::Status;
+use courier_dispatch::worker::pacing::ReclaimPacing;
 use courier_store::bench_views::{
     statements_enable, statements_reset, statements_top, StatementStat,
 };
 use courier_store::cluster::{Cluster, StopMode};
-use courier_store::{ClaimMode, PgStore, SettleReq, StoreConfig};
+use courier_store::{ClaimMode, ClaimReq, PgStore, SettleReq, StoreConfig};
 use serde::Serialize;
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -505,7 +506,9 @@ async fn drain_in_slices(cfg: &ScaleConfig, rows: &mut [Row]) -> Result<(), Benc
 }
 
 /// Claims and settles until `until`; returns how many it settled and the
-/// round trips (us) of the claims that took something.
+/// round trips (us) of the claims that took something, each with the sweep
+/// it named (run at once). Its claims look for expired leases as a
+/// worker's do (`courier_dispatch::worker::pacing`).
 async fn claimer(
     store: &PgStore,
     owner: &Arc<str>,
@@ -514,17 +517,28 @@ async fn claimer(
 ) -> Result<(u64, Vec<u64>), BenchError> {
     let mut rtts = Vec::new();
     let mut settled = 0;
+    let mut reclaims = ReclaimPacing::default();
     while Instant::now() < until {
         let t = Instant::now();
-        let got = store
-            .action_claim_to_send(
-                owner,
-                cfg.claim_batch_max,
-                LEASE_TTL_MS,
-                cfg.store_in_flight_max,
-                ClaimMode::Fair,
-            )
-            .await?;
+        let sent = tokio::time::Instant::now();
+        let look = reclaims.look(sent);
+        let req = ClaimReq {
+            owner: owner.clone(),
+            n: cfg.claim_batch_max,
+            lease_ttl_ms: LEASE_TTL_MS,
+            store_in_flight_max: cfg.store_in_flight_max,
+            mode: ClaimMode::Fair,
+            intents: true,
+            reclaim: look,
+        };
+        let taken = store.action_claim(&req).await?;
+        reclaims.claimed(sent, look, req.n as usize, taken.claimed.len());
+        if !taken.sweep.is_empty() {
+            if let Err(e) = store.store_work_sweep(&taken.sweep).await {
+                tracing::warn!(error = %e, "store_work sweep failed; the claim stands");
+            }
+        }
+        let got = taken.claimed;
         if got.is_empty() {
             tokio::time::sleep(Duration::from_millis(1)).await;
             continue;

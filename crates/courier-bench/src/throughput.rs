@@ -596,6 +596,8 @@ async fn start_workers<P: Provider + Clone>(
                 owner: format!("{}-w{i}", courier_dispatch::owner_name()),
                 idle_poll_ms: 20,
                 reconcile: reconcile_one && i == 0,
+                // No maintenance: the figures measure the protocol alone.
+                pruner: None,
                 seed: ctx.cfg.seed.wrapping_add(u64::from(i)),
             },
         ));

@@ -1,7 +1,10 @@
 //! The chaos run in small: real worker processes SIGKILLed, PostgreSQL
 //! crash-restarted, a worker frozen past its lease; the verifier must pass.
 //! And its negative controls: broken workers (blind resends, new keys) must
-//! make the same verifier fail, or a green table would prove nothing.
+//! make the same verifier fail, or a green table would prove nothing. They
+//! need the binary built with the `negative-controls` feature, as
+//! scripts/test.sh builds it (`cargo nextest run -p courier-cli --features
+//! negative-controls --test chaos`).
 
 use serde_json::Value;
 use std::process::Command;
@@ -70,6 +73,7 @@ fn a_small_chaos_run_passes_from_the_providers_log() {
     assert_eq!(v["violations"], 0);
 }
 
+#[cfg(feature = "negative-controls")]
 #[test]
 fn the_verifier_catches_blind_resends_of_a_broken_worker() {
     let (ok, r, stdout) = chaos(&["--unsafe-resend", "no-lookup"], "no-lookup");
@@ -79,6 +83,7 @@ fn the_verifier_catches_blind_resends_of_a_broken_worker() {
     assert!(blind > 0, "{}", r["verify"]);
 }
 
+#[cfg(feature = "negative-controls")]
 #[test]
 fn the_verifier_catches_second_messages_of_a_broken_worker() {
     let (ok, r, stdout) = chaos(&["--unsafe-resend", "new-key"], "new-key");

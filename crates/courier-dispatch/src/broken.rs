@@ -9,9 +9,13 @@
 //! known or [`BLIND_RESENDS_MAX`] resends went out; the worker then sees
 //! only the last answer.
 //!
+//! Compiled only with the `negative-controls` feature: the `courier` binary
+//! has `--unsafe-resend` only when built with it
+//! (`cargo build -p courier-cli --features negative-controls`).
+//!
 //! # Invariants
 //! - Never used by `courier demo`, `courier serve` or a worker started
-//!   without the hidden `--unsafe-resend` flag.
+//!   without the `--unsafe-resend` flag, which the README's build lacks.
 
 use crate::worker::Provider;
 use courier_provider::{LookupOutcome, SendOutcome};

@@ -2,14 +2,16 @@
 //!
 //! - [`worker`]: claimer, sender, heartbeat and reconciler of one worker process.
 //! - [`group_commit`]: the batcher that commits many tasks' writes together.
-//! - [`broken`]: the deliberately broken resend modes (a provider wrapper),
-//!   for the chaos run's negative controls.
+//! - `broken` (feature `negative-controls`): the deliberately broken resend
+//!   modes (a provider wrapper), for the chaos run's negative controls.
 //! - `failpoint` (feature `failpoints`, tests only): the worker's named crash points.
-//! - [`pruner`]: retention and the fold of the maintained counts, in every worker.
+//! - [`pruner`]: retention and the fold of the maintained counts, one of the
+//!   loops a [`worker::Worker`] runs.
 //! - [`server`]: the enqueue API and the provider's status webhooks.
 //! - [`metrics`], [`dashboard`], [`openapi`]: operating courier: Prometheus
 //!   metrics, the live dashboard, the API's OpenAPI description.
 
+#[cfg(feature = "negative-controls")]
 pub mod broken;
 pub mod dashboard;
 #[cfg(feature = "failpoints")]

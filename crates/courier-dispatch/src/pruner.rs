@@ -1,7 +1,10 @@
 //! The pruner: retention, the fold of the maintained counts and the trim of
-//! the recent acceptances the dashboard walks (`outbox_accepts`), run by
-//! itself in every `courier worker` (`--no-prune` leaves the fold and the
-//! trim).
+//! the recent acceptances the dashboard walks (`outbox_accepts`). It is one
+//! of a worker's loops: [`crate::worker::Worker::run`] runs it beside the
+//! others when the worker's config has a [`PrunerConfig`] (what `courier
+//! worker` and the adapter give it; `courier worker --no-prune` leaves the
+//! fold and the trim, and the benchmarks, which measure the protocol
+//! without maintenance, give none).
 //!
 //! Why the worker and not the server: workers are what finish actions, so a
 //! deployment that makes history runs them; there are usually several, so
@@ -18,12 +21,13 @@
 //!   batch is followed at once by the next, anything less waits
 //!   `interval_ms`.
 
+use courier_core::{Limits, Retention};
 use courier_store::{PgStore, PruneWindows, Pruned, ACCEPTS_KEEP_S};
 use std::time::Duration;
 use tokio_util::sync::CancellationToken;
 
 /// What the pruner does.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PrunerConfig {
     /// The windows, or `None` to fold the counts only (`--no-prune`).
     pub windows: Option<PruneWindows>,
@@ -31,8 +35,27 @@ pub struct PrunerConfig {
     pub interval_ms: u64,
 }
 
+impl PrunerConfig {
+    /// What `courier worker` runs: pruning to `retention` (validated
+    /// against `limits`), the fold and the trim.
+    pub fn new(retention: &Retention, limits: &Limits) -> Self {
+        PrunerConfig {
+            windows: Some(PruneWindows::new(retention, limits)),
+            interval_ms: retention.prune_interval_ms,
+        }
+    }
+
+    /// The fold and the trim only, no retention (`courier worker --no-prune`).
+    pub fn fold_only(retention: &Retention) -> Self {
+        PrunerConfig {
+            windows: None,
+            interval_ms: retention.prune_interval_ms,
+        }
+    }
+}
+
 /// Rounds until `shutdown`: prune while batches come back full, fold, wait.
-pub async fn run(store: PgStore, cfg: PrunerConfig, shutdown: CancellationToken) {
+pub(crate) async fn run(store: PgStore, cfg: PrunerConfig, shutdown: CancellationToken) {
     loop {
         if let Some(w) = &cfg.windows {
             let pruned = prune_until_done(&store, w, &shutdown).await;
@@ -83,7 +106,7 @@ async fn accepts_trim(store: &PgStore, shutdown: &CancellationToken) {
 
 /// Batches until one comes back short, another process holds the lock, the
 /// database fails, or `shutdown`; answers what they removed.
-pub async fn prune_until_done(
+async fn prune_until_done(
     store: &PgStore,
     w: &PruneWindows,
     shutdown: &CancellationToken,

@@ -29,10 +29,9 @@ use crate::ha::{HaCluster, HaSettings};
 use crate::plan::{FailoverCounts, FaultCounts, FaultKind, FaultPlan, Planned};
 use crate::progress::{status_line, Bars};
 use crate::spec::{
-    chaos_limits, chaos_retention, FakeSpec, ProviderTarget, ServerSpec, WorkerSpec,
+    chaos_limits, chaos_retention, FakeSpec, ProviderTarget, ServerSpec, UnsafeResend, WorkerSpec,
 };
 use crate::{judge, load, RigError};
-use courier_dispatch::broken::UnsafeResend;
 use courier_store::{PgStore, StoreConfig, Summary};
 use courier_verify::Report;
 use indicatif::{MultiProgress, ProgressBar};
@@ -72,7 +71,8 @@ pub struct ChaosConfig {
     pub lease_ttl_ms: u64,
     /// Actions arrive, and faults land, spread over this many seconds.
     pub duration_s: u64,
-    /// DEMONSTRATION ONLY: broken workers, for a negative control.
+    /// DEMONSTRATION ONLY: broken workers, for a negative control (always
+    /// `None` without the `negative-controls` feature).
     pub unsafe_resend: Option<UnsafeResend>,
     /// `None`: the run starts the fake provider.
     pub provider: Option<ExternalProvider>,

@@ -7,9 +7,28 @@
 
 use courier_core::retention::Retention;
 use courier_core::Limits;
-use courier_dispatch::broken::UnsafeResend;
 use std::fmt::Display;
 use std::path::PathBuf;
+
+/// The broken resend mode of a negative control (`--unsafe-resend`), with
+/// the `negative-controls` feature.
+#[cfg(feature = "negative-controls")]
+pub use courier_dispatch::broken::UnsafeResend;
+
+/// Without the `negative-controls` feature there is no broken resend mode:
+/// a type with no value, so an `Option<UnsafeResend>` is always `None` and
+/// the specs read the same with and without the feature.
+#[cfg(not(feature = "negative-controls"))]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+pub enum UnsafeResend {}
+
+#[cfg(not(feature = "negative-controls"))]
+impl UnsafeResend {
+    /// The flag value that names this mode (there is none).
+    pub fn as_flag(self) -> &'static str {
+        match self {}
+    }
+}
 
 /// `--name value`, as two arguments.
 fn flag(name: &str, value: impl Display) -> [String; 2] {
@@ -79,7 +98,8 @@ pub struct WorkerSpec {
     pub limits: Limits,
     /// The retention windows and the pruner's bounds: [`WORKER_RETENTION_FLAGS`].
     pub retention: Retention,
-    /// DEMONSTRATION ONLY: the broken resend mode of a negative control.
+    /// DEMONSTRATION ONLY: the broken resend mode of a negative control
+    /// (always `None` without the `negative-controls` feature).
     pub unsafe_resend: Option<UnsafeResend>,
 }
 
@@ -219,7 +239,7 @@ mod tests {
                 prune_batch_rows_max: 15,
                 prune_interval_ms: 16,
             },
-            unsafe_resend: Some(UnsafeResend::NewKey),
+            unsafe_resend: None,
         };
         let a = spec.args(42);
         for (i, name) in WORKER_LIMIT_FLAGS.iter().enumerate() {
@@ -231,9 +251,27 @@ mod tests {
             assert_eq!(a[at + 1], (i + 11).to_string(), "--{name}");
         }
         assert!(!a.contains(&"--callback-url".to_string()));
-        assert_eq!(a[a.len() - 2..], ["--unsafe-resend", "new-key"]);
+        assert!(!a.contains(&"--unsafe-resend".to_string()));
         let seed_at = a.iter().position(|x| x == "--seed").unwrap();
         assert_eq!(a[seed_at + 1], "42");
+    }
+
+    #[cfg(feature = "negative-controls")]
+    #[test]
+    fn a_broken_worker_is_told_its_mode_last() {
+        let spec = WorkerSpec {
+            database_url: "postgres://db".into(),
+            provider: ProviderTarget {
+                url: "http://p".into(),
+                api_key: "k".into(),
+                callback_url: None,
+            },
+            limits: Limits::default(),
+            retention: Retention::default(),
+            unsafe_resend: Some(UnsafeResend::NewKey),
+        };
+        let a = spec.args(42);
+        assert_eq!(a[a.len() - 2..], ["--unsafe-resend", "new-key"]);
     }
 
     #[test]

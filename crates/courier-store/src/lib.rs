@@ -95,6 +95,7 @@ pub mod history_views;
 mod lease;
 mod merge;
 pub mod migrate;
+mod negative;
 mod outbox;
 mod plan;
 mod pool;

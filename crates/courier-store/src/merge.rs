@@ -149,28 +149,6 @@ impl PgStore {
         Ok(self.merge_together(&[report]).await?.remove(0))
     }
 
-    /// The same store with merges that lock their action rows whatever the
-    /// rows' state: the locking invariant broken on purpose, so that
-    /// `tests/locks.rs` can show its interleaving deadlocks then. Never use
-    /// it otherwise.
-    #[doc(hidden)]
-    pub fn with_merges_locking_claimed_actions(&self) -> PgStore {
-        let mut broken = self.clone();
-        broken.merges_lock_claimed_actions = true;
-        broken
-    }
-
-    /// The same store with merges that commit although some of their event
-    /// ids were recorded by another transaction after they looked: the
-    /// check broken on purpose, so that `tests/batch.rs` can show one id
-    /// applied to two keys then. Never use it otherwise.
-    #[doc(hidden)]
-    pub fn with_merges_ignoring_ids_recorded_meanwhile(&self) -> PgStore {
-        let mut broken = self.clone();
-        broken.merges_ignore_ids_recorded_meanwhile = true;
-        broken
-    }
-
     async fn merge_together(
         &self,
         reports: &[Report<'_>],
@@ -208,6 +186,7 @@ impl PgStore {
         // Broken on purpose (tests/locks.rs): the action rows, locked where
         // the write would wait if it wrote claimed rows.
         let broken_lock: Option<Vec<i64>> = self
+            .switches()
             .merges_lock_claimed_actions
             .then(|| rows.values().map(|r| r.action_id).collect());
         let mut w = MergeWrite::default();
@@ -224,7 +203,9 @@ impl PgStore {
             }
         }
         let inserted = merges_write(&tx, &w, broken_lock.as_deref()).await?;
-        if inserted != w.recorded.len() as u64 && !self.merges_ignore_ids_recorded_meanwhile {
+        if inserted != w.recorded.len() as u64
+            && !self.switches().merges_ignore_ids_recorded_meanwhile
+        {
             return Err(StoreError::Unavailable(format!(
                 "{} of {} webhook event ids were recorded by a concurrent merge; retry",
                 w.recorded.len() as u64 - inserted,
@@ -327,9 +308,16 @@ async fn merges_write(
             "event/record.part"
         ))
         .await?;
+    #[cfg(feature = "negative-controls")]
     let lock_actions = match broken_lock {
         Some(ids) => Some((tx.prepare(sql!("merge/lock_actions_broken")).await?, ids)),
         None => None,
+    };
+    // Without the feature no store asks for the broken lock.
+    #[cfg(not(feature = "negative-controls"))]
+    let lock_actions: Option<(tokio_postgres::Statement, &[i64])> = {
+        debug_assert!(broken_lock.is_none());
+        None
     };
     let (inserted, broken, written) = tokio::join!(
         biased;

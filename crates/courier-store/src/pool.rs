@@ -24,8 +24,6 @@ use crate::clock::Clock;
 use crate::connect::EachHost;
 use crate::error::StoreError;
 use deadpool_postgres::{ClientWrapper, HookError, Manager, ManagerConfig, Pool, RecyclingMethod};
-use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio_postgres::NoTls;
 
@@ -35,19 +33,10 @@ use tokio_postgres::NoTls;
 pub struct PgStore {
     pub(crate) pool: Pool,
     pub(crate) clock: Clock,
-    /// Only `tests/locks.rs` sets it (`with_merges_locking_claimed_actions`).
-    pub(crate) merges_lock_claimed_actions: bool,
-    /// Only `tests/batch.rs` sets it (`with_merges_ignoring_ids_recorded_meanwhile`).
-    pub(crate) merges_ignore_ids_recorded_meanwhile: bool,
-    /// Only `tests/store_work.rs` sets it (`with_store_work_sweep_unlocked`).
-    pub(crate) store_work_sweep_unlocked: bool,
-    /// Claims leave the plan to the server instead of forcing the generic
-    /// one. Only `tests/plans.rs` sets it (`with_claim_custom_plans`).
-    pub(crate) claim_custom_plans: bool,
-    /// When (ms since the epoch, by the store's clock or this machine's)
-    /// each owner's next claim looks for expired leases
-    /// ([`crate::RECLAIM_EVERY_MS`]); shared by the store's clones.
-    pub(crate) reclaim_next_ms: Arc<Mutex<HashMap<Arc<str>, i64>>>,
+    /// The rules broken on purpose in a negative control (`negative`,
+    /// feature `negative-controls`, tests only).
+    #[cfg(feature = "negative-controls")]
+    pub(crate) switches: crate::negative::Switches,
 }
 
 /// How to connect.
@@ -137,11 +126,8 @@ impl PgStore {
         let store = PgStore {
             pool,
             clock: Clock::database(),
-            merges_lock_claimed_actions: false,
-            merges_ignore_ids_recorded_meanwhile: false,
-            store_work_sweep_unlocked: false,
-            claim_custom_plans: false,
-            reclaim_next_ms: Arc::default(),
+            #[cfg(feature = "negative-controls")]
+            switches: Default::default(),
         };
         let mut client = store.pool.get().await?;
         if cfg.migrate {
@@ -175,8 +161,6 @@ impl PgStore {
     pub fn with_clock(&self, clock: Clock) -> PgStore {
         PgStore {
             clock,
-            // Its own pacing of the reclaim: the clocks' times differ.
-            reclaim_next_ms: Arc::default(),
             ..self.clone()
         }
     }

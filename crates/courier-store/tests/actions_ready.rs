@@ -64,8 +64,7 @@ async fn enqueues_claims_and_settles_racing_keep_actions_ready_exact() {
             };
             let mut n = 0usize;
             while !stop.load(Ordering::Relaxed) {
-                let got = s
-                    .action_claim_to_send(&owner, 8, LONG_LEASE_MS, 4, mode)
+                let got = fixtures::claim_to_send(&s, &owner, 8, LONG_LEASE_MS, 4, mode)
                     .await
                     .unwrap();
                 // Every action moves on a different way: settled (left
@@ -113,7 +112,7 @@ async fn enqueues_claims_and_settles_racing_keep_actions_ready_exact() {
         tasks.spawn(async move {
             let owner: Arc<str> = Arc::from("short");
             while !stop.load(Ordering::Relaxed) {
-                s.action_claim_to_send(&owner, 2, 1, 4, ClaimMode::Fair)
+                fixtures::claim_to_send(&s, &owner, 2, 1, 4, ClaimMode::Fair)
                     .await
                     .unwrap();
                 tokio::time::sleep(Duration::from_millis(50)).await;
@@ -186,9 +185,7 @@ async fn the_side_checker_catches_a_disabled_trigger() {
     let c = db.store.client().await.unwrap();
     fixtures::enqueued(&db.store, "s1", 3).await;
     let owner: Arc<str> = Arc::from("w");
-    let got = db
-        .store
-        .action_claim_to_send(&owner, 3, LONG_LEASE_MS, 10, ClaimMode::Fair)
+    let got = fixtures::claim_to_send(&db.store, &owner, 3, LONG_LEASE_MS, 10, ClaimMode::Fair)
         .await
         .unwrap();
     assert_eq!(got.len(), 3);
@@ -254,22 +251,32 @@ async fn the_checker_catches_a_disabled_trigger() {
     c.batch_execute("ALTER TABLE actions DISABLE TRIGGER actions_ready_update")
         .await
         .unwrap();
-    let got = db
-        .store
-        .action_claim(&"w".into(), 2, LONG_LEASE_MS, 10, ClaimMode::Fair)
-        .await
-        .unwrap();
+    let got = fixtures::claim(
+        &db.store,
+        &"w".into(),
+        2,
+        LONG_LEASE_MS,
+        10,
+        ClaimMode::Fair,
+    )
+    .await
+    .unwrap();
     assert_eq!(got.len(), 2);
     let mut taken: Vec<i64> = got.iter().map(|g| g.lease.action_id).collect();
     taken.sort_unstable();
     assert_eq!(db.store.actions_ready_mismatch().await.unwrap(), taken);
     // The claims re-check the state, so the rows left behind are not taken
     // again: the next claim gets only the third action.
-    let next = db
-        .store
-        .action_claim(&"w".into(), 8, LONG_LEASE_MS, 10, ClaimMode::Fair)
-        .await
-        .unwrap();
+    let next = fixtures::claim(
+        &db.store,
+        &"w".into(),
+        8,
+        LONG_LEASE_MS,
+        10,
+        ClaimMode::Fair,
+    )
+    .await
+    .unwrap();
     assert_eq!(
         next.iter().map(|g| g.lease.action_id).collect::<Vec<_>>(),
         vec![ids[2]]
@@ -437,10 +444,10 @@ async fn state_changes_of_actions_are_hot_updates() {
         fixtures::enqueued(one, s, N).await;
         let before = db.updates_of(one, "actions").await;
         let owner: Arc<str> = Arc::from("w");
-        let got = one
-            .action_claim_to_send(&owner, N as u32, LONG_LEASE_MS, 20, ClaimMode::Fair)
-            .await
-            .unwrap();
+        let got =
+            fixtures::claim_to_send(one, &owner, N as u32, LONG_LEASE_MS, 20, ClaimMode::Fair)
+                .await
+                .unwrap();
         assert_eq!(got.len(), N);
         let held: Vec<(i64, i64)> = got
             .iter()

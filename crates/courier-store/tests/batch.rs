@@ -10,7 +10,7 @@ use courier_core::step::{after_claim, Step};
 use courier_core::{action_key, ActionState, Status};
 use courier_store::*;
 use courier_testkit::fixtures::{
-    claimed_to_send, column, expire_lease, settle, settled_ok, webhook,
+    self, claimed_to_send, column, expire_lease, settle, settled_ok, webhook,
 };
 use courier_testkit::fresh_db;
 use std::collections::HashMap;
@@ -55,9 +55,7 @@ async fn claim_to_send_writes_the_intent_with_the_core_key_and_counts_one_attemp
     let db = fresh_db().await;
     enqueue(&db.store, &["a", "b"], 3).await;
     let w = owner("w1");
-    let got = db
-        .store
-        .action_claim_to_send(&w, 6, 60_000, 100, ClaimMode::Fair)
+    let got = fixtures::claim_to_send(&db.store, &w, 6, 60_000, 100, ClaimMode::Fair)
         .await
         .unwrap();
     assert_eq!(got.len(), 6);
@@ -77,9 +75,7 @@ async fn claim_to_send_writes_the_intent_with_the_core_key_and_counts_one_attemp
     }
     // The plain claim writes no intent.
     enqueue(&db.store, &["c"], 1).await;
-    let plain = db
-        .store
-        .action_claim(&w, 1, 60_000, 100, ClaimMode::Fair)
+    let plain = fixtures::claim(&db.store, &w, 1, 60_000, 100, ClaimMode::Fair)
         .await
         .unwrap();
     assert!(!plain[0].attempt_counted);
@@ -98,14 +94,12 @@ async fn a_reclaim_after_claim_to_send_keeps_the_intent_and_looks_up_first() {
     let db = fresh_db().await;
     let (store, clock) = db.manual_clock().await;
     enqueue(&store, &["a"], 1).await;
-    let first = store
-        .action_claim_to_send(&owner("w1"), 1, 50, 100, ClaimMode::Fifo)
+    let first = fixtures::claim_to_send(&store, &owner("w1"), 1, 50, 100, ClaimMode::Fifo)
         .await
         .unwrap();
     assert!(first[0].attempt_counted);
     expire_lease(&clock, 50);
-    let second = store
-        .action_claim_to_send(&owner("w2"), 1, 60_000, 100, ClaimMode::Fifo)
+    let second = fixtures::claim_to_send(&store, &owner("w2"), 1, 60_000, 100, ClaimMode::Fifo)
         .await
         .unwrap();
     assert_eq!(second.len(), 1);
@@ -128,9 +122,7 @@ async fn a_reclaim_after_claim_to_send_keeps_the_intent_and_looks_up_first() {
 async fn fair_claim_takes_each_store_in_turn_and_fills_the_batch_from_one_store() {
     let db = fresh_db().await;
     enqueue(&db.store, &["a", "b", "c"], 10).await;
-    let got = db
-        .store
-        .action_claim_to_send(&owner("w1"), 6, 60_000, 100, ClaimMode::Fair)
+    let got = fixtures::claim_to_send(&db.store, &owner("w1"), 6, 60_000, 100, ClaimMode::Fair)
         .await
         .unwrap();
     let mut per: std::collections::BTreeMap<String, usize> = Default::default();
@@ -142,9 +134,7 @@ async fn fair_claim_takes_each_store_in_turn_and_fills_the_batch_from_one_store(
 
     let db = fresh_db().await;
     enqueue(&db.store, &["only"], 10).await;
-    let got = db
-        .store
-        .action_claim_to_send(&owner("w1"), 6, 60_000, 100, ClaimMode::Fair)
+    let got = fixtures::claim_to_send(&db.store, &owner("w1"), 6, 60_000, 100, ClaimMode::Fair)
         .await
         .unwrap();
     assert_eq!(got.len(), 6, "one store with work fills the whole batch");
@@ -224,8 +214,7 @@ const SETTLE_BATCH_ROWS: [&str; 15] = [
 async fn twelve_settles(store: &PgStore) -> (Vec<i64>, Vec<SettleReq>, i64) {
     enqueue(store, &["a", "b", "c"], 4).await;
     let w = owner("w1");
-    let mut got = store
-        .action_claim_to_send(&w, 12, 60_000, 100, ClaimMode::Fair)
+    let mut got = fixtures::claim_to_send(store, &w, 12, 60_000, 100, ClaimMode::Fair)
         .await
         .unwrap();
     assert_eq!(got.len(), 12);
@@ -409,8 +398,7 @@ async fn webhook_targets(
     store: &PgStore,
 ) -> (Vec<String>, HashMap<String, (Status, bool, bool, bool)>) {
     enqueue(store, &["a", "b"], 3).await;
-    let mut got = store
-        .action_claim_to_send(&owner("w1"), 6, 60_000, 100, ClaimMode::Fair)
+    let mut got = fixtures::claim_to_send(store, &owner("w1"), 6, 60_000, 100, ClaimMode::Fair)
         .await
         .unwrap();
     got.sort_by_key(|c| c.lease.action_id);
@@ -527,9 +515,7 @@ async fn webhook_batches_of_any_size_merge_as_the_rules_say() {
 async fn a_webhook_batch_that_fails_is_merged_one_by_one() {
     let db = fresh_db().await;
     enqueue(&db.store, &["a"], 1).await;
-    let got = db
-        .store
-        .action_claim_to_send(&owner("w1"), 1, 60_000, 100, ClaimMode::Fair)
+    let got = fixtures::claim_to_send(&db.store, &owner("w1"), 1, 60_000, 100, ClaimMode::Fair)
         .await
         .unwrap();
     let key = action_key(&got[0].uid);
@@ -566,9 +552,7 @@ async fn a_webhook_batch_that_fails_is_merged_one_by_one() {
 async fn an_event_id_with_two_keys_in_one_batch_is_merged_in_order() {
     let db = fresh_db().await;
     enqueue(&db.store, &["a"], 1).await;
-    let got = db
-        .store
-        .action_claim_to_send(&owner("w1"), 1, 60_000, 100, ClaimMode::Fair)
+    let got = fixtures::claim_to_send(&db.store, &owner("w1"), 1, 60_000, 100, ClaimMode::Fair)
         .await
         .unwrap();
     let key = action_key(&got[0].uid);
@@ -649,11 +633,16 @@ async fn an_event_id_sent_with_two_keys_by_two_batches_at_once_is_applied_once()
     const N: usize = 32;
     let db = fresh_db().await;
     enqueue(&db.store, &["a", "b"], N).await;
-    let got = db
-        .store
-        .action_claim_to_send(&owner("w1"), 2 * N as u32, 60_000, 100, ClaimMode::Fair)
-        .await
-        .unwrap();
+    let got = fixtures::claim_to_send(
+        &db.store,
+        &owner("w1"),
+        2 * N as u32,
+        60_000,
+        100,
+        ClaimMode::Fair,
+    )
+    .await
+    .unwrap();
     assert_eq!(got.len(), 2 * N);
     let keys: Vec<String> = got.iter().map(|c| action_key(&c.uid)).collect();
     let batch = |half: usize| -> Vec<WebhookIn> {
@@ -796,9 +785,7 @@ async fn a_merge_whose_event_id_is_recorded_after_it_looked_rolls_back() {
 async fn a_settle_batch_that_fails_is_settled_one_by_one() {
     let db = fresh_db().await;
     enqueue(&db.store, &["a", "b"], 2).await;
-    let got = db
-        .store
-        .action_claim_to_send(&owner("w1"), 4, 60_000, 100, ClaimMode::Fair)
+    let got = fixtures::claim_to_send(&db.store, &owner("w1"), 4, 60_000, 100, ClaimMode::Fair)
         .await
         .unwrap();
     let reqs: Vec<SettleReq> = got
@@ -851,8 +838,7 @@ async fn claim_and_settle_until_empty(
     let who = owner(&format!("w{w}"));
     let mut settled = 0;
     loop {
-        let got = store
-            .action_claim_to_send(&who, 3, 60_000, cap, mode)
+        let got = fixtures::claim_to_send(&store, &who, 3, 60_000, cap, mode)
             .await
             .unwrap();
         if got.is_empty() {

@@ -49,8 +49,7 @@ async fn late_claim_after_a_claim_under_an_open_enqueue(
     .unwrap();
     // C0: a whole claim of x, committed: it updates x's row.
     let owner: Arc<str> = Arc::from("first");
-    let got = store
-        .action_claim(&owner, 1, LONG_LEASE_MS, CAP, ClaimMode::Fair)
+    let got = fixtures::claim(store, &owner, 1, LONG_LEASE_MS, CAP, ClaimMode::Fair)
         .await
         .unwrap();
     assert_eq!(got.len(), 1, "{got:?}");

@@ -62,8 +62,7 @@ async fn intents_settles_webhooks_and_lookups_racing_keep_intents_watched_exact(
             let owner: Arc<str> = Arc::from(format!("w{w}"));
             let mut n = 0usize;
             while !stop.load(Ordering::Relaxed) {
-                let got = s
-                    .action_claim_to_send(&owner, 8, LONG_LEASE_MS, 8, ClaimMode::Fair)
+                let got = fixtures::claim_to_send(&s, &owner, 8, LONG_LEASE_MS, 8, ClaimMode::Fair)
                     .await
                     .unwrap();
                 for c in &got {
@@ -160,9 +159,7 @@ async fn the_checker_catches_a_disabled_trigger() {
     let c = db.store.client().await.unwrap();
     fixtures::enqueued(&db.store, "s1", 3).await;
     let owner: Arc<str> = Arc::from("w");
-    let got = db
-        .store
-        .action_claim_to_send(&owner, 2, LONG_LEASE_MS, 10, ClaimMode::Fair)
+    let got = fixtures::claim_to_send(&db.store, &owner, 2, LONG_LEASE_MS, 10, ClaimMode::Fair)
         .await
         .unwrap();
     assert_eq!(got.len(), 2);
@@ -197,9 +194,7 @@ async fn the_checker_catches_a_disabled_trigger() {
         .await
         .unwrap()
         .is_empty());
-    let third = db
-        .store
-        .action_claim_to_send(&owner, 1, LONG_LEASE_MS, 10, ClaimMode::Fair)
+    let third = fixtures::claim_to_send(&db.store, &owner, 1, LONG_LEASE_MS, 10, ClaimMode::Fair)
         .await
         .unwrap();
     assert_eq!(third.len(), 1);
@@ -218,9 +213,7 @@ async fn migrations_15_and_16_backfill_the_intents_in_flight() {
     let mut c = db.raw_client().await;
     fixtures::enqueued(&db.store, "s1", 4).await;
     let owner: Arc<str> = Arc::from("w");
-    let got = db
-        .store
-        .action_claim_to_send(&owner, 4, LONG_LEASE_MS, 10, ClaimMode::Fair)
+    let got = fixtures::claim_to_send(&db.store, &owner, 4, LONG_LEASE_MS, 10, ClaimMode::Fair)
         .await
         .unwrap();
     assert_eq!(got.len(), 4);
@@ -373,8 +366,7 @@ async fn trigger_statements_reach_intents_watched_by_key_even_when_planned_small
         let one = db.one_connection().await;
         fixtures::enqueued(&one, "s1", 2).await;
         let owner: Arc<str> = Arc::from("w");
-        let got = one
-            .action_claim_to_send(&owner, 2, LONG_LEASE_MS, 10, ClaimMode::Fair)
+        let got = fixtures::claim_to_send(&one, &owner, 2, LONG_LEASE_MS, 10, ClaimMode::Fair)
             .await
             .unwrap();
         assert_eq!(got.len(), 2);

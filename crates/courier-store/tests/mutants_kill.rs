@@ -16,7 +16,7 @@ use courier_core::status::Merge;
 use courier_core::{action_key, ActionState, Status};
 use courier_store::*;
 use courier_testkit::fixtures::{expire_lease, settle, settled_ok, webhook};
-use courier_testkit::{fresh_db, TestDb};
+use courier_testkit::{fixtures, fresh_db, TestDb};
 use std::sync::Arc;
 
 /// A lease that outlives every test.
@@ -39,9 +39,7 @@ async fn claimed_action(db: &TestDb, who: &Arc<str>, lease_ttl_ms: u64) -> (Leas
         })
         .await
         .unwrap();
-    let got = db
-        .store
-        .action_claim(who, 1, lease_ttl_ms, 1_000, ClaimMode::Fair)
+    let got = fixtures::claim(&db.store, who, 1, lease_ttl_ms, 1_000, ClaimMode::Fair)
         .await
         .unwrap();
     assert_eq!(got.len(), 1, "{got:?}");
@@ -75,8 +73,7 @@ async fn intent_written(db: &TestDb, who: &Arc<str>, lease_ttl_ms: u64) -> (Leas
 async fn reclaim(db: &TestDb, who: &Arc<str>, action_id: i64) -> Lease {
     let (store, clock) = db.manual_clock().await;
     expire_lease(&clock, SHORT_LEASE_MS);
-    let got = store
-        .action_claim(who, 1, LONG_LEASE_MS, 1_000, ClaimMode::Fair)
+    let got = fixtures::claim(&store, who, 1, LONG_LEASE_MS, 1_000, ClaimMode::Fair)
         .await
         .unwrap();
     assert_eq!(got.len(), 1, "{got:?}");

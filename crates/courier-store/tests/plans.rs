@@ -16,7 +16,7 @@
 
 use courier_core::Status;
 use courier_store::*;
-use courier_testkit::fresh_db;
+use courier_testkit::{fixtures, fresh_db};
 
 const QUIET_STORES: usize = 99;
 
@@ -121,9 +121,7 @@ async fn fair_claim_keeps_the_per_store_index_after_a_burst_with_stale_statistic
 
     // And it claims what it should: one action of the bulk store (cap 1)
     // and quiet stores' actions, oldest store turn first.
-    let claimed = db
-        .store
-        .action_claim(&"w".into(), 7, 60_000, 1, ClaimMode::Fair)
+    let claimed = fixtures::claim(&db.store, &"w".into(), 7, 60_000, 1, ClaimMode::Fair)
         .await
         .unwrap();
     assert_eq!(claimed.len(), 7);
@@ -340,11 +338,16 @@ async fn fair_claim_walks_store_work_with_stale_missing_and_fresh_statistics() {
     // them served (the claim empties and sweeps them).
     let mut left = 10_100;
     while left > 16 {
-        let got = db
-            .store
-            .action_claim(&"w".into(), 1_000, 60_000, 1_000, ClaimMode::Fair)
-            .await
-            .unwrap();
+        let got = fixtures::claim(
+            &db.store,
+            &"w".into(),
+            1_000,
+            60_000,
+            1_000,
+            ClaimMode::Fair,
+        )
+        .await
+        .unwrap();
         assert!(!got.is_empty());
         left = c
             .query_one("SELECT count(*) FROM store_work", &[])
@@ -660,7 +663,9 @@ async fn claims_run_their_generic_plan_not_one_planned_per_call() {
         let before = plans_made(&s.client().await.unwrap(), "WITH reclaimed AS").await;
         for mode in modes {
             for _ in 0..CLAIMS / modes.len() as i64 {
-                let got = s.action_claim(&owner, 2, 60_000, 4, *mode).await.unwrap();
+                let got = fixtures::claim(&s, &owner, 2, 60_000, 4, *mode)
+                    .await
+                    .unwrap();
                 assert!(!got.is_empty(), "{label}: the claim found nothing");
             }
         }
@@ -715,8 +720,7 @@ async fn settles_run_their_generic_plans_not_one_planned_per_call() {
     );
     drop(c);
     for _ in 0..SETTLES {
-        let got = store
-            .action_claim_to_send(&owner, 2, 60_000, 4, ClaimMode::Fair)
+        let got = fixtures::claim_to_send(&store, &owner, 2, 60_000, 4, ClaimMode::Fair)
             .await
             .unwrap();
         assert_eq!(got.len(), 2, "the claim found too little");

@@ -21,8 +21,7 @@ fn owner(name: &str) -> Arc<str> {
 }
 
 async fn claim(store: &PgStore, who: &Arc<str>, n: u32, ttl_ms: u64) -> Vec<Claimed> {
-    store
-        .action_claim(who, n, ttl_ms, 1_000, ClaimMode::Fair)
+    fixtures::claim(store, who, n, ttl_ms, 1_000, ClaimMode::Fair)
         .await
         .unwrap()
 }
@@ -40,8 +39,7 @@ async fn no_double_claim_under_concurrent_claimers() {
             let who = owner(&format!("w{w}"));
             let mut mine = Vec::new();
             loop {
-                let got = store
-                    .action_claim(&who, 7, 60_000, 1_000, ClaimMode::Fair)
+                let got = fixtures::claim(&store, &who, 7, 60_000, 1_000, ClaimMode::Fair)
                     .await
                     .unwrap();
                 if got.is_empty() {
@@ -330,9 +328,7 @@ async fn fair_claims_rotate_stores_despite_a_deep_backlog() {
     let who = owner("w");
     let mut order = Vec::new();
     for _ in 0..12 {
-        let got = db
-            .store
-            .action_claim(&who, 1, 60_000, 2, ClaimMode::Fair)
+        let got = fixtures::claim(&db.store, &who, 1, 60_000, 2, ClaimMode::Fair)
             .await
             .unwrap();
         if let Some(c) = got.first() {
@@ -355,9 +351,7 @@ async fn fair_claims_rotate_stores_despite_a_deep_backlog() {
     let db = fresh_db().await;
     enqueue_many(&db.store, "noisy", 300).await;
     enqueue_many(&db.store, "quiet0", 3).await;
-    let got = db
-        .store
-        .action_claim(&who, 10, 60_000, 2, ClaimMode::Fifo)
+    let got = fixtures::claim(&db.store, &who, 10, 60_000, 2, ClaimMode::Fifo)
         .await
         .unwrap();
     assert!(got.iter().all(|c| c.store == "noisy"));
@@ -369,17 +363,13 @@ async fn a_batch_claim_respects_the_cap_and_takes_turns() {
     enqueue_many(&db.store, "a", 10).await;
     enqueue_many(&db.store, "b", 10).await;
     enqueue_many(&db.store, "c", 1).await;
-    let got = db
-        .store
-        .action_claim(&owner("w"), 7, 60_000, 3, ClaimMode::Fair)
+    let got = fixtures::claim(&db.store, &owner("w"), 7, 60_000, 3, ClaimMode::Fair)
         .await
         .unwrap();
     let count = |s: &str| got.iter().filter(|c| c.store == s).count();
     assert_eq!((count("a"), count("b"), count("c")), (3, 3, 1));
     // At the cap, the stores get nothing more until something settles.
-    let more = db
-        .store
-        .action_claim(&owner("w"), 7, 60_000, 3, ClaimMode::Fair)
+    let more = fixtures::claim(&db.store, &owner("w"), 7, 60_000, 3, ClaimMode::Fair)
         .await
         .unwrap();
     assert!(more.is_empty(), "{more:?}");
@@ -391,9 +381,7 @@ async fn a_batch_claim_respects_the_cap_and_takes_turns() {
         .unwrap()
         .unwrap();
     settled_ok(settle(&db.store, &first_a.lease, Status::Accepted, None, false).await);
-    let more = db
-        .store
-        .action_claim(&owner("w"), 7, 60_000, 3, ClaimMode::Fair)
+    let more = fixtures::claim(&db.store, &owner("w"), 7, 60_000, 3, ClaimMode::Fair)
         .await
         .unwrap();
     assert_eq!(more.len(), 1);

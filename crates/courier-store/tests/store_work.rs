@@ -32,8 +32,7 @@ fn owner() -> Arc<str> {
 }
 
 async fn claim(store: &PgStore, n: u32) -> Vec<Claimed> {
-    store
-        .action_claim(&owner(), n, LONG_LEASE_MS, CAP, ClaimMode::Fair)
+    fixtures::claim(store, &owner(), n, LONG_LEASE_MS, CAP, ClaimMode::Fair)
         .await
         .expect("claim")
 }
@@ -114,8 +113,7 @@ async fn a_store_whose_work_is_claimed_leaves_store_work_and_comes_back_with_new
     // A row left without work (as FIFO claims leave them) is swept by the
     // next fair claim that finds it at the front of the line.
     fixtures::enqueued(s, "s3", 1).await;
-    let fifo = s
-        .action_claim(&owner(), 1, LONG_LEASE_MS, CAP, ClaimMode::Fifo)
+    let fifo = fixtures::claim(s, &owner(), 1, LONG_LEASE_MS, CAP, ClaimMode::Fifo)
         .await
         .unwrap();
     assert_eq!(fifo.len(), 1);
@@ -127,40 +125,47 @@ async fn a_store_whose_work_is_claimed_leaves_store_work_and_comes_back_with_new
     );
 }
 
+/// The worker's claim: intents written, expired leases looked for.
+fn to_send(n: u32) -> ClaimReq {
+    ClaimReq {
+        owner: owner(),
+        n,
+        lease_ttl_ms: LONG_LEASE_MS,
+        store_in_flight_max: CAP,
+        mode: ClaimMode::Fair,
+        intents: true,
+        reclaim: true,
+    }
+}
+
 #[tokio::test]
-async fn a_claim_that_hands_back_its_sweep_keeps_the_row_until_the_sweep_runs() {
+async fn a_claim_names_its_sweep_and_the_row_stays_until_the_sweep_runs() {
     let db = fresh_db().await;
     let s = &db.store;
     let c = s.client().await.unwrap();
     let listed = || listed(&c);
     fixtures::enqueued(s, "s1", 1).await;
     fixtures::enqueued(s, "s2", 1).await;
-    let taken = s
-        .action_claim_to_send_sweep_after(&owner(), 1, LONG_LEASE_MS, CAP, ClaimMode::Fair)
-        .await
-        .unwrap();
+    let taken = s.action_claim(&to_send(1)).await.unwrap();
     assert_eq!(taken.claimed.len(), 1, "{taken:?}");
     assert_eq!(taken.claimed[0].store, "s1");
     assert!(
         taken.claimed[0].attempt_counted,
         "the intent is written in the claim"
     );
-    assert_eq!(taken.sweep.stores(), ["s1"]);
+    assert_eq!(taken.sweep, ["s1"]);
     assert_eq!(
         listed().await,
         vec!["s1", "s2"],
         "swept before it was asked"
     );
-    taken.sweep.run().await;
+    assert_eq!(s.store_work_sweep(&taken.sweep).await.unwrap(), ["s1"]);
     assert_eq!(listed().await, vec!["s2"]);
-    // A sweep dropped unrun costs nothing but the row, which the next fair
-    // claim sweeps once it stands at the front of the line.
-    let taken = s
-        .action_claim_to_send_sweep_after(&owner(), 16, LONG_LEASE_MS, CAP, ClaimMode::Fair)
-        .await
-        .unwrap();
+    // A sweep never run costs nothing but the row, which a later claim
+    // names again once it stands at the front of the line.
+    let taken = s.action_claim(&to_send(16)).await.unwrap();
     assert_eq!(taken.claimed.len(), 1);
-    assert_eq!(taken.sweep.stores(), ["s2"]);
+    assert_eq!(taken.sweep, ["s2"]);
     drop(taken);
     assert_eq!(listed().await, vec!["s2"]);
     assert!(claim(s, 16).await.is_empty());
@@ -171,7 +176,7 @@ async fn a_claim_that_hands_back_its_sweep_keeps_the_row_until_the_sweep_runs() 
 }
 
 #[tokio::test]
-async fn sweeps_held_back_run_together_without_the_claims_connections() {
+async fn the_sweeps_of_several_claims_run_as_one() {
     let db = fresh_db().await;
     let s = &db.store;
     let c = s.client().await.unwrap();
@@ -179,21 +184,20 @@ async fn sweeps_held_back_run_together_without_the_claims_connections() {
     for store in ["s1", "s2", "s3"] {
         fixtures::enqueued(s, store, 1).await;
     }
-    let o = owner();
-    let take = || s.action_claim_to_send_sweep_after(&o, 1, LONG_LEASE_MS, CAP, ClaimMode::Fair);
-    let mut held = take().await.unwrap().sweep;
-    held.release_connection();
-    held.absorb(take().await.unwrap().sweep);
-    // A claim also owes the rows without work it walked past (here the
-    // rows of s1 and s2, still listed): each store is owed once.
-    let mut joint = take().await.unwrap().sweep;
-    assert_eq!(joint.stores(), ["s1", "s2", "s3"]);
-    joint.absorb(held);
-    assert_eq!(joint.stores(), ["s1", "s2", "s3"]);
+    // Each claim names the store it emptied and the rows without work it
+    // walked past (still listed: nothing swept yet).
+    let first = s.action_claim(&to_send(1)).await.unwrap().sweep;
+    let second = s.action_claim(&to_send(1)).await.unwrap().sweep;
+    let third = s.action_claim(&to_send(1)).await.unwrap().sweep;
+    assert_eq!(first, ["s1"]);
+    assert_eq!(second, ["s1", "s2"]);
+    assert_eq!(third, ["s1", "s2", "s3"]);
     assert_eq!(listed().await, vec!["s1", "s2", "s3"], "nothing swept yet");
     // s1 has work again before the joint sweep runs: it stays listed.
     fixtures::enqueued(s, "s1", 1).await;
-    joint.run().await;
+    let mut removed = s.store_work_sweep(&third).await.unwrap();
+    removed.sort();
+    assert_eq!(removed, ["s2", "s3"]);
     assert_eq!(listed().await, vec!["s1"]);
 }
 
@@ -209,11 +213,12 @@ async fn a_failed_sweep_does_not_cost_the_claim_its_actions() {
     )
     .await
     .unwrap();
-    let got = s
-        .action_claim(&owner(), 16, LONG_LEASE_MS, CAP, ClaimMode::Fair)
+    let taken = s
+        .action_claim(&to_send(16))
         .await
         .expect("the claim committed: its actions come back");
-    assert_eq!(got.len(), 1, "{got:?}");
+    assert_eq!(taken.claimed.len(), 1, "{taken:?}");
+    assert!(s.store_work_sweep(&taken.sweep).await.is_err());
     let rows = c.query("SELECT store FROM store_work", &[]).await.unwrap();
     assert_eq!(rows.len(), 1, "the row the failed sweep left");
     // With the sweep back, a later claim sweeps the idle row at the front.

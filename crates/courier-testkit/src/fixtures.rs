@@ -8,8 +8,8 @@
 
 use courier_core::{action_key, Status};
 use courier_store::{
-    AttemptOutcome, ClaimMode, Claimed, Clock, Lease, MergeOutcome, NewAction, PgStore,
-    SettleOutcome, SettleReq, Settled, WebhookIn,
+    AttemptOutcome, ClaimMode, ClaimReq, Claimed, Clock, Lease, MergeOutcome, NewAction, PgStore,
+    SettleOutcome, SettleReq, Settled, StoreError, WebhookIn,
 };
 use std::sync::Arc;
 use std::time::Duration;
@@ -45,6 +45,64 @@ pub async fn enqueued(store: &PgStore, s: &str, n: usize) -> Vec<i64> {
     ids
 }
 
+/// Runs one claim ([`PgStore::action_claim`]) and at once the sweep it
+/// names, as a claimer whose sweep is due does; a failed sweep is let go,
+/// as the claimer lets it go (the claim stands). Returns what it took.
+pub async fn claim_swept(store: &PgStore, req: &ClaimReq) -> Result<Vec<Claimed>, StoreError> {
+    let taken = store.action_claim(req).await?;
+    if !taken.sweep.is_empty() {
+        if let Err(e) = store.store_work_sweep(&taken.sweep).await {
+            eprintln!("fixtures: the claim's sweep failed ({e}); the claim stands");
+        }
+    }
+    Ok(taken.claimed)
+}
+
+/// Claims up to `n` actions for `owner`, expired leases first, and writes
+/// no intent (the owner writes it next, [`PgStore::outbox_intent`]); swept
+/// at once ([`claim_swept`]).
+pub async fn claim(
+    store: &PgStore,
+    owner: &Arc<str>,
+    n: u32,
+    lease_ttl_ms: u64,
+    store_in_flight_max: u32,
+    mode: ClaimMode,
+) -> Result<Vec<Claimed>, StoreError> {
+    let req = ClaimReq {
+        owner: owner.clone(),
+        n,
+        lease_ttl_ms,
+        store_in_flight_max,
+        mode,
+        intents: false,
+        reclaim: true,
+    };
+    claim_swept(store, &req).await
+}
+
+/// As [`claim`], and with the intents of fresh actions written and their
+/// first attempts counted in the claim, as the worker claims.
+pub async fn claim_to_send(
+    store: &PgStore,
+    owner: &Arc<str>,
+    n: u32,
+    lease_ttl_ms: u64,
+    store_in_flight_max: u32,
+    mode: ClaimMode,
+) -> Result<Vec<Claimed>, StoreError> {
+    let req = ClaimReq {
+        owner: owner.clone(),
+        n,
+        lease_ttl_ms,
+        store_in_flight_max,
+        mode,
+        intents: true,
+        reclaim: true,
+    };
+    claim_swept(store, &req).await
+}
+
 /// A claimed action: its lease, its idempotency key, and the message a
 /// request for it carries.
 #[derive(Debug, Clone)]
@@ -59,8 +117,7 @@ pub struct Held {
 /// `lease_ttl_ms`, and writes its intent (no attempt counted).
 pub async fn claimed_as(store: &PgStore, owner: &str, lease_ttl_ms: u64) -> Held {
     let who: Arc<str> = Arc::from(owner);
-    let got = store
-        .action_claim(&who, 1, lease_ttl_ms, 1_000, ClaimMode::Fair)
+    let got = claim(store, &who, 1, lease_ttl_ms, 1_000, ClaimMode::Fair)
         .await
         .unwrap();
     assert_eq!(got.len(), 1, "no pending action to claim: {got:?}");
@@ -81,10 +138,16 @@ pub async fn claimed_as(store: &PgStore, owner: &str, lease_ttl_ms: u64) -> Held
 pub async fn claimed_to_send(store: &PgStore, s: &str, n: usize) -> Vec<Claimed> {
     enqueued(store, s, n).await;
     let owner: Arc<str> = Arc::from("w");
-    let got = store
-        .action_claim_to_send(&owner, n as u32, LONG_LEASE_MS, n as u32, ClaimMode::Fair)
-        .await
-        .unwrap();
+    let got = claim_to_send(
+        store,
+        &owner,
+        n as u32,
+        LONG_LEASE_MS,
+        n as u32,
+        ClaimMode::Fair,
+    )
+    .await
+    .unwrap();
     assert_eq!(got.len(), n, "claimed {} of {n}", got.len());
     got
 }

@@ -4,6 +4,7 @@
 //! verdict by the same code as `courier verify`).
 
 use anyhow::Context;
+#[cfg(feature = "negative-controls")]
 use courier_dispatch::broken::UnsafeResend;
 use courier_rig::chaos::{Chaos, ChaosConfig, ExternalProvider, FailoverSpec};
 use courier_rig::database::DatabaseSpec;
@@ -47,7 +48,9 @@ pub struct Args {
     #[arg(long)]
     report: Option<PathBuf>,
     /// DEMONSTRATION ONLY: run broken workers (no-lookup | new-key) to show
-    /// that the verifier catches blind resends and duplicate messages.
+    /// that the verifier catches blind resends and duplicate messages. Only
+    /// in a build with the `negative-controls` feature.
+    #[cfg(feature = "negative-controls")]
     #[arg(long)]
     unsafe_resend: Option<UnsafeResend>,
     /// Use a provider that chaos did not start (any implementation of the contract).
@@ -137,7 +140,10 @@ impl Args {
             concurrency: self.concurrency,
             lease_ttl_ms: self.lease_ttl_ms,
             duration_s: self.duration_s,
+            #[cfg(feature = "negative-controls")]
             unsafe_resend: self.unsafe_resend,
+            #[cfg(not(feature = "negative-controls"))]
+            unsafe_resend: None,
             provider,
             database: DatabaseSpec::Throwaway,
             timeout_s: self.timeout_s,
@@ -153,6 +159,7 @@ pub async fn run(a: Args) -> anyhow::Result<ExitCode> {
     if a.failover_control {
         println!("WARNING: --failover-control: asynchronous replication and a failover that loses acknowledged writes; the checker must fail");
     }
+    #[cfg(feature = "negative-controls")]
     if let Some(mode) = a.unsafe_resend {
         println!("WARNING: --unsafe-resend {mode:?}: the workers are broken on purpose; the verifier must fail");
     }

@@ -1,10 +1,11 @@
 //! `courier worker`: one worker process (run as many as you like).
 
 use super::common::{shutdown_on_signal, DbArgs, LimitArgs, ProviderArgs, RetentionArgs};
+#[cfg(feature = "negative-controls")]
 use courier_dispatch::broken::{UnsafeProvider, UnsafeResend};
 use courier_dispatch::pruner::PrunerConfig;
 use courier_dispatch::worker::{Provider, Worker, WorkerConfig};
-use courier_store::{ClaimMode, PgStore, PruneWindows};
+use courier_store::{ClaimMode, PgStore};
 use std::process::ExitCode;
 use std::sync::atomic::Ordering;
 use tokio_util::sync::CancellationToken;
@@ -38,6 +39,8 @@ pub struct Args {
     /// at once without a lookup (no-lookup) or with a new key (new-key), so the
     /// verifier's negative control has something to catch. It wraps the
     /// provider client (`courier_dispatch::broken`); the worker is unchanged.
+    /// Only in a build with the `negative-controls` feature.
+    #[cfg(feature = "negative-controls")]
     #[arg(long)]
     unsafe_resend: Option<UnsafeResend>,
     /// Serve this worker's Prometheus metrics at http://ADDR/metrics (port 0
@@ -62,31 +65,28 @@ pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
         let addr = courier_dispatch::metrics::serve_standalone(listen, shutdown.clone()).await?;
         eprintln!("courier worker metrics on http://{addr}/metrics");
     }
-    let pruner = PrunerConfig {
-        windows: (!args.no_prune).then(|| PruneWindows::new(&retention, &limits)),
-        interval_ms: retention.prune_interval_ms,
+    let pruner = if args.no_prune {
+        PrunerConfig::fold_only(&retention)
+    } else {
+        PrunerConfig::new(&retention, &limits)
     };
-    tokio::spawn(courier_dispatch::pruner::run(
-        store.clone(),
-        pruner,
-        shutdown.clone(),
-    ));
     let cfg = WorkerConfig {
         limits,
         claim_mode: args.claim,
         owner,
         idle_poll_ms: args.idle_poll_ms,
         reconcile: !args.no_reconcile,
+        pruner: Some(pruner),
         seed,
     };
-    match args.unsafe_resend {
-        None => run_worker(Worker::new(store, client, cfg), shutdown).await,
-        Some(mode) => {
-            eprintln!("WARNING: --unsafe-resend {mode:?}: this worker is broken on purpose (a demonstration for the verifier)");
-            let broken = UnsafeProvider::new(client, mode, seed);
-            run_worker(Worker::new(store, broken, cfg), shutdown).await;
-        }
+    #[cfg(feature = "negative-controls")]
+    if let Some(mode) = args.unsafe_resend {
+        eprintln!("WARNING: --unsafe-resend {mode:?}: this worker is broken on purpose (a demonstration for the verifier)");
+        let broken = UnsafeProvider::new(client, mode, seed);
+        run_worker(Worker::new(store, broken, cfg), shutdown).await;
+        return Ok(ExitCode::SUCCESS);
     }
+    run_worker(Worker::new(store, client, cfg), shutdown).await;
     Ok(ExitCode::SUCCESS)
 }
 
@@ -192,8 +192,12 @@ mod tests {
             },
             limits,
             retention: courier_rig::spec::chaos_retention(),
-            unsafe_resend: Some(UnsafeResend::NoLookup),
+            unsafe_resend: None,
         };
+        #[cfg(feature = "negative-controls")]
+        {
+            spec.unsafe_resend = Some(UnsafeResend::NoLookup);
+        }
         let a = parse(spec.args(99));
         assert_eq!(a.limits.limits().unwrap(), spec.limits);
         assert_eq!(a.retention.retention(&spec.limits).unwrap(), spec.retention);
@@ -204,12 +208,25 @@ mod tests {
         assert_eq!(a.provider.provider_url, spec.provider.url);
         assert_eq!(a.provider.provider_api_key, spec.provider.api_key);
         assert_eq!(a.provider.callback_url, spec.provider.callback_url);
-        assert_eq!((a.seed, a.unsafe_resend), (Some(99), spec.unsafe_resend));
+        assert_eq!(a.seed, Some(99));
+        #[cfg(feature = "negative-controls")]
+        {
+            assert_eq!(a.unsafe_resend, spec.unsafe_resend);
+            spec.unsafe_resend = None;
+            assert_eq!(parse(spec.args(1)).unsafe_resend, None);
+        }
         // The flags left out keep the worker's defaults.
         spec.provider.callback_url = None;
-        spec.unsafe_resend = None;
         let a = parse(spec.args(1));
-        assert_eq!((a.provider.callback_url, a.unsafe_resend), (None, None));
+        assert_eq!(a.provider.callback_url, None);
         assert_eq!((a.idle_poll_ms, a.no_reconcile), (20, false));
+    }
+
+    /// The README's build has no broken mode: the flag is not there.
+    #[cfg(not(feature = "negative-controls"))]
+    #[test]
+    fn without_the_negative_controls_there_is_no_unsafe_resend() {
+        let argv = ["courier", "worker", "--unsafe-resend", "no-lookup"];
+        assert!(crate::Cli::try_parse_from(argv).is_err());
     }
 }

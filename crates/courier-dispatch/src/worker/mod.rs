@@ -5,11 +5,18 @@
 //! context ([`context`]):
 //!
 //! - [`claim`]: the claimer; it starts one [`delivery::Delivery`] per
-//!   claimed action (at most `worker_concurrency_max` at once);
+//!   claimed action (at most `worker_concurrency_max` at once), and looks
+//!   for expired leases and sweeps `store_work` as [`pacing`] says;
 //! - [`delivery`]: one action's delivery, a struct whose methods are the
 //!   steps (`delivery/send.rs`, `delivery/lookup.rs`, `delivery/settle.rs`);
 //! - [`heartbeat`]: extends the leases in hand, cancels deliveries found fenced;
-//! - [`reconcile`]: looks up overdue final statuses and conflicts.
+//! - [`reconcile`]: looks up overdue final statuses and conflicts;
+//! - [`crate::pruner`]: retention, the fold of the maintained counts, the
+//!   trim of recent acceptances (when [`WorkerConfig::pruner`] says so).
+//!
+//! [`Worker::run`] starts every one of them and stops them all: a caller
+//! (`courier worker`, the benchmark adapter, a test) configures a worker
+//! and runs it, and starts no loop of its own for it.
 //!
 //! Every decision comes from `courier_core::step` (what to do next),
 //! `courier_core::lease` (the local deadline) and `courier_core::backoff`
@@ -30,8 +37,10 @@ mod delivery;
 mod event;
 mod heartbeat;
 mod observe;
+pub mod pacing;
 mod reconcile;
 
+use crate::pruner::PrunerConfig;
 use context::Ctx;
 use courier_core::Limits;
 /// The provider trait lives with the contract (`courier-provider`); it is
@@ -54,6 +63,11 @@ pub struct WorkerConfig {
     pub idle_poll_ms: u64,
     /// Whether this worker also runs the reconciler.
     pub reconcile: bool,
+    /// The pruner this worker runs beside its other loops: what `courier
+    /// worker` runs is [`PrunerConfig::new`] of its retention. `None` runs
+    /// none: the benchmarks, whose figures measure the protocol without
+    /// maintenance, and tests that count rows.
+    pub pruner: Option<PrunerConfig>,
     pub seed: u64,
 }
 
@@ -104,8 +118,11 @@ impl<P: Provider> Worker<P> {
         &self.ctx.stats
     }
 
-    /// Runs until `shutdown` is cancelled, then lets the actions in hand
-    /// finish (their leases would otherwise run out and be reclaimed).
+    /// Runs every loop of the worker (claims and their deliveries, the
+    /// heartbeat, the reconciler and the pruner as configured) until
+    /// `shutdown` is cancelled, then lets the actions in hand finish (their
+    /// leases would otherwise run out and be reclaimed) and stops the rest.
+    /// A pruner's batch cut short is rolled back, as a SIGKILLed worker's is.
     /// With failpoints armed, it also returns when a crash point fires: then
     /// everything in hand is dropped where it stood, as a SIGKILL would.
     pub async fn run(&self, shutdown: CancellationToken) {
@@ -115,13 +132,17 @@ impl<P: Provider> Worker<P> {
             .cfg
             .reconcile
             .then(|| tokio::spawn(reconcile::run(ctx.clone(), shutdown.clone())));
+        let pruner = ctx.cfg.pruner.clone().map(|cfg| {
+            let store = ctx.store.clone();
+            tokio::spawn(crate::pruner::run(store, cfg, shutdown.clone()))
+        });
         let claims = claim::run(ctx.clone(), shutdown);
         #[cfg(feature = "failpoints")]
         let claims = ctx.failpoints.until_crash(claims);
         claims.await;
         heartbeat.abort();
-        if let Some(r) = reconciler {
-            r.abort();
+        for other in [reconciler, pruner].into_iter().flatten() {
+            other.abort();
         }
     }
 }

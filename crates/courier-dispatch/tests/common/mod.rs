@@ -78,6 +78,7 @@ pub fn worker<P: Provider>(store: &PgStore, c: P, l: Limits, name: &str) -> Work
             owner: name.to_string(),
             idle_poll_ms: 10,
             reconcile: true,
+            pruner: None,
             seed: 7,
         },
     )
