@@ -290,6 +290,7 @@ async fn serve_api(
         ServerConfig {
             limits: Limits::default(),
             webhook_secret: b"bench".to_vec(),
+            webhook_secrets_previous: Vec::new(),
             api_token: None,
             request_timeout: Duration::from_secs(30),
         },

@@ -778,6 +778,7 @@ async fn end_to_end(ctx: &Ctx<'_>, sync: bool) -> Result<PathResult, BenchError>
         ServerConfig {
             limits: ctx.limits.clone(),
             webhook_secret: SECRET.as_bytes().to_vec(),
+            webhook_secrets_previous: Vec::new(),
             api_token: None,
             request_timeout: Duration::from_secs(30),
         },

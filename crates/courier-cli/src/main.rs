@@ -39,6 +39,8 @@ enum Command {
     Enqueue(cmd::enqueue::Args),
     /// Counts by state, per-store backlog, oldest open intent.
     Status(cmd::status::Args),
+    /// API tokens: create (printed once), list, revoke.
+    Token(cmd::token::Args),
     /// The managed local PostgreSQL: start | stop | status | url.
     Db(cmd::db::Args),
     /// Run the flaky fake SMS provider (follows docs/provider-api.md).
@@ -97,6 +99,7 @@ fn main() -> ExitCode {
             Command::Bench(a) => cmd::bench::run(a).await,
             Command::Enqueue(a) => cmd::enqueue::run(a).await,
             Command::Status(a) => cmd::status::run(a).await,
+            Command::Token(a) => cmd::token::run(a).await,
             Command::Db(a) => cmd::db::run(a).await,
             Command::Provider(a) => cmd::provider::run(a).await,
             Command::Verify(a) => cmd::verify::run(a).await,

@@ -15,21 +15,22 @@
 //! # Invariants
 //! - Read-only: nothing here writes to the database; the snapshot is read in
 //!   a read-only transaction by the sampler, never per request.
-//! - With an API token configured, the data (`/v1/ops/snapshot`, `/metrics`)
-//!   needs it as a bearer token; the static pages hold no data and do not.
+//! - Unless the API is open, the data (`/v1/ops/snapshot`, `/metrics`) needs
+//!   an admin token (a store token gets 403); the static pages hold no data
+//!   and do not.
 //! - Text from the database reaches the page through `textContent` only, and
 //!   the pages are served with a `Content-Security-Policy` of `'self'`.
 
+use crate::auth::Auth;
 use crate::metrics::{recorder, HistoryPoint, MetricsError, Sampler, SamplerConfig};
-use crate::server::{check_bearer, router as api_router, ServerConfig};
+use crate::server::{router_with_auth as api_router, ServerConfig};
 use axum::extract::State;
-use axum::http::{header, HeaderMap, HeaderValue};
+use axum::http::{header, HeaderMap, HeaderValue, Uri};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::{Json, Router};
 use courier_store::{OpsSnapshot, PgStore};
 use serde::Serialize;
-use std::sync::Arc;
 use tokio_util::sync::CancellationToken;
 
 const INDEX_HTML: &str = include_str!("../../../web/dashboard/index.html");
@@ -49,26 +50,26 @@ const CSP: &str = "default-src 'self'; img-src 'self' data:; style-src 'self'; \
 pub fn app(
     store: PgStore,
     cfg: ServerConfig,
+    auth: Auth,
     sampler_cfg: SamplerConfig,
     shutdown: CancellationToken,
 ) -> Result<Router, MetricsError> {
     let handle = recorder()?;
-    let token = cfg.api_token.clone();
     let sampler = Sampler::start(store.clone(), sampler_cfg, shutdown)?;
-    Ok(api_router(store, cfg)
+    Ok(api_router(store, cfg, auth.clone())
         .merge(crate::openapi::router())
-        .merge(crate::metrics::router(handle, token.clone()))
-        .merge(router(sampler, token)))
+        .merge(crate::metrics::router(handle, auth.clone()))
+        .merge(router(sampler, auth)))
 }
 
 #[derive(Clone)]
 struct DashState {
     sampler: Sampler,
-    token: Option<Arc<str>>,
+    auth: Auth,
 }
 
 /// The dashboard's routes alone (no fallback, so it merges into the API's).
-pub fn router(sampler: Sampler, token: Option<String>) -> Router {
+pub fn router(sampler: Sampler, auth: Auth) -> Router {
     Router::new()
         .route("/", get(index))
         .route("/dashboard", get(index))
@@ -91,10 +92,7 @@ pub fn router(sampler: Sampler, token: Option<String>) -> Router {
         )
         .route("/report", get(|| page(REPORT_HTML)))
         .route("/v1/ops/snapshot", get(snapshot))
-        .with_state(DashState {
-            sampler,
-            token: token.map(Arc::from),
-        })
+        .with_state(DashState { sampler, auth })
 }
 
 async fn index() -> Response {
@@ -148,8 +146,8 @@ pub struct SnapshotAnswer<'a> {
     pub intent_alert_s: u64,
 }
 
-async fn snapshot(State(s): State<DashState>, headers: HeaderMap) -> Response {
-    if let Err(e) = check_bearer(s.token.as_deref(), &headers) {
+async fn snapshot(State(s): State<DashState>, uri: Uri, headers: HeaderMap) -> Response {
+    if let Err(e) = s.auth.check_admin(&uri, &headers) {
         return e.into_response();
     }
     let cfg = s.sampler.config();

@@ -7,10 +7,12 @@
 //! - `failpoint` (feature `failpoints`, tests only): the worker's named crash points.
 //! - [`pruner`]: retention and the fold of the maintained counts, one of the
 //!   loops a [`worker::Worker`] runs.
-//! - [`server`]: the enqueue API and the provider's status webhooks.
+//! - [`server`]: the enqueue API and the provider's status webhooks;
+//!   [`auth`]: who may call it (admin and store tokens).
 //! - [`metrics`], [`dashboard`], [`openapi`]: operating courier: Prometheus
 //!   metrics, the live dashboard, the API's OpenAPI description.
 
+pub mod auth;
 #[cfg(feature = "negative-controls")]
 pub mod broken;
 pub mod dashboard;

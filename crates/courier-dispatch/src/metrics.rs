@@ -28,9 +28,10 @@
 //!   busiest stores, and a store that leaves that list is dropped after
 //!   [`GAUGE_IDLE_MS`].
 
-use crate::server::{check_bearer, serve, HttpLimits, ServeError};
+use crate::auth::Auth;
+use crate::server::{serve, HttpLimits, ServeError};
 use axum::extract::State;
-use axum::http::{header, HeaderMap};
+use axum::http::{header, HeaderMap, Uri};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::Router;
@@ -204,30 +205,31 @@ pub fn render(handle: &PrometheusHandle) -> Response {
 #[derive(Clone)]
 struct MetricsState {
     handle: PrometheusHandle,
-    token: Option<Arc<str>>,
+    auth: Auth,
 }
 
-async fn metrics_text(State(s): State<MetricsState>, headers: HeaderMap) -> Response {
-    match check_bearer(s.token.as_deref(), &headers) {
+async fn metrics_text(State(s): State<MetricsState>, uri: Uri, headers: HeaderMap) -> Response {
+    match s.auth.check_admin(&uri, &headers) {
         Ok(()) => render(&s.handle),
         Err(e) => e.into_response(),
     }
 }
 
-/// `GET /metrics`; with a token, scrapers must send it as a bearer token.
-pub fn router(handle: PrometheusHandle, token: Option<String>) -> Router {
+/// `GET /metrics`; unless `auth` is open, scrapers send an admin token.
+pub fn router(handle: PrometheusHandle, auth: Auth) -> Router {
     Router::new()
         .route("/metrics", get(metrics_text))
-        .with_state(MetricsState {
-            handle,
-            token: token.map(Arc::from),
-        })
+        .with_state(MetricsState { handle, auth })
 }
 
 /// Installs the recorder and serves `GET /metrics` on `listen` (a worker's
-/// `--metrics-listen`) until `shutdown`; returns the bound address.
+/// `--metrics-listen`) until `shutdown`, open or behind `token` (an admin
+/// token, `--metrics-token`); returns the bound address. Whether `listen`
+/// may be reached from other machines is the caller's to check
+/// ([`crate::server::beyond_loopback`]).
 pub async fn serve_standalone(
     listen: &str,
+    token: Option<String>,
     shutdown: CancellationToken,
 ) -> Result<SocketAddr, MetricsError> {
     let handle = recorder()?;
@@ -248,7 +250,7 @@ pub async fn serve_standalone(
         ..HttpLimits::default()
     };
     limits.validate()?;
-    let app = router(handle, None);
+    let app = router(handle, Auth::admin_only(token));
     tokio::spawn(async move {
         if let Err(e) = serve(listener, app, &limits, shutdown).await {
             tracing::error!(error = %e, "metrics server stopped");

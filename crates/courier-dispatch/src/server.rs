@@ -17,11 +17,12 @@
 //!   within `request_timeout`. At most `connections_max` connections are
 //!   served at once; more wait in the kernel's accept queue.
 
+use crate::auth::Auth;
 use crate::group_commit::GroupCommit;
 use axum::body::Bytes;
 use axum::extract::rejection::{BytesRejection, PathRejection};
 use axum::extract::{DefaultBodyLimit, Path, Request, State};
-use axum::http::{HeaderMap, StatusCode};
+use axum::http::{HeaderMap, StatusCode, Uri};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
@@ -46,7 +47,12 @@ use utoipa::ToSchema;
 pub struct ServerConfig {
     pub limits: Limits,
     pub webhook_secret: Vec<u8>,
-    /// When set, enqueue and reads need `Authorization: Bearer <token>`.
+    /// Secrets also accepted on webhooks while the provider moves to a new
+    /// one (rotation without downtime).
+    pub webhook_secrets_previous: Vec<Vec<u8>>,
+    /// An admin token (`--api-token`), besides the token table's. With
+    /// [`router`], none makes the API open; `courier serve` decides with
+    /// the token table too ([`router_with_auth`]).
     pub api_token: Option<String>,
     /// Longest time one request may take, reading its body included.
     pub request_timeout: Duration,
@@ -55,6 +61,7 @@ pub struct ServerConfig {
 struct AppState {
     store: PgStore,
     cfg: ServerConfig,
+    auth: Auth,
     /// Webhook merges, committed together (each answered after its commit).
     webhooks: GroupCommit<WebhookIn, Result<MergeOutcome, StoreError>>,
 }
@@ -232,26 +239,14 @@ fn validate_event(e: &WebhookEvent) -> Result<(), ApiError> {
     Ok(())
 }
 
-/// Whether `headers` carry `Authorization: Bearer <expected>`, compared in
-/// constant time.
-pub fn bearer_matches(expected: &str, headers: &HeaderMap) -> bool {
-    let given = headers
-        .get("authorization")
-        .and_then(|v| v.as_bytes().strip_prefix(b"Bearer "))
-        .unwrap_or(b"");
-    subtle::ConstantTimeEq::ct_eq(given, expected.as_bytes()).into()
-}
-
-/// `Ok` when no token is configured or the right one was sent.
-pub fn check_bearer(expected: Option<&str>, headers: &HeaderMap) -> Result<(), ApiError> {
-    match expected {
-        Some(token) if !bearer_matches(token, headers) => Err(ApiError::unauthorized()),
-        _ => Ok(()),
-    }
-}
-
-fn check_token(state: &AppState, headers: &HeaderMap) -> Result<(), ApiError> {
-    check_bearer(state.cfg.api_token.as_deref(), headers)
+/// 403: a store token used on a store it does not name.
+fn forbidden_store(store: &str, index: Option<usize>) -> ApiError {
+    ApiError::new(
+        StatusCode::FORBIDDEN,
+        "forbidden_store",
+        format!("this token may not enqueue for store {store:?}"),
+    )
+    .at(Some("store".into()), index)
 }
 
 /// The schema of an action's state: the names of `courier_core::ActionState`,
@@ -383,13 +378,17 @@ pub struct WebhookAnswerDoc {
 )]
 async fn enqueue(
     State(state): State<Arc<AppState>>,
+    uri: Uri,
     headers: HeaderMap,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Response, ApiError> {
-    check_token(&state, &headers)?;
+    let caller = state.auth.check(&uri, &headers)?;
     let body = body_or_error(body)?;
     let req: EnqueueRequest =
         serde_json::from_slice(&body).map_err(|e| ApiError::bad("bad_json", e.to_string()))?;
+    if !caller.may(&req.store) {
+        return Err(forbidden_store(&req.store, None));
+    }
     let (id, created) = match state.store.action_enqueue(&req.into()).await {
         Ok(e) => (e.id(), e.created()),
         Err(e) => return Err(enqueue_refused(e)),
@@ -460,10 +459,11 @@ pub struct EnqueueBatchAnswer {
 )]
 async fn enqueue_batch(
     State(state): State<Arc<AppState>>,
+    uri: Uri,
     headers: HeaderMap,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Response, ApiError> {
-    check_token(&state, &headers)?;
+    let caller = state.auth.check(&uri, &headers)?;
     let body = body_or_error(body)?;
     let req: EnqueueBatchRequest =
         serde_json::from_slice(&body).map_err(|e| ApiError::bad("bad_json", e.to_string()))?;
@@ -474,6 +474,14 @@ async fn enqueue_batch(
             format!("{} actions; at most {max} in one batch", req.actions.len()),
         )
         .at(Some("actions".into()), None));
+    }
+    if let Some((i, a)) = req
+        .actions
+        .iter()
+        .enumerate()
+        .find(|(_, a)| !caller.may(&a.store))
+    {
+        return Err(forbidden_store(&a.store, Some(i)));
     }
     let news: Vec<NewAction> = req.actions.into_iter().map(NewAction::from).collect();
     let made = state
@@ -515,17 +523,20 @@ async fn enqueue_batch(
 )]
 async fn get_action(
     State(state): State<Arc<AppState>>,
+    uri: Uri,
     headers: HeaderMap,
     id: Result<Path<String>, PathRejection>,
 ) -> Result<Response, ApiError> {
-    check_token(&state, &headers)?;
+    let caller = state.auth.check(&uri, &headers)?;
     let Path(id) = id.map_err(|r| ApiError::bad("bad_id", r.body_text()))?;
     let id: i64 = id
         .parse()
         .map_err(|_| ApiError::bad("bad_id", "action id must be an integer"))?;
+    // Another store's action is not found: a token does not learn which
+    // actions, or stores, exist beyond its own.
     match state.store.action_get(id).await? {
-        Some(view) => Ok(Json(view).into_response()),
-        None => Err(ApiError::new(
+        Some(view) if caller.may(&view.store) => Ok(Json(view).into_response()),
+        _ => Err(ApiError::new(
             StatusCode::NOT_FOUND,
             "not_found",
             format!("no action {id}"),
@@ -558,7 +569,10 @@ async fn webhook(
 ) -> Result<Response, ApiError> {
     let body = body_or_error(body)?;
     let sig = headers.get(signature::HEADER).map(|v| v.as_bytes());
-    if !signature::verify(&state.cfg.webhook_secret, &body, sig) {
+    let signed = std::iter::once(&state.cfg.webhook_secret)
+        .chain(&state.cfg.webhook_secrets_previous)
+        .any(|secret| signature::verify(secret, &body, sig));
+    if !signed {
         metrics::counter!("courier_webhook_signature_failures_total").increment(1);
         return Err(ApiError::new(
             StatusCode::UNAUTHORIZED,
@@ -661,6 +675,17 @@ const WEBHOOK_BATCH_MAX: usize = 256;
 /// set a fallback of their own). Must be called within a tokio runtime: it
 /// starts the webhook batcher.
 pub fn router(store: PgStore, cfg: ServerConfig) -> Router {
+    let auth = Auth::start(
+        store.clone(),
+        cfg.api_token.clone(),
+        cfg.api_token.is_none(),
+    );
+    router_with_auth(store, cfg, auth)
+}
+
+/// [`router`] with the caller's authentication (`courier serve` decides
+/// whether the API is open; the dashboard and `/metrics` share it).
+pub fn router_with_auth(store: PgStore, cfg: ServerConfig, auth: Auth) -> Router {
     let limit = cfg.limits.payload_bytes_max as usize;
     let cfg_batch_limit = cfg.limits.batch_payload_bytes_max as usize;
     let timeout = cfg.request_timeout;
@@ -674,6 +699,7 @@ pub fn router(store: PgStore, cfg: ServerConfig) -> Router {
     let state = Arc::new(AppState {
         store,
         cfg,
+        auth,
         webhooks,
     });
     // A batch has a body limit of its own; every other route the one of a
@@ -787,6 +813,27 @@ pub async fn bind(addr: &str) -> std::io::Result<TcpListener> {
             format!("{addr} names no address"),
         )
     }))
+}
+
+/// Whether `addr` (`host:port`) resolves to any address outside the
+/// loopback range (127.0.0.0/8, ::1): `0.0.0.0`, `::` and a host name that
+/// resolves elsewhere all do. A listener there must not be open: `courier
+/// serve` and a worker's metrics refuse to bind it without a token.
+pub async fn beyond_loopback(addr: &str) -> std::io::Result<bool> {
+    let mut any = false;
+    for a in tokio::net::lookup_host(addr).await? {
+        any = true;
+        if !a.ip().is_loopback() {
+            return Ok(true);
+        }
+    }
+    if !any {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::InvalidInput,
+            format!("{addr} names no address"),
+        ));
+    }
+    Ok(false)
 }
 
 /// Raises this process's soft limit of open files towards `want` (up to the

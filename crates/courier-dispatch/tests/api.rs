@@ -17,6 +17,7 @@ async fn start(store: PgStore, token: Option<&str>) -> String {
         ServerConfig {
             limits: Limits::default(),
             webhook_secret: SECRET.to_vec(),
+            webhook_secrets_previous: Vec::new(),
             api_token: token.map(str::to_string),
             request_timeout: Duration::from_secs(10),
         },
@@ -358,6 +359,7 @@ async fn a_batch_takes_its_maximum_and_refuses_one_more() {
         ServerConfig {
             limits,
             webhook_secret: SECRET.to_vec(),
+            webhook_secrets_previous: Vec::new(),
             api_token: None,
             request_timeout: Duration::from_secs(10),
         },

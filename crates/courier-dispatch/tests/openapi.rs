@@ -145,6 +145,7 @@ async fn live(store: courier_store::PgStore) -> Live {
         ServerConfig {
             limits: Limits::default(),
             webhook_secret: SECRET.to_vec(),
+            webhook_secrets_previous: Vec::new(),
             api_token: Some(TOKEN.to_string()),
             request_timeout: Duration::from_millis(500),
         },

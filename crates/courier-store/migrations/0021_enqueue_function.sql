@@ -47,11 +47,18 @@ $$;
 -- - body: 1 to 1,600 characters (the contract's limit)
 -- - key (optional): 1 to 255 printable ASCII characters
 -- (NUL cannot reach PostgreSQL's text at all.)
+-- A store's name, alone (a token names stores too): NULL when valid.
+CREATE FUNCTION courier.store_problem(store text)
+    RETURNS text[] LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
+    SELECT CASE WHEN store IS NULL OR store !~ '^[A-Za-z0-9._-]{1,64}$' THEN
+        ARRAY['store', 'bad_store', 'store must be 1..64 characters of A-Z a-z 0-9 - _ .']
+    END
+$$;
+
 CREATE FUNCTION courier.enqueue_problem(store text, recipient text, body text, key text)
     RETURNS text[] LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
     SELECT CASE
-        WHEN store IS NULL OR store !~ '^[A-Za-z0-9._-]{1,64}$' THEN
-            ARRAY['store', 'bad_store', 'store must be 1..64 characters of A-Z a-z 0-9 - _ .']
+        WHEN courier.store_problem(store) IS NOT NULL THEN courier.store_problem(store)
         WHEN recipient IS NULL OR recipient !~ '^\+[1-9][0-9]{7,14}$' THEN
             ARRAY['to', 'bad_phone', 'phone number must be E.164: ''+'' and 8 to 15 digits, e.g. +15551234567']
         WHEN body IS NULL OR body = '' THEN

@@ -23,6 +23,7 @@
 //!   for operators. `prune`: retention (bounded batches under an advisory
 //!   lock) and the fold of the maintained counts (migration 6).
 //!   `replication`: the node the store writes to and its standbys' lag.
+//!   `token`: API tokens (who may send), their scopes and their version.
 //!
 //! # Invariants
 //! - Every write after a claim checks `(owner, epoch)`; zero rows is
@@ -103,6 +104,7 @@ mod prune;
 mod replication;
 mod report;
 mod settle;
+mod token;
 mod views;
 
 pub use action::*;
@@ -118,4 +120,5 @@ pub use prune::*;
 pub use replication::{Replication, StandbyLag};
 pub use report::*;
 pub use settle::*;
+pub use token::{ActiveToken, TokenError, TokenInfo};
 pub use views::*;

@@ -130,6 +130,11 @@ pub const MIGRATIONS: &[(i32, &str, &str)] = &[
         "enqueue_function",
         include_str!("../migrations/0021_enqueue_function.sql"),
     ),
+    (
+        22,
+        "api_tokens",
+        include_str!("../migrations/0022_api_tokens.sql"),
+    ),
 ];
 
 /// The first line that makes a migration run outside a transaction.

@@ -18,5 +18,6 @@ pub mod relay;
 pub mod serve;
 pub mod sim;
 pub mod status;
+pub mod token;
 pub mod verify;
 pub mod worker;

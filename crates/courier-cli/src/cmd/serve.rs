@@ -3,6 +3,7 @@
 
 use super::common::{shutdown_on_signal, DbArgs, LimitArgs};
 use anyhow::Context;
+use courier_dispatch::auth::Auth;
 use courier_dispatch::metrics::SamplerConfig;
 use courier_dispatch::server::{serve, HttpLimits, ServerConfig};
 use std::io::Write;
@@ -21,10 +22,19 @@ pub struct Args {
     /// Shared secret of the provider's webhook signatures.
     #[arg(long, env = "COURIER_WEBHOOK_SECRET")]
     webhook_secret: String,
-    /// Require `Authorization: Bearer <token>` on the API, the dashboard's
-    /// data and /metrics.
+    /// A secret also accepted on webhooks while the provider moves to the
+    /// new one (rotation); repeat for more.
+    #[arg(long, env = "COURIER_WEBHOOK_SECRET_PREVIOUS", value_delimiter = ',')]
+    webhook_secret_previous: Vec<String>,
+    /// An admin token (every store, the dashboard's data, /metrics), besides
+    /// the tokens of `courier token create`.
     #[arg(long, env = "COURIER_API_TOKEN")]
     api_token: Option<String>,
+    /// Listen beyond loopback with no token at all: anyone who reaches the
+    /// port can send text messages on your bill. Without it, `serve`
+    /// refuses to.
+    #[arg(long)]
+    insecure_no_auth: bool,
     /// Longest time one HTTP request may take, reading its body included.
     #[arg(long, default_value_t = 30_000)]
     http_timeout_ms: u64,
@@ -49,15 +59,27 @@ pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
     };
     http.validate()?;
     let store = args.db.connect(16).await?;
+    let open = args.api_token.is_none() && store.tokens_active().await?.1.is_empty();
+    let exposed = courier_dispatch::server::beyond_loopback(&args.listen)
+        .await
+        .with_context(|| format!("resolving {}", args.listen))?;
+    say_who_may_send(&args.listen, open, exposed, args.insecure_no_auth)?;
+    let auth = Auth::start(store.clone(), args.api_token.clone(), open);
     let shutdown = shutdown_on_signal();
     let app = courier_dispatch::dashboard::app(
         store,
         ServerConfig {
             limits: limits.clone(),
             webhook_secret: args.webhook_secret.into_bytes(),
+            webhook_secrets_previous: args
+                .webhook_secret_previous
+                .into_iter()
+                .map(String::into_bytes)
+                .collect(),
             api_token: args.api_token,
             request_timeout: Duration::from_millis(args.http_timeout_ms),
         },
+        auth,
         SamplerConfig::for_limits(&limits, args.sample_interval_ms),
         shutdown.clone(),
     )?;
@@ -69,6 +91,31 @@ pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
     std::io::stdout().flush()?;
     serve(listener, app, &http, shutdown).await?;
     Ok(ExitCode::SUCCESS)
+}
+
+/// Refuses an open API beyond loopback (unless `--insecure-no-auth`), and
+/// says at start who may send.
+fn say_who_may_send(listen: &str, open: bool, exposed: bool, insecure: bool) -> anyhow::Result<()> {
+    match (open, exposed, insecure) {
+        (false, _, _) => eprintln!(
+            "courier serve: the API needs a token (admin: --api-token; stores: courier token create)"
+        ),
+        (true, true, false) => anyhow::bail!(
+            "refusing to listen on {listen}: it reaches beyond this machine and no token protects \
+             the API, so anyone who reaches it could send text messages on your bill. Create a \
+             token first (courier token create --store S, or --admin) or pass --api-token; \
+             --insecure-no-auth listens anyway"
+        ),
+        (true, true, true) => eprintln!(
+            "WARNING: --insecure-no-auth: the API on {listen} has no token; anyone who reaches it \
+             can send text messages on your bill"
+        ),
+        (true, false, _) => eprintln!(
+            "courier serve: no token exists, so the API on {listen} is open to every process on \
+             this machine (create one with courier token create and restart to require it)"
+        ),
+    }
+    Ok(())
 }
 
 #[cfg(test)]

@@ -47,6 +47,13 @@ pub struct Args {
     /// picks a free one; stderr says which).
     #[arg(long, value_name = "ADDR")]
     metrics_listen: Option<String>,
+    /// The token scrapers of --metrics-listen must send (bearer); without
+    /// one, the metrics listen only on loopback.
+    #[arg(long, env = "COURIER_METRICS_TOKEN")]
+    metrics_token: Option<String>,
+    /// Serve the metrics beyond loopback with no token.
+    #[arg(long)]
+    insecure_no_auth: bool,
 }
 
 pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
@@ -62,7 +69,20 @@ pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
     );
     let shutdown = shutdown_on_signal();
     if let Some(listen) = &args.metrics_listen {
-        let addr = courier_dispatch::metrics::serve_standalone(listen, shutdown.clone()).await?;
+        let exposed = courier_dispatch::server::beyond_loopback(listen).await?;
+        if exposed && args.metrics_token.is_none() && !args.insecure_no_auth {
+            anyhow::bail!(
+                "refusing to serve metrics on {listen}: it reaches beyond this machine and no \
+                 token protects it; pass --metrics-token (scrapers send it as a bearer token), \
+                 or --insecure-no-auth to serve them open"
+            );
+        }
+        let addr = courier_dispatch::metrics::serve_standalone(
+            listen,
+            args.metrics_token.clone(),
+            shutdown.clone(),
+        )
+        .await?;
         eprintln!("courier worker metrics on http://{addr}/metrics");
     }
     let pruner = if args.no_prune {

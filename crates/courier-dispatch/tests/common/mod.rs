@@ -37,6 +37,7 @@ pub async fn start_api(store: PgStore) -> String {
         ServerConfig {
             limits: limits(),
             webhook_secret: SECRET.as_bytes().to_vec(),
+            webhook_secrets_previous: Vec::new(),
             api_token: None,
             request_timeout: Duration::from_secs(10),
         },
