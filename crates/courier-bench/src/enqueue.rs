@@ -5,7 +5,12 @@
 //! - `http single`: `POST /v1/actions`, one action a request;
 //! - `library single`: `PgStore::action_enqueue`, one action a call;
 //! - `library batch`: `PgStore::actions_enqueue_many`, one statement a batch;
-//! - `http batch`: `POST /v1/actions:batch`.
+//! - `http batch`: `POST /v1/actions:batch`;
+//! - `http single storm`: `http single` during 10,000 (`storm_failures`) failed
+//!   authentications, whose call p99 is compared with `http single`'s.
+//!
+//! The HTTP paths send a store token, as production callers do
+//! (`--no-tokens`: an open API).
 //!
 //! Each path runs on a fresh database of one cluster, for the same time,
 //! with its own closed-loop clients (each sends its next call when the last
@@ -19,7 +24,7 @@
 use crate::stats::Percentiles;
 use crate::{run_dir, BenchError};
 use courier_core::Limits;
-use courier_dispatch::server::{router, ServerConfig};
+use courier_dispatch::server::ServerConfig;
 use courier_store::cluster::{Cluster, StopMode};
 use courier_store::{NewAction, PgStore, StoreConfig};
 use rand::rngs::StdRng;
@@ -45,6 +50,11 @@ pub struct EnqueueConfig {
     pub stores: u32,
     /// Whether every action carries a client key (the idempotent path).
     pub keyed: bool,
+    /// Whether the HTTP API requires tokens (a store token naming the
+    /// bench's stores), as it does in production; off: an open API.
+    pub tokens: bool,
+    /// Failed authentications of the storm path.
+    pub storm_failures: u32,
 }
 
 impl EnqueueConfig {
@@ -57,6 +67,8 @@ impl EnqueueConfig {
             batch: 1_000,
             stores: 100,
             keyed: true,
+            tokens: true,
+            storm_failures: 10_000,
         }
     }
 
@@ -67,6 +79,7 @@ impl EnqueueConfig {
             batch_clients: 1,
             batch: 50,
             stores: 5,
+            storm_failures: 400,
             ..Self::new(seed)
         }
     }
@@ -87,6 +100,9 @@ impl EnqueueConfig {
         if !(1..=100_000).contains(&self.stores) {
             return Err("stores must be within 1..=100000".into());
         }
+        if !(1..=1_000_000).contains(&self.storm_failures) {
+            return Err("storm failures must be within 1..=1000000".into());
+        }
         Ok(())
     }
 }
@@ -99,14 +115,21 @@ pub enum Path {
     LibrarySingle,
     LibraryBatch,
     HttpBatch,
+    /// `http single` while `storm_failures` requests with wrong tokens
+    /// arrive from [`STORM_CLIENTS`] clients; it runs until they are done.
+    HttpSingleStorm,
 }
 
+/// Clients sending the storm path's failed authentications.
+pub const STORM_CLIENTS: u32 = 4;
+
 impl Path {
-    pub const ALL: [Path; 4] = [
+    pub const ALL: [Path; 5] = [
         Path::HttpSingle,
         Path::LibrarySingle,
         Path::LibraryBatch,
         Path::HttpBatch,
+        Path::HttpSingleStorm,
     ];
 
     pub fn name(self) -> &'static str {
@@ -115,6 +138,7 @@ impl Path {
             Path::LibrarySingle => "library single",
             Path::LibraryBatch => "library batch",
             Path::HttpBatch => "http batch",
+            Path::HttpSingleStorm => "http single storm",
         }
     }
 
@@ -123,7 +147,10 @@ impl Path {
     }
 
     fn http(self) -> bool {
-        matches!(self, Path::HttpSingle | Path::HttpBatch)
+        matches!(
+            self,
+            Path::HttpSingle | Path::HttpBatch | Path::HttpSingleStorm
+        )
     }
 }
 
@@ -147,6 +174,8 @@ pub struct EnqueueReport {
     /// The better of the two batch paths, against [`BATCH_TARGET_PER_S`].
     pub batch_best_per_s: f64,
     pub batch_target_met: bool,
+    /// `http single storm`'s call p99 over `http single`'s (target <= 2).
+    pub storm_p99_ratio: Option<f64>,
     pub wall_time_s: f64,
 }
 
@@ -210,9 +239,21 @@ pub async fn run(cfg: &EnqueueConfig, paths: &[Path]) -> Result<EnqueueReport, B
         .filter(|r| r.path.batched())
         .map(|r| r.actions_per_s)
         .fold(0.0, f64::max);
+    let p99 = |p: Path| -> Option<f64> {
+        rates
+            .iter()
+            .find(|r| r.path == p)?
+            .call_ms
+            .as_ref()
+            .map(|c| c.p99_ms)
+    };
+    let storm_p99_ratio = p99(Path::HttpSingleStorm)
+        .zip(p99(Path::HttpSingle))
+        .map(|(storm, idle)| crate::stats::ratio(storm, idle));
     Ok(EnqueueReport {
         settings: cfg.clone(),
         rates,
+        storm_p99_ratio,
         batch_best_per_s,
         batch_target_met: batch_best_per_s >= BATCH_TARGET_PER_S,
         wall_time_s: started.elapsed().as_secs_f64(),
@@ -241,18 +282,32 @@ async fn one_path(
     let stop = tokio_util::sync::CancellationToken::new();
     let _stop_api = stop.clone().drop_guard();
     let api = if path.http() {
-        Some(serve_api(store.clone(), stop.clone()).await?)
+        Some(serve_api(cfg, store.clone(), stop.clone()).await?)
     } else {
         None
     };
-    let deadline = Instant::now() + Duration::from_secs_f64(cfg.seconds);
+    let storm_done = tokio_util::sync::CancellationToken::new();
+    let (deadline, storm) = match (path, &api) {
+        (Path::HttpSingleStorm, Some((base, _))) => (
+            Instant::now() + Duration::from_secs(600),
+            Some(tokio::spawn(storm(
+                base.clone(),
+                cfg.storm_failures,
+                storm_done.clone(),
+            ))),
+        ),
+        _ => (Instant::now() + Duration::from_secs_f64(cfg.seconds), None),
+    };
     let started = Instant::now();
     let tasks: Vec<_> = (0..clients)
         .map(|client| {
-            let caller = Caller::new(cfg, path, client, &store, api.as_deref());
-            tokio::spawn(caller.run(deadline))
+            let caller = Caller::new(cfg, path, client, &store, api.clone());
+            tokio::spawn(caller.run(deadline, storm_done.clone()))
         })
         .collect();
+    if let Some(storm) = storm {
+        storm.await??;
+    }
     let mut actions = 0u64;
     let mut calls_us = Vec::new();
     for t in tasks {
@@ -279,13 +334,31 @@ async fn one_path(
     })
 }
 
-/// The HTTP API on a loopback port of its own; its base URL.
-/// Stops when `stop` is cancelled (so the next path can drop its database).
+/// The HTTP API on a loopback port of its own: its base URL, and the
+/// bearer header its callers send (a store token naming every bench store,
+/// once the server has loaded it), or none with an open API. Stops when
+/// `stop` is cancelled (so the next path can drop its database).
 async fn serve_api(
+    cfg: &EnqueueConfig,
     store: PgStore,
     stop: tokio_util::sync::CancellationToken,
-) -> Result<String, BenchError> {
-    let app = router(
+) -> Result<(String, Option<String>), BenchError> {
+    let bearer = if cfg.tokens {
+        let (secret, sha) = courier_dispatch::auth::secret_new();
+        let stores: Vec<String> = (0..cfg.stores).map(store_name).collect();
+        let id = store
+            .token_create("bench", false, &stores, &sha)
+            .await
+            .map_err(|e| BenchError::Task(format!("a bench token: {e}")))?;
+        Some(format!(
+            "Bearer {}",
+            courier_dispatch::auth::token_text(id, &secret)
+        ))
+    } else {
+        None
+    };
+    let auth = courier_dispatch::auth::Auth::start(store.clone(), None, !cfg.tokens);
+    let app = courier_dispatch::server::router_with_auth(
         store,
         ServerConfig {
             limits: Limits::default(),
@@ -294,6 +367,7 @@ async fn serve_api(
             api_token: None,
             request_timeout: Duration::from_secs(30),
         },
+        auth,
     );
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
     let addr = listener.local_addr()?;
@@ -302,7 +376,77 @@ async fn serve_api(
             .with_graceful_shutdown(stop.cancelled_owned())
             .await
     });
-    Ok(format!("http://{addr}"))
+    let base = format!("http://{addr}");
+    token_loaded(&base, bearer.as_deref()).await?;
+    Ok((base, bearer))
+}
+
+/// Waits (at most 5 s) until the server knows the bench's token.
+async fn token_loaded(base: &str, bearer: Option<&str>) -> Result<(), BenchError> {
+    let http = reqwest::Client::new();
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        let mut req = http.get(format!("{base}/v1/actions/0"));
+        if let Some(b) = bearer {
+            req = req.header("authorization", b);
+        }
+        let status = req.send().await.map(|r| r.status().as_u16()).unwrap_or(0);
+        if status == 404 {
+            return Ok(());
+        }
+        if Instant::now() >= deadline {
+            return Err(BenchError::Timeout {
+                what: "the server to load the bench's token".into(),
+                limit: Duration::from_secs(5),
+                detail: format!("last answer {status}"),
+            });
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// `failures` enqueues with a well-formed token whose secret is wrong (the
+/// costliest failure: a lookup and a hash), from [`STORM_CLIENTS`] clients;
+/// then `done` is cancelled.
+async fn storm(
+    base: String,
+    failures: u32,
+    done: tokio_util::sync::CancellationToken,
+) -> Result<(), BenchError> {
+    let _done = done.drop_guard();
+    let (secret, _) = courier_dispatch::auth::secret_new();
+    let bad = format!("Bearer {}", courier_dispatch::auth::token_text(1, &secret));
+    let body = serde_json::json!({"store": store_name(0), "to": "+15551234567", "body": "x"});
+    let each = failures.div_ceil(STORM_CLIENTS);
+    let tasks: Vec<_> = (0..STORM_CLIENTS)
+        .map(|_| {
+            let (url, bad, body) = (format!("{base}/v1/actions"), bad.clone(), body.clone());
+            tokio::spawn(async move {
+                let http = reqwest::Client::new();
+                for _ in 0..each {
+                    let r = http
+                        .post(&url)
+                        .header("authorization", &bad)
+                        .json(&body)
+                        .send()
+                        .await;
+                    match r.map(|r| r.status().as_u16()) {
+                        Ok(401) => {}
+                        other => return Err(format!("a failed authentication answered {other:?}")),
+                    }
+                }
+                Ok(())
+            })
+        })
+        .collect();
+    for t in tasks {
+        t.await?.map_err(BenchError::Task)?;
+    }
+    Ok(())
+}
+
+fn store_name(i: u32) -> String {
+    format!("store-{i:05}")
 }
 
 /// One closed-loop client.
@@ -315,7 +459,8 @@ struct Caller {
     rng: StdRng,
     store: PgStore,
     http: reqwest::Client,
-    api: Option<String>,
+    /// The API's base URL and the bearer header, on an HTTP path.
+    api: Option<(String, Option<String>)>,
 }
 
 impl Caller {
@@ -324,7 +469,7 @@ impl Caller {
         path: Path,
         client: u32,
         store: &PgStore,
-        api: Option<&str>,
+        api: Option<(String, Option<String>)>,
     ) -> Self {
         Caller {
             path,
@@ -335,16 +480,20 @@ impl Caller {
             rng: StdRng::seed_from_u64(cfg.seed ^ (u64::from(client) << 32)),
             store: store.clone(),
             http: reqwest::Client::new(),
-            api: api.map(String::from),
+            api,
         }
     }
 
-    /// Calls until `deadline`: the actions acknowledged, and each call's
-    /// latency in microseconds.
-    async fn run(mut self, deadline: Instant) -> Result<(u64, Vec<u64>), BenchError> {
+    /// Calls until `deadline` or `stop`: the actions acknowledged, and
+    /// each call's latency in microseconds.
+    async fn run(
+        mut self,
+        deadline: Instant,
+        stop: tokio_util::sync::CancellationToken,
+    ) -> Result<(u64, Vec<u64>), BenchError> {
         let mut n = 0u64;
         let mut calls_us = Vec::new();
-        while Instant::now() < deadline {
+        while Instant::now() < deadline && !stop.is_cancelled() {
             let news: Vec<NewAction> = (0..self.per_call)
                 .map(|i| self.action(n + u64::from(i)))
                 .collect();
@@ -359,7 +508,7 @@ impl Caller {
     fn action(&mut self, n: u64) -> NewAction {
         let store = self.rng.random_range(0..self.stores);
         NewAction {
-            store: format!("store-{store:05}"),
+            store: store_name(store),
             to: format!("+1555{:07}", self.rng.random_range(0..10_000_000u32)),
             body: format!("bench message {n} of client {}", self.client),
             key: self.keyed.then(|| format!("c{}-{n}", self.client)),
@@ -381,7 +530,9 @@ impl Caller {
                     .await
                     .map_err(|e| fail(e.to_string()))?;
             }
-            Path::HttpSingle => self.post("/v1/actions", &news[0]).await.map_err(fail)?,
+            Path::HttpSingle | Path::HttpSingleStorm => {
+                self.post("/v1/actions", &news[0]).await.map_err(fail)?
+            }
             Path::HttpBatch => {
                 let body = serde_json::json!({ "actions": news });
                 self.post("/v1/actions:batch", &body).await.map_err(fail)?
@@ -391,14 +542,12 @@ impl Caller {
     }
 
     async fn post(&self, route: &str, body: &impl Serialize) -> Result<(), String> {
-        let base = self.api.as_deref().expect("an HTTP path has the API");
-        let resp = self
-            .http
-            .post(format!("{base}{route}"))
-            .json(body)
-            .send()
-            .await
-            .map_err(|e| e.to_string())?;
+        let (base, bearer) = self.api.as_ref().expect("an HTTP path has the API");
+        let mut req = self.http.post(format!("{base}{route}")).json(body);
+        if let Some(b) = bearer {
+            req = req.header("authorization", b);
+        }
+        let resp = req.send().await.map_err(|e| e.to_string())?;
         let status = resp.status();
         if !status.is_success() {
             return Err(format!(

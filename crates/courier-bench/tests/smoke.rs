@@ -215,3 +215,20 @@ async fn scale_smoke_drains_every_shape_and_writes_the_chart() {
         );
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn enqueue_smoke_runs_every_path_and_counts_what_it_enqueued() {
+    use courier_bench::enqueue::{self, EnqueueConfig, Path};
+    let cfg = EnqueueConfig::smoke(7);
+    let r = enqueue::run(&cfg, &Path::ALL)
+        .await
+        .expect("the smoke run completes");
+    assert_eq!(r.rates.len(), Path::ALL.len());
+    for rate in &r.rates {
+        // The run itself checked the database holds exactly these.
+        assert!(rate.actions > 0 && rate.actions_per_s > 0.0, "{rate:?}");
+        assert!(rate.call_ms.is_some(), "{rate:?}");
+    }
+    assert!(r.storm_p99_ratio.is_some_and(|x| x > 0.0));
+    assert!(r.table().contains("http single storm"));
+}

@@ -206,8 +206,11 @@ struct EnqueueArgs {
     /// Enqueue without client keys (default: every action has one).
     #[arg(long)]
     no_keys: bool,
+    /// An open HTTP API (default: callers send a store token).
+    #[arg(long)]
+    no_tokens: bool,
     /// Paths to run, comma-separated (default all: http-single,
-    /// library-single, library-batch, http-batch).
+    /// library-single, library-batch, http-batch, http-single-storm).
     #[arg(long, value_delimiter = ',')]
     paths: Option<Vec<String>>,
     /// Seed of the stores and recipients drawn (random when not given).
@@ -416,6 +419,7 @@ async fn run_enqueue(a: EnqueueArgs) -> anyhow::Result<ExitCode> {
     }
     set!(seconds, clients, batch_clients, batch, stores);
     cfg.keyed = !a.no_keys;
+    cfg.tokens = !a.no_tokens;
     cfg.validate().map_err(anyhow::Error::msg)?;
     let paths: Vec<Path> = match &a.paths {
         None => Path::ALL.to_vec(),

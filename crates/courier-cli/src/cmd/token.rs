@@ -8,8 +8,6 @@ use std::process::ExitCode;
 
 #[derive(clap::Args)]
 pub struct Args {
-    #[command(flatten)]
-    db: DbArgs,
     #[command(subcommand)]
     what: What,
 }
@@ -18,6 +16,8 @@ pub struct Args {
 enum What {
     /// A new token for these stores (or an admin's), printed once.
     Create {
+        #[command(flatten)]
+        db: DbArgs,
         /// A store the token may enqueue for and read; repeat for more.
         #[arg(
             long = "store",
@@ -34,21 +34,28 @@ enum What {
     },
     /// Every token (never the secrets), revoked ones too.
     List {
+        #[command(flatten)]
+        db: DbArgs,
         #[arg(long)]
         json: bool,
     },
     /// Revoke a token: every server refuses it within a second.
-    Revoke { id: i64 },
+    Revoke {
+        #[command(flatten)]
+        db: DbArgs,
+        id: i64,
+    },
 }
 
 pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
-    let store = args.db.connect(1).await?;
     match args.what {
         What::Create {
+            db,
             stores,
             admin,
             name,
         } => {
+            let store = db.connect(1).await?;
             let name = name.unwrap_or_else(|| {
                 if admin {
                     "admin".into()
@@ -70,7 +77,8 @@ pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
                 Err(TokenError::Store(e)) => Err(e.into()),
             }
         }
-        What::List { json } => {
+        What::List { db, json } => {
+            let store = db.connect(1).await?;
             let tokens = store.token_list().await?;
             if json {
                 println!("{}", serde_json::to_string_pretty(&tokens)?);
@@ -93,7 +101,8 @@ pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
             }
             Ok(ExitCode::SUCCESS)
         }
-        What::Revoke { id } => {
+        What::Revoke { db, id } => {
+            let store = db.connect(1).await?;
             if store.token_revoke(id).await? {
                 println!("token {id} revoked");
                 Ok(ExitCode::SUCCESS)

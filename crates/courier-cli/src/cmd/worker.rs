@@ -56,7 +56,24 @@ pub struct Args {
     insecure_no_auth: bool,
 }
 
+/// Refuses open metrics beyond loopback, before anything starts.
+async fn metrics_listen_check(args: &Args) -> anyhow::Result<()> {
+    let Some(listen) = &args.metrics_listen else {
+        return Ok(());
+    };
+    let exposed = courier_dispatch::server::beyond_loopback(listen).await?;
+    if exposed && args.metrics_token.is_none() && !args.insecure_no_auth {
+        anyhow::bail!(
+            "refusing to serve metrics on {listen}: it reaches beyond this machine and no \
+             token protects it; pass --metrics-token (scrapers send it as a bearer token), \
+             or --insecure-no-auth to serve them open"
+        );
+    }
+    Ok(())
+}
+
 pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
+    metrics_listen_check(&args).await?;
     let limits = args.limits.limits()?;
     let retention = args.retention.retention(&limits)?;
     let client = args.provider.client(limits.request_timeout_ms)?;
@@ -69,14 +86,6 @@ pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
     );
     let shutdown = shutdown_on_signal();
     if let Some(listen) = &args.metrics_listen {
-        let exposed = courier_dispatch::server::beyond_loopback(listen).await?;
-        if exposed && args.metrics_token.is_none() && !args.insecure_no_auth {
-            anyhow::bail!(
-                "refusing to serve metrics on {listen}: it reaches beyond this machine and no \
-                 token protects it; pass --metrics-token (scrapers send it as a bearer token), \
-                 or --insecure-no-auth to serve them open"
-            );
-        }
         let addr = courier_dispatch::metrics::serve_standalone(
             listen,
             args.metrics_token.clone(),
