@@ -30,6 +30,9 @@
 #   psycopg 3.3.9 (PyPI, in a venv: scripts/install-py-deps.sh)
 #                                      the enqueue from Python, as the
 #                                      README's outbox example calls it
+#   openapi-python-client 0.29.1, python-dateutil 2.9.0.post0 (PyPI, the same venv)
+#                                      a Python client generated from
+#                                      /openapi.json, and what it imports
 # Then it checks that every tool and file the build and tests use is there.
 # Idempotent: it installs only what is not installed, and is quick then.
 #
@@ -109,6 +112,7 @@ if [ "$group" = all ]; then
   need_tool chromedriver chromium-driver
   need_file web/test/node_modules/axe-core/axe.min.js axe-core
   need_file .courier/tools/py-venv/bin/python scripts/install-py-deps.sh
+  need_file .courier/tools/py-venv/bin/openapi-python-client scripts/install-py-deps.sh
 fi
 [ "$fail" = 0 ] || exit 1
 

@@ -8,6 +8,11 @@
 #   psycopg[binary] 3.3.9   the outbox from Python: courier.enqueue inside
 #                           the application's own transaction
 #                           (crates/courier-store/tests/enqueue.rs, README)
+#   openapi-python-client   a Python client generated from the server's
+#     0.29.1                /openapi.json, offline, then used against a live
+#                           server (crates/courier-client/tests/python_client.rs)
+#   python-dateutil         what the generated client imports beside httpx
+#     2.9.0.post0           and attrs (which the generator brings)
 #
 # The tests call that interpreter by its path (or by $COURIER_PYTHON).
 # Idempotent: quick when the pinned versions are already there.
@@ -16,10 +21,24 @@ cd "$(dirname "$0")/.."
 
 venv=.courier/tools/py-venv
 py="$venv/bin/python"
-pins=("psycopg[binary]==3.3.9")
+pins=("psycopg[binary]==3.3.9" "openapi-python-client==0.29.1" "python-dateutil==2.9.0.post0")
+# Exits non-zero unless every pin is installed at its version (and the
+# generator's command is there).
+check='
+import sys
+from importlib.metadata import version
+import psycopg, httpx, attrs, dateutil
+want = {"psycopg": "3.3.9", "openapi-python-client": "0.29.1",
+        "python-dateutil": "2.9.0.post0"}
+have = {name: version(name) for name in want}
+sys.exit(0 if have == want else f"pinned {want}, installed {have}")
+'
+ready() {
+  "$py" -c "$check" && [ -x "$venv/bin/openapi-python-client" ]
+}
 
-if [ -x "$py" ] && "$py" -c 'import psycopg, sys; sys.exit(psycopg.__version__ != "3.3.9")' 2>/dev/null; then
-  echo "python packages ready: $py (psycopg 3.3.9)"
+if [ -x "$py" ] && ready 2>/dev/null; then
+  echo "python packages ready: $py (psycopg 3.3.9, openapi-python-client 0.29.1)"
   exit 0
 fi
 echo "installing ${pins[*]} into $venv"
@@ -34,5 +53,5 @@ else
   python3 -m venv --without-pip "$venv"
   python3 -m pip --python "$py" install --quiet --disable-pip-version-check "${pins[@]}"
 fi
-"$py" -c 'import psycopg; assert psycopg.__version__ == "3.3.9", psycopg.__version__'
-echo "python packages ready: $py (psycopg 3.3.9)"
+ready || { echo "the pinned python packages did not install" >&2; exit 1; }
+echo "python packages ready: $py (psycopg 3.3.9, openapi-python-client 0.29.1)"

@@ -8,12 +8,18 @@
 //!
 //! The server runs with short time-outs (1 s for a request head and for a
 //! whole request) so that the slow-client cases take seconds, not minutes.
+//!
+//! Well-formed requests (an action to work on, an ordinary read, fields
+//! whose values are out of their limits) go through the typed client,
+//! `courier_client`; requests that are malformed on purpose (bad JSON,
+//! bad headers, bad bytes) are built by hand.
 
 #[path = "hostile/live.rs"]
 mod live;
 #[path = "hostile/raw.rs"]
 mod raw;
 
+use courier_client::{Client, ClientError, EnqueueRequest, Enqueued};
 use courier_provider::signature;
 use courier_store::PgStore;
 use courier_testkit::fixtures;
@@ -32,7 +38,10 @@ const ANSWER_WITHIN: Duration = Duration::from_secs(10);
 struct Live {
     server: Service,
     store: PgStore,
+    /// For the requests built by hand.
     http: reqwest::Client,
+    /// For the well-formed ones, with the server's token.
+    client: Client,
 }
 
 impl Live {
@@ -60,6 +69,8 @@ impl Live {
             ],
             true,
         );
+        let client =
+            Client::with_timeout(&server.url, Some(TOKEN.to_string()), ANSWER_WITHIN).unwrap();
         Live {
             server,
             store,
@@ -67,6 +78,7 @@ impl Live {
                 .timeout(ANSWER_WITHIN)
                 .build()
                 .unwrap(),
+            client,
         }
     }
 
@@ -81,12 +93,14 @@ impl Live {
         assert_eq!(r.status().as_u16(), 200, "healthz");
     }
 
-    async fn enqueue(&self, body: Value) -> (u16, Value) {
+    /// An enqueue built by hand: its status and JSON answer.
+    async fn enqueue_raw(&self, body: Vec<u8>) -> (u16, Value) {
         let r = self
             .http
             .post(self.url("/v1/actions"))
             .bearer_auth(TOKEN)
-            .json(&body)
+            .header("content-type", "application/json")
+            .body(body)
             .send()
             .await
             .unwrap();
@@ -95,13 +109,16 @@ impl Live {
 
     /// An action whose intent is written and accepted: a key webhooks can name.
     async fn accepted_action(&self) -> (i64, String) {
-        let (code, v) = self
-            .enqueue(json!({"store": "s1", "to": "+15551234567", "body": "hi", "key": "k1"}))
-            .await;
-        assert_eq!(code, 201, "{v}");
+        let made = self.client.enqueue(&good("k1")).await.unwrap();
+        assert!(made.created(), "{made:?}");
         let held = fixtures::settled(&self.store).await;
         (held.lease.action_id, held.key)
     }
+}
+
+/// A well-formed enqueue for store `s1`.
+fn good(key: &str) -> EnqueueRequest {
+    EnqueueRequest::new("s1", "+15551234567", "hi", key)
 }
 
 fn event(id: &str, key: &str, status: &str) -> String {
@@ -425,14 +442,7 @@ async fn slow_clients_are_cut_off_and_do_not_hold_the_server() {
     let mut slowest = Duration::ZERO;
     for _ in 0..20 {
         let t = Instant::now();
-        let r = live
-            .http
-            .get(live.url("/v1/actions/1"))
-            .bearer_auth(TOKEN)
-            .send()
-            .await
-            .unwrap();
-        assert_eq!(r.status().as_u16(), 404);
+        assert_eq!(live.client.get(1).await, Ok(None));
         slowest = slowest.max(t.elapsed());
     }
     assert!(
@@ -513,55 +523,68 @@ async fn unknown_routes_and_ids_are_json_4xx(live: &Live) {
     );
 }
 
-/// Stores that cannot exist, and bodies the database could not hold.
+/// Stores that cannot exist, and bodies the database could not hold: each
+/// refused with its reason and the field at fault.
 async fn bad_stores_and_bodies_are_400(live: &Live) {
-    let base = json!({"store": "s2", "to": "+15551234567", "body": "hi"});
-    let with = |k: &str, v: Value| {
-        let mut b = base.clone();
-        b[k] = v;
-        b
+    let base = EnqueueRequest {
+        store: "s2".into(),
+        to: "+15551234567".into(),
+        body: "hi".into(),
+        key: None,
     };
-    for (name, body, code) in [
-        ("a space", with("store", json!("a b")), "bad_store"),
-        ("a path", with("store", json!("../etc")), "bad_store"),
-        ("NUL", with("store", json!("s\u{0}1")), "bad_store"),
-        (
-            "65 characters",
-            with("store", json!("s".repeat(65))),
-            "bad_store",
-        ),
-        ("not ASCII", with("store", json!("ストア")), "bad_store"),
-        ("empty", with("store", json!("")), "bad_store"),
-        ("a number", with("store", json!(7)), "bad_json"),
+    let store = |v: &str| EnqueueRequest {
+        store: v.to_string(),
+        ..base.clone()
+    };
+    let s65 = "s".repeat(65);
+    for (name, req, code, field) in [
+        ("a space", store("a b"), "bad_store", "store"),
+        ("a path", store("../etc"), "bad_store", "store"),
+        ("NUL", store("s\u{0}1"), "bad_store", "store"),
+        ("65 characters", store(&s65), "bad_store", "store"),
+        ("not ASCII", store("ストア"), "bad_store", "store"),
+        ("empty", store(""), "bad_store", "store"),
         (
             "NUL in the text",
-            with("body", json!("a\u{0}b")),
+            EnqueueRequest {
+                body: "a\u{0}b".into(),
+                ..base.clone()
+            },
             "bad_body",
+            "body",
         ),
         (
             "a control character in the key",
-            with("key", json!("k\u{7}")),
+            EnqueueRequest {
+                key: Some("k\u{7}".into()),
+                ..base.clone()
+            },
             "bad_key",
+            "key",
         ),
-        ("a lone surrogate", json!(null), "bad_json"),
     ] {
-        let (status, v) = if name == "a lone surrogate" {
-            let raw = br#"{"store":"s2","to":"+15551234567","body":"\ud800"}"#;
-            let r = live
-                .http
-                .post(live.url("/v1/actions"))
-                .bearer_auth(TOKEN)
-                .body(raw.to_vec())
-                .send()
-                .await
-                .unwrap();
-            (r.status().as_u16(), r.json::<Value>().await.unwrap())
-        } else {
-            live.enqueue(body).await
-        };
+        let e = live.client.enqueue(&req).await.unwrap_err();
+        assert!(
+            matches!(&e, ClientError::Refused { status: 400, reason, field: Some(f), index: None, .. }
+                if reason == code && f == field),
+            "{name}: {e:?}"
+        );
+    }
+    // Malformed on purpose: JSON the typed request cannot express.
+    for (name, raw) in [
+        (
+            "a number",
+            &br#"{"store":7,"to":"+15551234567","body":"hi"}"#[..],
+        ),
+        (
+            "a lone surrogate",
+            br#"{"store":"s2","to":"+15551234567","body":"\ud800"}"#,
+        ),
+    ] {
+        let (status, v) = live.enqueue_raw(raw.to_vec()).await;
         assert_eq!(
             (status, v["error"].as_str()),
-            (400, Some(code)),
+            (400, Some("bad_json")),
             "{name}: {v}"
         );
     }
@@ -697,7 +720,7 @@ fn malformed_requests(key: &str) -> Vec<(&'static str, Vec<u8>, u16)> {
 async fn wrong_bearer_tokens_are_refused_everywhere() {
     let mut live = Live::start("token").await;
     let before = db_state(&live.store).await;
-    let good = json!({"store": "s1", "to": "+15551234567", "body": "hi"});
+    let well_formed = json!({"store": "s1", "to": "+15551234567", "body": "hi"});
     let variants: Vec<Option<String>> = vec![
         None,
         Some(String::new()),
@@ -717,7 +740,7 @@ async fn wrong_bearer_tokens_are_refused_everywhere() {
     ] {
         for v in &variants {
             let mut req = if path == "/v1/actions" {
-                live.http.post(live.url(path)).json(&good)
+                live.http.post(live.url(path)).json(&well_formed)
             } else {
                 live.http.get(live.url(path))
             };
@@ -731,8 +754,8 @@ async fn wrong_bearer_tokens_are_refused_everywhere() {
     }
     assert_eq!(db_state(&live.store).await, before);
     // The right token works, and the pages themselves need none.
-    let (code, _) = live.enqueue(good).await;
-    assert_eq!(code, 201);
+    let made = live.client.enqueue(&good("k1")).await.unwrap();
+    assert!(matches!(made, Enqueued::Created(_)), "{made:?}");
     for path in [
         "/",
         "/dashboard",

@@ -328,7 +328,7 @@ impl Chaos {
     pub async fn run(mut self) -> Result<ChaosOutcome, RigError> {
         let cfg = self.cfg.clone();
         let enqueue = tokio::spawn(load::enqueue_weighted(
-            self.api.clone(),
+            load::client(&self.api)?,
             cfg.actions,
             cfg.stores,
             cfg.noisy_factor,

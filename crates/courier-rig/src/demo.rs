@@ -121,7 +121,7 @@ impl Demo {
     /// up), stops the processes and judges the provider's log.
     pub async fn run(self) -> Result<DemoOutcome, RigError> {
         let cfg = &self.cfg;
-        load::enqueue_all(&self.api, cfg.actions, cfg.stores).await?;
+        load::enqueue_all(&load::client(&self.api)?, cfg.actions, cfg.stores).await?;
         let timeout = Duration::from_secs(cfg.timeout_s);
         let (finished, last) = progress::watch(&self.store, cfg.actions, timeout).await;
         let finished_at = Instant::now();

@@ -1,7 +1,9 @@
-//! The actions a run enqueues, through the API (`POST /v1/actions`): action
-//! `i` is `order-i` for `+1555` followed by `i` in seven digits.
+//! The actions a run enqueues, through the API with the typed client
+//! (`courier_client`): action `i` is `order-i` for `+1555` followed by `i`
+//! in seven digits.
 
 use crate::RigError;
+use courier_client::{Client, EnqueueRequest};
 use rand::{rngs::StdRng, Rng, SeedableRng};
 use std::time::{Duration, Instant};
 
@@ -10,42 +12,36 @@ pub const ENQUEUE_CONCURRENCY_MAX: usize = 64;
 /// Tries of one enqueue while the database restarts under the server.
 pub const ENQUEUE_TRIES_MAX: u64 = 50;
 
-fn body(i: usize, store: usize) -> serde_json::Value {
-    serde_json::json!({
-        "store": format!("store-{store:03}"),
-        "to": format!("+1555{:07}", i),
-        "body": format!("Order {i} has shipped."),
-        "key": format!("order-{i}"),
-    })
+/// The client of the server under test at `api` (the rig's servers run
+/// without a token).
+pub fn client(api: &str) -> Result<Client, RigError> {
+    Client::new(api, None).map_err(|e| RigError::Enqueue(e.to_string()))
 }
 
-/// Enqueues `actions` across `stores` in turn, 16 requests at a time.
-pub async fn enqueue_all(api: &str, actions: usize, stores: usize) -> Result<(), RigError> {
+fn request(i: usize, store: usize) -> EnqueueRequest {
+    EnqueueRequest::new(
+        format!("store-{store:03}"),
+        format!("+1555{:07}", i),
+        format!("Order {i} has shipped."),
+        format!("order-{i}"),
+    )
+}
+
+/// Enqueues `actions` across `stores` in turn, 16 requests at a time. Any
+/// answer but created or repeat ends the run with an error.
+pub async fn enqueue_all(api: &Client, actions: usize, stores: usize) -> Result<(), RigError> {
     use futures::StreamExt;
-    let http = reqwest::Client::new();
-    let url = format!("{api}/v1/actions");
     let results: Vec<Result<(), RigError>> = futures::stream::iter(0..actions)
-        .map(|i| {
-            let (http, url) = (http.clone(), url.clone());
-            async move {
-                let req = http.post(&url).json(&body(i, i % stores.max(1)));
-                let resp = req.send().await.map_err(|e| enqueue_error(i, e))?;
-                if resp.status().is_success() {
-                    return Ok(());
-                }
-                let status = resp.status();
-                let text = resp.text().await.unwrap_or_default();
-                Err(RigError::Enqueue(format!("enqueue {i}: {status} {text}")))
+        .map(|i| async move {
+            match api.enqueue(&request(i, i % stores.max(1))).await {
+                Ok(_) => Ok(()),
+                Err(e) => Err(RigError::Enqueue(format!("enqueue {i}: {e}"))),
             }
         })
         .buffer_unordered(16)
         .collect()
         .await;
     results.into_iter().collect()
-}
-
-fn enqueue_error(i: usize, e: reqwest::Error) -> RigError {
-    RigError::Enqueue(format!("enqueue {i}: {e}"))
 }
 
 /// The store of a draw: store 0 is `noisy_factor` times as likely as each
@@ -59,13 +55,15 @@ fn weighted_store(x: usize, noisy_factor: usize) -> usize {
 }
 
 /// Enqueues at a steady rate over `span`, with one store `noisy_factor`
-/// times busier than each of the others. A request that fails is retried
-/// (the enqueue is idempotent on its key): the server may be briefly unable
-/// to reach a restarting database. Returns the client-side history: the id
-/// and key of every acknowledged enqueue (201, or 200 when a retry found the
-/// action its lost answer had created), which must all be in the database.
+/// times busier than each of the others. An enqueue whose outcome is unknown
+/// is sent again, the same request with the same key (the enqueue is
+/// idempotent on it): the server may be briefly unable to reach a
+/// restarting database. A refusal ends the run with an error. Returns the
+/// client-side history: the id and key of every acknowledged enqueue
+/// (created, or a repeat when a retry found the action its lost answer had
+/// created), which must all be in the database.
 pub async fn enqueue_weighted(
-    api: String,
+    api: Client,
     actions: usize,
     stores: usize,
     noisy_factor: usize,
@@ -74,8 +72,6 @@ pub async fn enqueue_weighted(
 ) -> Result<Vec<Acked>, RigError> {
     let mut rng = StdRng::seed_from_u64(seed);
     let weight_total = noisy_factor + stores.max(1) - 1;
-    let http = reqwest::Client::new();
-    let url = format!("{api}/v1/actions");
     let t0 = Instant::now();
     let mut inflight = tokio::task::JoinSet::new();
     let mut acked = Vec::with_capacity(actions);
@@ -83,12 +79,7 @@ pub async fn enqueue_weighted(
         let due = t0 + span.mul_f64(i as f64 / actions.max(1) as f64);
         tokio::time::sleep_until(due.into()).await;
         let store = weighted_store(rng.random_range(0..weight_total), noisy_factor);
-        inflight.spawn(enqueue_retrying(
-            http.clone(),
-            url.clone(),
-            i,
-            body(i, store),
-        ));
+        inflight.spawn(enqueue_retrying(api.clone(), i, request(i, store)));
         while inflight.len() > ENQUEUE_CONCURRENCY_MAX {
             if let Some(r) = inflight.join_next().await {
                 acked.push(r??);
@@ -108,25 +99,19 @@ pub struct Acked {
     pub key: String,
 }
 
-async fn enqueue_retrying(
-    http: reqwest::Client,
-    url: String,
-    i: usize,
-    body: serde_json::Value,
-) -> Result<Acked, RigError> {
-    let key = body["key"].as_str().unwrap_or_default().to_string();
+/// Sends `req` until its outcome is known: the very same request, so the
+/// same key, every time.
+async fn enqueue_retrying(api: Client, i: usize, req: EnqueueRequest) -> Result<Acked, RigError> {
+    let key = req.key.clone().unwrap_or_default();
     let mut last = String::new();
     for attempt in 0..ENQUEUE_TRIES_MAX {
-        match http.post(&url).json(&body).send().await {
-            Ok(r) if r.status().is_success() => {
-                let view: serde_json::Value = r.json().await.unwrap_or_default();
-                match view["id"].as_i64() {
-                    Some(id) => return Ok(Acked { id, key }),
-                    None => last = format!("an answer without an id: {view}"),
-                }
+        match api.enqueue(&req).await {
+            Ok(done) => {
+                let id = done.action().id;
+                return Ok(Acked { id, key });
             }
-            Ok(r) => last = format!("{}", r.status()),
-            Err(e) => last = e.to_string(),
+            Err(e) if e.is_unknown() => last = e.to_string(),
+            Err(e) => return Err(RigError::Enqueue(format!("enqueue {i}: {e}"))),
         }
         tokio::time::sleep(Duration::from_millis(100 + 20 * attempt)).await;
     }

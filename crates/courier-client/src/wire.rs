@@ -1,0 +1,124 @@
+//! What the API takes and answers, as the OpenAPI document names them
+//! (`EnqueueRequest`, `Action`, `EnqueuedItem`, `Error`). The client reads
+//! answers leniently: a field it does not know is ignored, so a server with
+//! more to say does not turn a success into an unknown outcome.
+
+use courier_core::{ActionState, Status};
+use serde::{Deserialize, Serialize};
+
+/// One action to enqueue: the body of `POST /v1/actions`, and one item of a
+/// batch. The server checks every field (`courier.enqueue_problem`); a field
+/// out of its limits is [`crate::ClientError::Refused`] naming it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct EnqueueRequest {
+    /// The tenant: 1 to 64 of `A-Z a-z 0-9 . _ -`.
+    pub store: String,
+    /// The recipient in E.164 form (`+15551234567`).
+    pub to: String,
+    /// The text, 1 to 1,600 characters, without NUL.
+    pub body: String,
+    /// The idempotency key within the store. Without one, an unknown outcome
+    /// cannot be retried safely: a retry may enqueue a second action.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub key: Option<String>,
+}
+
+impl EnqueueRequest {
+    /// A request with the idempotency key `key`.
+    pub fn new(
+        store: impl Into<String>,
+        to: impl Into<String>,
+        body: impl Into<String>,
+        key: impl Into<String>,
+    ) -> Self {
+        EnqueueRequest {
+            store: store.into(),
+            to: to.into(),
+            body: body.into(),
+            key: Some(key.into()),
+        }
+    }
+}
+
+/// An action as the API shows it (the document's `Action`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Action {
+    pub id: i64,
+    pub store: String,
+    /// The client's key, if one was given.
+    pub key: Option<String>,
+    pub to: String,
+    pub state: ActionState,
+    /// The fencing token: +1 at every claim.
+    pub epoch: i64,
+    /// `None` until the intent is written.
+    pub status: Option<Status>,
+    /// The key every request to the provider carries (`courier-<uid>`).
+    pub idempotency_key: Option<String>,
+    pub attempts: i32,
+    pub message_id: Option<String>,
+    pub fail_reason: Option<String>,
+    /// UTC, RFC 3339 with milliseconds.
+    pub enqueued_at: String,
+}
+
+/// The answer to an enqueue the server took.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Enqueued {
+    /// 201: this request created the action.
+    Created(Action),
+    /// 200: the same `(store, key)` and content was enqueued before and is
+    /// still kept; this is that action, and nothing new was created.
+    Repeat(Action),
+}
+
+impl Enqueued {
+    pub fn action(&self) -> &Action {
+        match self {
+            Enqueued::Created(a) | Enqueued::Repeat(a) => a,
+        }
+    }
+
+    pub fn into_action(self) -> Action {
+        match self {
+            Enqueued::Created(a) | Enqueued::Repeat(a) => a,
+        }
+    }
+
+    pub fn created(&self) -> bool {
+        matches!(self, Enqueued::Created(_))
+    }
+}
+
+/// One action of a batch's answer, in the request's order.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct EnqueuedItem {
+    pub id: i64,
+    /// False for a repeat of a kept action or of an earlier item of the same
+    /// batch.
+    pub created: bool,
+}
+
+/// The body of `POST /v1/actions:batch`.
+#[derive(Serialize)]
+pub(crate) struct BatchRequest<'a> {
+    pub actions: &'a [EnqueueRequest],
+}
+
+/// The answer to a batch.
+#[derive(Deserialize)]
+pub(crate) struct BatchAnswer {
+    pub actions: Vec<EnqueuedItem>,
+}
+
+/// Every error answer of the API: `{"error", "message", "field"?, "index"?}`.
+#[derive(Deserialize)]
+pub(crate) struct ErrorBody {
+    pub error: String,
+    #[serde(default)]
+    pub message: String,
+    #[serde(default)]
+    pub field: Option<String>,
+    #[serde(default)]
+    pub index: Option<usize>,
+}

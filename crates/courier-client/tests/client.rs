@@ -1,0 +1,220 @@
+//! The client against a live server (the server's router, a real
+//! PostgreSQL, real HTTP): every class of answer, provoked, and the
+//! database unchanged by every answer that is not a success.
+
+mod live;
+
+use courier_client::{Action, Client, ClientError, EnqueueRequest, Enqueued, EnqueuedItem};
+use courier_core::ActionState;
+use courier_store::PgStore;
+use live::TOKEN;
+use serde_json::Value;
+use std::time::Duration;
+
+fn order(key: &str) -> EnqueueRequest {
+    EnqueueRequest::new("s1", "+15551234567", "Your order has shipped.", key)
+}
+
+fn client(url: &str) -> Client {
+    Client::new(url, Some(TOKEN.to_string())).unwrap()
+}
+
+async fn actions_in(store: &PgStore) -> i64 {
+    store.summary(1800).await.unwrap().total()
+}
+
+#[tokio::test]
+async fn created_then_repeat_then_read_back() {
+    let live = live::start().await;
+    let c = client(&live.url);
+    let Enqueued::Created(a) = c.enqueue(&order("k1")).await.unwrap() else {
+        panic!("the first enqueue of k1 did not create it");
+    };
+    assert_eq!(
+        (a.store.as_str(), a.key.as_deref(), a.to.as_str()),
+        ("s1", Some("k1"), "+15551234567")
+    );
+    assert_eq!(a.state, ActionState::Pending);
+    assert_eq!(
+        c.enqueue(&order("k1")).await.unwrap(),
+        Enqueued::Repeat(a.clone())
+    );
+    assert_eq!(c.get(a.id).await.unwrap(), Some(a.clone()));
+    assert_eq!(c.get(a.id + 1_000).await.unwrap(), None);
+    assert_eq!(actions_in(&live.store).await, 1);
+}
+
+#[tokio::test]
+async fn refusals_name_their_reason_and_field() {
+    let live = live::start().await;
+    let c = client(&live.url);
+    let mut bad = order("k1");
+    bad.to = "555-1234".into();
+    let e = c.enqueue(&bad).await.unwrap_err();
+    assert!(
+        matches!(&e, ClientError::Refused { status: 400, reason, field: Some(f), index: None, .. }
+            if reason == "bad_phone" && f == "to"),
+        "{e:?}"
+    );
+
+    c.enqueue(&order("k1")).await.unwrap();
+    let mut reused = order("k1");
+    reused.body = "Another text.".into();
+    let e = c.enqueue(&reused).await.unwrap_err();
+    assert!(
+        matches!(&e, ClientError::Refused { status: 422, reason, field: Some(f), .. }
+            if reason == "key_reused" && f == "key"),
+        "{e:?}"
+    );
+    assert_eq!(actions_in(&live.store).await, 1);
+}
+
+#[tokio::test]
+async fn a_batch_is_answered_in_order_and_refused_at_its_index() {
+    let live = live::start().await;
+    let c = client(&live.url);
+    let items = c
+        .enqueue_batch(&[order("k1"), order("k2"), order("k1")])
+        .await
+        .unwrap();
+    assert_eq!(items.len(), 3);
+    assert!(items[0].created && items[1].created);
+    assert_ne!(items[0].id, items[1].id);
+    assert_eq!(
+        items[2],
+        EnqueuedItem {
+            id: items[0].id,
+            created: false
+        },
+        "a repeat of an earlier item of the same batch"
+    );
+
+    let mut bad = order("k4");
+    bad.store = "a b".into();
+    let e = c.enqueue_batch(&[order("k3"), bad]).await.unwrap_err();
+    assert!(
+        matches!(&e, ClientError::Refused { status: 400, reason, field: Some(f), index: Some(1), .. }
+            if reason == "bad_store" && f == "store"),
+        "{e:?}"
+    );
+    assert_eq!(
+        actions_in(&live.store).await,
+        2,
+        "all or nothing: k3 was not enqueued"
+    );
+}
+
+#[tokio::test]
+async fn a_missing_or_wrong_token_is_unauthorized() {
+    let live = live::start().await;
+    let id = client(&live.url)
+        .enqueue(&order("k1"))
+        .await
+        .unwrap()
+        .action()
+        .id;
+    for c in [
+        Client::new(&live.url, None).unwrap(),
+        Client::new(&live.url, Some(format!("{TOKEN}x"))).unwrap(),
+    ] {
+        let answers = [
+            c.enqueue(&order("k2")).await.unwrap_err(),
+            c.enqueue_batch(&[order("k3")]).await.unwrap_err(),
+            c.get(id).await.unwrap_err(),
+        ];
+        for e in answers {
+            assert!(
+                matches!(e, ClientError::Unauthorized { .. }),
+                "{c:?}: {e:?}"
+            );
+        }
+    }
+    assert_eq!(actions_in(&live.store).await, 1);
+}
+
+#[tokio::test]
+async fn a_port_that_refuses_is_an_unknown_outcome() {
+    let (_socket, url) = live::closed_port();
+    let c = client(&url);
+    let answers = [
+        c.enqueue(&order("k1")).await.unwrap_err(),
+        c.enqueue_batch(&[order("k1")]).await.unwrap_err(),
+        c.get(1).await.unwrap_err(),
+    ];
+    for e in answers {
+        assert!(e.is_unknown(), "{e:?}");
+        assert!(e.to_string().contains("connection failed"), "{e}");
+    }
+}
+
+#[tokio::test]
+async fn a_server_that_never_answers_is_an_unknown_outcome() {
+    // Accepts connections and holds them without a byte of answer.
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    let (held_tx, mut held_rx) = tokio::sync::mpsc::unbounded_channel();
+    tokio::spawn(async move {
+        while let Ok((conn, _)) = listener.accept().await {
+            let _ = held_tx.send(conn);
+        }
+    });
+    let c = Client::with_timeout(&url, None, Duration::from_millis(300)).unwrap();
+    let e = c.enqueue(&order("k1")).await.unwrap_err();
+    assert!(e.is_unknown() && e.to_string().contains("time-out"), "{e}");
+    assert!(
+        held_rx.recv().await.is_some(),
+        "the request reached the server"
+    );
+}
+
+#[test]
+fn a_client_needs_an_http_url_and_a_printable_token_and_hides_it() {
+    assert!(Client::new("https://courier.example", None).is_err());
+    assert!(Client::new("not a url", None).is_err());
+    assert!(Client::new("http://127.0.0.1:1", Some(String::new())).is_err());
+    assert!(Client::new("http://127.0.0.1:1", Some("a\nb".into())).is_err());
+    let c = Client::new("http://127.0.0.1:1/", Some("secret-token".into())).unwrap();
+    assert_eq!(c.base_url(), "http://127.0.0.1:1");
+    let shown = format!("{c:?}");
+    assert!(!shown.contains("secret-token"), "{shown}");
+}
+
+/// The names of an object's fields.
+fn keys(v: &Value) -> Vec<String> {
+    let mut k: Vec<String> = v.as_object().unwrap().keys().cloned().collect();
+    k.sort();
+    k
+}
+
+/// The client's types have exactly the fields of the document's schemas
+/// of the same name: a field added to the API is added here too.
+#[test]
+fn the_types_have_the_fields_of_the_documents_schemas() {
+    let doc: Value = serde_json::from_str(&courier_dispatch::openapi::document_json()).unwrap();
+    let schema = |name: &str| keys(&doc["components"]["schemas"][name]["properties"]);
+    let action = Action {
+        id: 1,
+        store: "s1".into(),
+        key: None,
+        to: "+15551234567".into(),
+        state: ActionState::Pending,
+        epoch: 0,
+        status: None,
+        idempotency_key: None,
+        attempts: 0,
+        message_id: None,
+        fail_reason: None,
+        enqueued_at: "2026-01-01T00:00:00.000Z".into(),
+    };
+    let item = EnqueuedItem {
+        id: 1,
+        created: true,
+    };
+    for (name, ours) in [
+        ("Action", serde_json::to_value(&action).unwrap()),
+        ("EnqueueRequest", serde_json::to_value(order("k")).unwrap()),
+        ("EnqueuedItem", serde_json::to_value(item).unwrap()),
+    ] {
+        assert_eq!(keys(&ours), schema(name), "{name}");
+    }
+}
