@@ -218,3 +218,23 @@ fn the_types_have_the_fields_of_the_documents_schemas() {
         assert_eq!(keys(&ours), schema(name), "{name}");
     }
 }
+
+#[tokio::test]
+async fn a_store_token_is_forbidden_other_stores_and_does_not_see_their_actions() {
+    let live = live::start().await;
+    let token = live.store_token(&["s1"]).await;
+    let tenant = Client::new(&live.url, Some(token)).unwrap();
+    let mine = tenant.enqueue(&order("k1")).await.unwrap();
+    assert!(matches!(mine, Enqueued::Created(_)));
+    let other = EnqueueRequest::new("s2", "+15551234567", "not mine", "k2");
+    match tenant.enqueue(&other).await {
+        Err(ClientError::Forbidden { reason, .. }) => assert_eq!(reason, "forbidden_store"),
+        e => panic!("{e:?}"),
+    }
+    // Another store's action, read with the tenant's token: not there.
+    let Enqueued::Created(theirs) = client(&live.url).enqueue(&other).await.unwrap() else {
+        panic!("the admin could not enqueue for s2");
+    };
+    assert_eq!(tenant.get(theirs.id).await.unwrap(), None);
+    assert_eq!(actions_in(&live.store).await, 2);
+}

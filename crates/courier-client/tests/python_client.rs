@@ -156,10 +156,12 @@ async fn a_python_client_generated_from_the_document_enqueues_and_reads() {
         .join("courier_api/api/actions/enqueue.py")
         .exists());
 
+    // As a tenant calls it: a store token for the store it enqueues into.
+    let store_token = live.store_token(&["py-store"]).await;
     let mut run = Command::new(venv.join("bin/python"));
     run.current_dir(dir.path())
         .env("PYTHONPATH", dir.path())
-        .args(["-c", SCRIPT, &live.url, TOKEN]);
+        .args(["-c", SCRIPT, &live.url, &store_token]);
     let out = succeeded(
         "the script using the generated client",
         offline(run, &venv, &dead_proxy).output().await.unwrap(),
@@ -200,7 +202,7 @@ async fn a_python_client_generated_from_the_document_enqueues_and_reads() {
     assert_eq!(seen["missing"], serde_json::json!([404, "not_found"]));
 
     // And the same request again from Rust is a repeat of that action.
-    let again = Client::new(&live.url, Some(TOKEN.to_string()))
+    let again = Client::new(&live.url, Some(store_token.clone()))
         .unwrap()
         .enqueue(&courier_client::EnqueueRequest::new(
             "py-store",

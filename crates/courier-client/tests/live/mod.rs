@@ -26,6 +26,7 @@ pub async fn start() -> Live {
     let cfg = ServerConfig {
         limits: Limits::default(),
         webhook_secret: b"client-test-secret".to_vec(),
+        webhook_secrets_previous: Vec::new(),
         api_token: Some(TOKEN.to_string()),
         request_timeout: Duration::from_secs(10),
     };
@@ -36,6 +37,31 @@ pub async fn start() -> Live {
     Live {
         url: format!("http://{addr}"),
         store: db.store,
+    }
+}
+
+impl Live {
+    /// A new store token naming `stores` (`courier token create`), once
+    /// the server has loaded it.
+    pub async fn store_token(&self, stores: &[&str]) -> String {
+        let (secret, sha) = courier_dispatch::auth::secret_new();
+        let stores: Vec<String> = stores.iter().map(|s| s.to_string()).collect();
+        let id = self
+            .store
+            .token_create("client-test", false, &stores, &sha)
+            .await
+            .unwrap();
+        let token = courier_dispatch::auth::token_text(id, &secret);
+        let client = courier_client::Client::new(&self.url, Some(token.clone())).unwrap();
+        let deadline = std::time::Instant::now() + Duration::from_secs(5);
+        while client.get(0).await.is_err() {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the token was never loaded"
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        token
     }
 }
 
