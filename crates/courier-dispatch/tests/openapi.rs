@@ -265,6 +265,8 @@ struct Case {
     url_path: String,
     body: Option<Vec<u8>>,
     auth: bool,
+    /// A token other than the admin's (a store token).
+    token: Option<String>,
     sig: Sig,
     want: u16,
 }
@@ -277,6 +279,7 @@ impl Case {
             url_path: url_path.to_string(),
             body: None,
             auth: true,
+            token: None,
             sig: Sig::None,
             want,
         }
@@ -293,6 +296,11 @@ impl Case {
 
     fn no_token(mut self) -> Self {
         self.auth = false;
+        self
+    }
+
+    fn with_token(mut self, token: &str) -> Self {
+        self.token = Some(token.to_string());
         self
     }
 
@@ -319,7 +327,9 @@ impl Walk<'_> {
             "get" => self.http.get(&url),
             _ => self.http.post(&url),
         };
-        if c.auth {
+        if let Some(t) = &c.token {
+            req = req.bearer_auth(t);
+        } else if c.auth {
             req = req.bearer_auth(TOKEN);
         }
         if let Some(b) = &c.body {
@@ -442,6 +452,34 @@ fn webhook_cases(key: &str) -> Vec<Case> {
     ]
 }
 
+/// A store token for `store`, once the server at `base` has loaded it.
+async fn store_token(store: &courier_store::PgStore, base: &str, name: &str) -> String {
+    let (secret, sha) = courier_dispatch::auth::secret_new();
+    let id = store
+        .token_create("openapi", false, &[name.to_string()], &sha)
+        .await
+        .unwrap();
+    let token = courier_dispatch::auth::token_text(id, &secret);
+    let http = reqwest::Client::new();
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    loop {
+        let r = http
+            .get(format!("{base}/v1/actions/0"))
+            .bearer_auth(&token)
+            .send()
+            .await
+            .unwrap();
+        if r.status().as_u16() == 404 {
+            return token;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the token was never loaded"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
 /// Every (method, path, status) the document lists.
 fn documented(doc: &Value) -> BTreeSet<(String, String, u16)> {
     let paths = doc["paths"].as_object().unwrap();
@@ -477,6 +515,20 @@ async fn every_answer_is_documented_and_matches_its_schema() {
     }
     for c in batch_cases() {
         walk.run(c).await;
+    }
+    // A store token on another store: 403 for an enqueue, single or batched.
+    let tenant = store_token(&db.store, &srv.base, "s-other").await;
+    let item = json!({"store": "s1", "to": "+15551234567", "body": "hi"});
+    for (path, body) in [
+        ("/v1/actions", item.clone()),
+        ("/v1/actions:batch", json!({ "actions": [item] })),
+    ] {
+        walk.run(
+            Case::new("post", path, path, 403)
+                .json(&body)
+                .with_token(&tenant),
+        )
+        .await;
     }
     let key = fixtures::settled(&db.store).await.key;
     for c in webhook_cases(&key) {
