@@ -1,5 +1,8 @@
 //! Versioned SQL migrations, embedded in the binary and applied in order,
 //! each once, under an advisory lock so concurrent starters do not race.
+//! What they make, all of them applied, is `schema.sql` beside them: read
+//! that instead of replaying the files (a function may be redefined by
+//! several).
 //!
 //! Who applies them: `courier db migrate` (and `courier db start`, and the
 //! throwaway databases of the demo, chaos, benchmarks and tests, which
@@ -30,7 +33,9 @@
 
 use crate::StoreError;
 
-/// `(version, name, sql)`, in order. Add a file and a line; never edit an
+/// `(version, name, sql)`, in order. Add a file and a line, then regenerate
+/// `schema.sql` (the schema after every migration, checked by
+/// `tests/schema_file.rs`, whose failure names the command); never edit an
 /// applied migration.
 pub const MIGRATIONS: &[(i32, &str, &str)] = &[
     (1, "init", include_str!("../migrations/0001_init.sql")),
