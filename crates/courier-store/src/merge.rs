@@ -203,6 +203,13 @@ impl PgStore {
             }
         }
         let inserted = merges_write(&tx, &w, self.clock.now(), broken_lock.as_deref()).await?;
+        // The insert names only the batch's ids: the count of those a
+        // concurrent merge recorded first (below) cannot underflow.
+        assert!(
+            inserted <= w.recorded.len() as u64,
+            "{inserted} event ids inserted of {} recorded",
+            w.recorded.len()
+        );
         if inserted != w.recorded.len() as u64
             && !self.switches().merges_ignore_ids_recorded_meanwhile
         {

@@ -150,6 +150,7 @@ impl PgStore {
         drop(client);
 
         // Those not held: a retry after a lost commit answer, or fenced.
+        debug_assert_eq!(answers.len(), reqs.len(), "an answer per request");
         let mut out = Vec::with_capacity(reqs.len());
         for (r, a) in reqs.iter().zip(answers) {
             out.push(match a {

@@ -44,7 +44,13 @@ pub(super) async fn run<P: Provider>(ctx: Arc<Ctx<P>>, shutdown: CancellationTok
     let mut sweeps = SweepPacing::default();
     while !shutdown.is_cancelled() {
         while tasks.try_join_next().is_some() {}
-        let room = limits.worker_concurrency_max as usize - tasks.len();
+        let max = limits.worker_concurrency_max as usize;
+        assert!(
+            tasks.len() <= max,
+            "{} deliveries at once, {max} allowed",
+            tasks.len()
+        );
+        let room = max - tasks.len();
         if room == 0 {
             // About to wait for room: the sweep held back runs now.
             sweep(&ctx, sweeps.take()).await;

@@ -39,6 +39,7 @@ pub(super) struct Held {
 
 impl Held {
     pub fn new(epoch: i64, deadline_ms: u64) -> Self {
+        debug_assert!(epoch > 0, "a lease held at epoch {epoch}");
         Held {
             epoch,
             deadline_ms: AtomicU64::new(deadline_ms),
