@@ -158,7 +158,11 @@ async fn sweep<P: Provider>(ctx: &Ctx<P>, stores: Option<Vec<String>>) {
     };
     let limit_ms = ctx.cfg.limits.lease_ttl_ms;
     if let Err(e) = bounded(limit_ms, ctx.store.store_work_sweep(&stores)).await {
-        tracing::warn!(error = %e, stores = stores.len(), "store_work sweep failed; the claims stand");
+        ctx.observe(Event::LoopCallFailed {
+            call: "store_work sweep",
+            error: &e,
+        })
+        .await;
     }
 }
 

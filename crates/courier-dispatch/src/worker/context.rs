@@ -66,8 +66,8 @@ pub(super) struct Ctx<P> {
     pub client: P,
     pub cfg: WorkerConfig,
     pub owner: Arc<str>,
-    /// The origin of this process's lease clock (`tokio::time`, so a test may
-    /// pause it).
+    /// The origin of this process's lease clock (`tokio::time`, which a test
+    /// could pause; none does).
     t0: Instant,
     pub held: Mutex<HashMap<i64, Arc<Held>>>,
     pub stats: WorkerStats,
