@@ -157,28 +157,34 @@ pub fn fold_report(
     report: Status,
     from_lookup: bool,
 ) -> (Folded, Merge) {
-    if from_lookup && conflict && report.is_final() {
+    let (folded, how) = if from_lookup && conflict && report.is_final() {
         let status = merge_lookup(current, conflict, report);
-        return (
-            Folded {
-                status,
-                conflict: false,
-            },
-            Merge::Advance(status),
-        );
-    }
-    let how = merge(current, report);
-    let status = match how {
-        Merge::Advance(s) => s,
-        _ => current,
-    };
-    (
-        Folded {
+        let folded = Folded {
+            status,
+            conflict: false,
+        };
+        (folded, Merge::Advance(status))
+    } else {
+        let how = merge(current, report);
+        let status = match how {
+            Merge::Advance(s) => s,
+            _ => current,
+        };
+        let folded = Folded {
             status,
             conflict: conflict || how == Merge::Conflict,
-        },
-        how,
-    )
+        };
+        (folded, how)
+    };
+    // The invariant the outbox rests on: a fold never moves a status back
+    // (a lookup settling a conflict replaces one final with the other, of
+    // the same rank).
+    assert!(
+        folded.status.rank() >= current.rank(),
+        "a fold moved {current} back to {}",
+        folded.status
+    );
+    (folded, how)
 }
 
 /// The kind of the event a merge leaves behind, if any (`events.kind`).

@@ -47,6 +47,8 @@ async fn a_library_worker_prunes_finished_actions_past_their_retention() {
     clock.advance(Duration::from_secs(
         retention.action_retention_s + Limits::default().key_retention_s + 60,
     ));
+    // Finished just now, on the same clock: inside its retention.
+    let recent = finished(&store, "recent").await;
 
     let limits = Limits::default();
     let worker = Worker::new(
@@ -79,6 +81,10 @@ async fn a_library_worker_prunes_finished_actions_past_their_retention() {
     assert!(
         store.action_get(open).await.unwrap().is_some(),
         "an action that is not final went"
+    );
+    assert!(
+        store.action_get(recent).await.unwrap().is_some(),
+        "an action inside its retention went"
     );
     shutdown.cancel();
     run.await.unwrap();

@@ -1,11 +1,18 @@
-//! Where the lease statements take their time from.
+//! Where the store's statements take their time from.
 //!
 //! As River passes `now` into its SQL (`coalesce($now::timestamptz, now())`,
 //! with a time generator that is nil in production and stubbed in tests),
-//! every lease statement here takes the time as a parameter: `None` (the
+//! every statement here that reads or writes a time by which the protocol
+//! decides takes it as a parameter: the leases (claim, heartbeat, the
+//! attempt's margin), the settle and the fail, the merges, the
+//! reconciler's pick, the reports and the pruner. The time is `None` (the
 //! database's clock, always in production) or the time of a manual clock
-//! that a test moves, so a test can let a lease run out without sleeping
-//! through it.
+//! that a test moves, so a test can let a lease run out, or a final status
+//! fall overdue, without sleeping through it. What still reads `now()`:
+//! the times rows are stamped with at insert (an action's `enqueued_at`,
+//! an intent's `created_at`, an event's `at`, a webhook id's
+//! `received_at`), and the operator views' and benchmarks' own statements
+//! (`views.rs`, `bench_views.rs`, `history_views.rs`).
 
 use chrono::{DateTime, Utc};
 use std::sync::{Arc, Mutex};
@@ -23,7 +30,7 @@ impl Clock {
 
     /// A clock that stands at `start` until [`Clock::advance`] moves it.
     /// Start it at the database's time (`courier_testkit::TestDb::manual_clock`),
-    /// since statements other than the lease statements still read `now()`.
+    /// since the times stamped at insert still read `now()`.
     pub fn manual(start: DateTime<Utc>) -> Clock {
         Clock(Some(Arc::new(Mutex::new(start))))
     }
@@ -39,7 +46,7 @@ impl Clock {
         *now += by;
     }
 
-    /// The time to pass to a lease statement: `None` means the database's.
+    /// The time to pass to a statement: `None` means the database's.
     pub fn now(&self) -> Option<DateTime<Utc>> {
         self.0
             .as_ref()

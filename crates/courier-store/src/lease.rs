@@ -228,6 +228,19 @@ impl PgStore {
                 attempt_counted: r.get("counted"),
             });
         }
+        // The worker's room and each store's cap rest on these: a claim
+        // takes no more than asked, and every lease it grants is a fence
+        // (epoch > 0, as the CHECK of migration 1 says too).
+        assert!(
+            claimed.len() <= req.n as usize,
+            "a claim of {} took {}",
+            req.n,
+            claimed.len()
+        );
+        assert!(
+            claimed.iter().all(|c| c.lease.epoch > 0),
+            "a claim granted a lease at epoch 0"
+        );
         Ok(ClaimTaken { claimed, sweep })
     }
 
@@ -314,6 +327,10 @@ impl PgStore {
         let mut out = Heartbeat::default();
         for r in &rows {
             let id: i64 = r.get("id");
+            debug_assert!(
+                ids.contains(&id),
+                "a heartbeat answered for {id}, not asked"
+            );
             if r.get::<_, bool>("extended") {
                 out.held.push(id);
             } else if !r.get::<_, bool>("ours") {

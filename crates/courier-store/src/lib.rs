@@ -13,7 +13,7 @@
 //! - [`cluster`]: the managed local PostgreSQL cluster.
 //! - [`migrate`]: versioned SQL migrations (`migrations/*.sql`), some outside a
 //!   transaction (`CREATE INDEX CONCURRENTLY`); who applies them is said there.
-//! - [`PgStore`] (`pool`): the connection pool and the [`Clock`] the lease
+//! - [`PgStore`] (`pool`): the connection pool and the [`Clock`] the
 //!   statements take their time from.
 //! - `action`: enqueue and read actions. `lease`: claims, heartbeats and the
 //!   fence. `outbox`: the send intent, attempts, reconciling checks.
@@ -72,9 +72,11 @@
 //!   yet only makes it count more in flight.
 //! - A report is merged forward only (`courier_core::status::fold_report`),
 //!   in the same transaction as the webhook event id that carried it.
-//! - The lease statements (claim, reclaim, heartbeat, the attempt's margin)
-//!   read the time from their [`Clock`]: the database's `now()` in
-//!   production, a clock that tests move instead of sleeping.
+//! - The statements that decide by the time (claim, reclaim, heartbeat,
+//!   the attempt's margin, settle, fail, merge, the reconciler's pick, the
+//!   reports, the pruner) read it from the store's [`Clock`]: the
+//!   database's `now()` in production, a clock that tests move instead of
+//!   sleeping (`tests/clock.rs`).
 
 /// The text of statements in `sql/`, joined in order (`sql!("lease/heartbeat")`).
 macro_rules! sql {

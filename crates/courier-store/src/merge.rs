@@ -202,7 +202,14 @@ impl PgStore {
                 w.done_ids.push(row.action_id);
             }
         }
-        let inserted = merges_write(&tx, &w, broken_lock.as_deref()).await?;
+        let inserted = merges_write(&tx, &w, self.clock.now(), broken_lock.as_deref()).await?;
+        // The insert names only the batch's ids: the count of those a
+        // concurrent merge recorded first (below) cannot underflow.
+        assert!(
+            inserted <= w.recorded.len() as u64,
+            "{inserted} event ids inserted of {} recorded",
+            w.recorded.len()
+        );
         if inserted != w.recorded.len() as u64
             && !self.switches().merges_ignore_ids_recorded_meanwhile
         {
@@ -293,11 +300,12 @@ fn merges_fold<'a>(
 /// recorded one after this batch looked (a provider that sent one id with
 /// two keys, so the two merges locked different rows): the caller rolls the
 /// batch back as retryable, and retried, the id is a duplicate.
-/// `broken_lock`: the action rows to lock between the two, for the negative
-/// control of tests/locks.rs only.
+/// `now`: the store's clock. `broken_lock`: the action rows to lock between
+/// the two, for the negative control of tests/locks.rs only.
 async fn merges_write(
     tx: &Transaction<'_>,
     w: &MergeWrite<'_>,
+    now: Option<chrono::DateTime<chrono::Utc>>,
     broken_lock: Option<&[i64]>,
 ) -> Result<u64, StoreError> {
     let insert = tx.prepare_cached(sql!("merge/event_ids_insert")).await?;
@@ -350,6 +358,7 @@ async fn merges_write(
                     &w.event_kinds,
                     &w.event_ids,
                     &w.event_details,
+                    &now,
                 ],
             )
             .await

@@ -1,5 +1,8 @@
 //! Versioned SQL migrations, embedded in the binary and applied in order,
 //! each once, under an advisory lock so concurrent starters do not race.
+//! What they make, all of them applied, is `schema.sql` beside them: read
+//! that instead of replaying the files (a function may be redefined by
+//! several).
 //!
 //! Who applies them: `courier db migrate` (and `courier db start`, and the
 //! throwaway databases of the demo, chaos, benchmarks and tests, which
@@ -8,9 +11,11 @@
 //! migrate: they [`check`] the schema and refuse to start against one that
 //! is older than they need (run `courier db migrate` first) or newer than
 //! they know (a newer binary migrated it: run that one). A worker already
-//! running when a migration lands keeps running: migrations only add (a
-//! new table, trigger or index), so the statements of the binary before
-//! keep working.
+//! running when a migration lands keeps running as long as the statements
+//! of its binary keep working: migrations add tables, triggers, indexes and
+//! functions and redefine functions, but they also drop what the statements
+//! stopped needing (indexes in 2, 3, 7, 12, 14, 16 and 20, constraints in 2
+//! and 11, a function in 10), each saying why in its own comments.
 //!
 //! Two kinds of migration:
 //! - **transactional** (the default): the whole file and its
@@ -30,7 +35,9 @@
 
 use crate::StoreError;
 
-/// `(version, name, sql)`, in order. Add a file and a line; never edit an
+/// `(version, name, sql)`, in order. Add a file and a line, then regenerate
+/// `schema.sql` (the schema after every migration, checked by
+/// `tests/schema_file.rs`, whose failure names the command); never edit an
 /// applied migration.
 pub const MIGRATIONS: &[(i32, &str, &str)] = &[
     (1, "init", include_str!("../migrations/0001_init.sql")),

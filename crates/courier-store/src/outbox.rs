@@ -135,7 +135,10 @@ impl PgStore {
         let client = self.pool.get().await?;
         let recheck = recheck_ms as f64;
         let rows = client
-            .query(sql!("outbox/due_checks"), &[&i64::from(n), &recheck])
+            .query(
+                sql!("outbox/due_checks"),
+                &[&i64::from(n), &recheck, &self.clock.now()],
+            )
             .await?;
         Ok(rows
             .iter()
@@ -155,7 +158,7 @@ impl PgStore {
         let row = client
             .query_one(
                 sql!("outbox/open_older_than"),
-                &[&age, &INTENTS_PAST_ALERT_COUNTED_MAX],
+                &[&age, &INTENTS_PAST_ALERT_COUNTED_MAX, &self.clock.now()],
             )
             .await?;
         Ok(row.get(0))

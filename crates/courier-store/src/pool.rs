@@ -28,7 +28,7 @@ use std::time::Duration;
 use tokio_postgres::NoTls;
 
 /// The store: a pool of connections to the courier database, and the clock
-/// its lease statements read (the database's, except in tests).
+/// its statements read (the database's, except in tests).
 #[derive(Clone)]
 pub struct PgStore {
     pub(crate) pool: Pool,
@@ -156,8 +156,8 @@ impl PgStore {
         Ok(self.pool.get().await?)
     }
 
-    /// The same store (the same pool) with its lease statements reading
-    /// `clock`: for tests that move time instead of sleeping.
+    /// The same store (the same pool) with its statements reading `clock`:
+    /// for tests that move time instead of sleeping.
     pub fn with_clock(&self, clock: Clock) -> PgStore {
         PgStore {
             clock,

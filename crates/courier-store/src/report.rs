@@ -69,7 +69,9 @@ impl PgStore {
     /// Owners holding claimed actions, most first.
     pub async fn owners_holding(&self) -> Result<Vec<(String, i64)>, StoreError> {
         let client = self.pool.get().await?;
-        let rows = client.query(sql!("report/owners_holding"), &[]).await?;
+        let rows = client
+            .query(sql!("report/owners_holding"), &[&self.clock.now()])
+            .await?;
         Ok(pairs(&rows))
     }
 
@@ -102,7 +104,10 @@ impl PgStore {
             .collect();
         let events = counts.under("events.");
         let stores = client
-            .query(sql!("report/store_backlog"), &[&SUMMARY_STORES_MAX])
+            .query(
+                sql!("report/store_backlog"),
+                &[&SUMMARY_STORES_MAX, &self.clock.now()],
+            )
             .await?
             .iter()
             .map(|r| StoreBacklog {
@@ -115,7 +120,11 @@ impl PgStore {
         let open = client
             .query_one(
                 sql!("report/open_intents"),
-                &[&alert, &crate::INTENTS_PAST_ALERT_COUNTED_MAX],
+                &[
+                    &alert,
+                    &crate::INTENTS_PAST_ALERT_COUNTED_MAX,
+                    &self.clock.now(),
+                ],
             )
             .await?;
         Ok(Summary {

@@ -31,7 +31,7 @@ pub fn settle_statements() -> [(&'static str, &'static str); 2] {
     [
         ("bigint[], bigint[], text[]", SETTLE_LOCK),
         (
-            "bigint[], text[], text[], boolean[], boolean[], text[], double precision, text[], bigint[], text[]",
+            "bigint[], text[], text[], boolean[], boolean[], text[], double precision, text[], bigint[], text[], timestamptz",
             SETTLE_WRITE,
         ),
     ]
@@ -143,12 +143,14 @@ impl PgStore {
         set?;
         let (write, answers) = settles_fold(reqs, held?);
         if !write.ids.is_empty() {
-            settles_write(&tx, &write_statement, &write, final_overdue_ms).await?;
+            let now = self.clock.now();
+            settles_write(&tx, &write_statement, &write, final_overdue_ms, now).await?;
         }
         tx.commit().await?;
         drop(client);
 
         // Those not held: a retry after a lost commit answer, or fenced.
+        debug_assert_eq!(answers.len(), reqs.len(), "an answer per request");
         let mut out = Vec::with_capacity(reqs.len());
         for (r, a) in reqs.iter().zip(answers) {
             out.push(match a {
@@ -207,6 +209,7 @@ impl PgStore {
                     &lease.owner.as_ref(),
                     &lease.epoch,
                     &reason,
+                    &self.clock.now(),
                 ],
             )
             .await?;
@@ -283,6 +286,7 @@ async fn settles_write(
     statement: &Statement,
     w: &SettleWrite<'_>,
     final_overdue_ms: u64,
+    now: Option<chrono::DateTime<chrono::Utc>>,
 ) -> Result<(), StoreError> {
     let overdue = final_overdue_ms as f64;
     tx.execute(
@@ -298,6 +302,7 @@ async fn settles_write(
             &w.event_kinds,
             &w.event_ids,
             &w.event_details,
+            &now,
         ],
     )
     .await?;

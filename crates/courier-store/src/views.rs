@@ -205,11 +205,12 @@ impl PgStore {
 
         let counts = counts_read(&*tx).await?;
         let by_state = counts.by_state_all()?;
-        let stores = snapshot_stores(&tx, q).await?;
+        let now = self.clock.now();
+        let stores = snapshot_stores(&tx, q, now).await?;
         let stores_total = counts.get("stores");
         let owners = snapshot_owners(&tx, q).await?;
         let open_intents = counts.open_intents();
-        let (oldest_intents, intents_older_than_alert) = snapshot_intents(&tx, q).await?;
+        let (oldest_intents, intents_older_than_alert) = snapshot_intents(&tx, q, now).await?;
         let events = snapshot_events(&tx, q).await?;
         let event_counts = counts.under("events.");
         let replication = replication_read(&*tx).await?;
@@ -308,10 +309,20 @@ impl PgStore {
 
 type ReadTx<'a> = deadpool_postgres::Transaction<'a>;
 
+/// The time the shared statements read (the store's clock).
+type Now = Option<chrono::DateTime<chrono::Utc>>;
+
 /// The busiest stores.
-async fn snapshot_stores(tx: &ReadTx<'_>, q: &SnapshotQuery) -> Result<Vec<StoreLoad>, StoreError> {
+async fn snapshot_stores(
+    tx: &ReadTx<'_>,
+    q: &SnapshotQuery,
+    now: Now,
+) -> Result<Vec<StoreLoad>, StoreError> {
     Ok(tx
-        .query(sql!("report/store_backlog"), &[&i64::from(q.stores_max)])
+        .query(
+            sql!("report/store_backlog"),
+            &[&i64::from(q.stores_max), &now],
+        )
         .await?
         .iter()
         .map(|r| StoreLoad {
@@ -363,6 +374,7 @@ async fn snapshot_owners(
 async fn snapshot_intents(
     tx: &ReadTx<'_>,
     q: &SnapshotQuery,
+    now: Now,
 ) -> Result<(Vec<OpenIntent>, i64), StoreError> {
     let oldest_intents = tx
         .query(
@@ -394,7 +406,7 @@ async fn snapshot_intents(
     let older: i64 = tx
         .query_one(
             sql!("outbox/open_older_than"),
-            &[&alert, &crate::INTENTS_PAST_ALERT_COUNTED_MAX],
+            &[&alert, &crate::INTENTS_PAST_ALERT_COUNTED_MAX, &now],
         )
         .await?
         .get(0);

@@ -67,7 +67,9 @@ async fn the_busiest_stores_are_found_among_the_stores_with_work() {
     assert_eq!(listed, ["b-busy", "a-less", "c-held"]);
     const { assert!(SUMMARY_STORES_MAX >= 3) };
 
-    let stmt = include_str!("../sql/report/store_backlog.sql").replace("$1", "10");
+    let stmt = include_str!("../sql/report/store_backlog.sql")
+        .replace("$1", "10")
+        .replace("$2", "NULL");
     let (read, plan) = explain_buffers(&c, &stmt).await;
     assert!(read < 200, "{read} buffers:\n{plan}");
     // The negative control: the list over every store row, as it was.

@@ -819,7 +819,7 @@ async fn prepare_claims_and_settles(c: &tokio_postgres::Client) -> Vec<(String, 
         "settle_write".into(),
         write_types,
         write,
-        "'{1,2}', '{accepted,accepted}', '{m1,m2}', '{f,f}', '{f,f}', '{s,s}', 60000, '{}', '{}', '{}'",
+        "'{1,2}', '{accepted,accepted}', '{m1,m2}', '{f,f}', '{f,f}', '{s,s}', 60000, '{}', '{}', '{}', NULL",
     )
     .await;
     names

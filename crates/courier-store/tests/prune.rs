@@ -75,9 +75,12 @@ async fn prune_never_removes_an_action_that_is_not_final() {
             "action {id} was not final and went"
         );
     }
-    // Once it is final (30 days after it was written, on this clock), it goes.
+    // Once it is final (finished now, on this clock), it goes when the
+    // action retention has passed since.
     let out = webhook(&store, "evt-d", &dispatched.key, Status::Failed).await;
     assert!(matches!(out, MergeOutcome::Applied(_)), "{out:?}");
+    assert_eq!(prune(&store, &windows()).await.actions, 0, "just finished");
+    clock.advance(Duration::from_secs(windows().action_retention_s + 1));
     assert_eq!(prune(&store, &windows()).await.actions, 1);
     assert!(!exists(&store, dispatched.lease.action_id).await);
 }

@@ -95,7 +95,7 @@ async fn plans(c: &tokio_postgres::Client) -> Vec<(&'static str, String)> {
         ),
         (
             "due checks",
-            explain(c, DUE_CHECKS, &[&64i64, &60_000f64]).await,
+            explain(c, DUE_CHECKS, &[&64i64, &60_000f64, &now]).await,
         ),
         (
             "prune",
@@ -103,9 +103,14 @@ async fn plans(c: &tokio_postgres::Client) -> Vec<(&'static str, String)> {
         ),
         (
             "open intents",
-            explain(c, OPEN_INTENTS, &[&60f64, &INTENTS_PAST_ALERT_COUNTED_MAX]).await,
+            explain(
+                c,
+                OPEN_INTENTS,
+                &[&60f64, &INTENTS_PAST_ALERT_COUNTED_MAX, &now],
+            )
+            .await,
         ),
-        ("owners", explain(c, OWNERS, &[]).await),
+        ("owners", explain(c, OWNERS, &[&now]).await),
     ]
 }
 

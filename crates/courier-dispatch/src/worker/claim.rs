@@ -44,7 +44,13 @@ pub(super) async fn run<P: Provider>(ctx: Arc<Ctx<P>>, shutdown: CancellationTok
     let mut sweeps = SweepPacing::default();
     while !shutdown.is_cancelled() {
         while tasks.try_join_next().is_some() {}
-        let room = limits.worker_concurrency_max as usize - tasks.len();
+        let max = limits.worker_concurrency_max as usize;
+        assert!(
+            tasks.len() <= max,
+            "{} deliveries at once, {max} allowed",
+            tasks.len()
+        );
+        let room = max - tasks.len();
         if room == 0 {
             // About to wait for room: the sweep held back runs now.
             sweep(&ctx, sweeps.take()).await;
@@ -152,7 +158,11 @@ async fn sweep<P: Provider>(ctx: &Ctx<P>, stores: Option<Vec<String>>) {
     };
     let limit_ms = ctx.cfg.limits.lease_ttl_ms;
     if let Err(e) = bounded(limit_ms, ctx.store.store_work_sweep(&stores)).await {
-        tracing::warn!(error = %e, stores = stores.len(), "store_work sweep failed; the claims stand");
+        ctx.observe(Event::LoopCallFailed {
+            call: "store_work sweep",
+            error: &e,
+        })
+        .await;
     }
 }
 

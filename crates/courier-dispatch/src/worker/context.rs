@@ -39,6 +39,7 @@ pub(super) struct Held {
 
 impl Held {
     pub fn new(epoch: i64, deadline_ms: u64) -> Self {
+        debug_assert!(epoch > 0, "a lease held at epoch {epoch}");
         Held {
             epoch,
             deadline_ms: AtomicU64::new(deadline_ms),
@@ -65,8 +66,8 @@ pub(super) struct Ctx<P> {
     pub client: P,
     pub cfg: WorkerConfig,
     pub owner: Arc<str>,
-    /// The origin of this process's lease clock (`tokio::time`, so a test may
-    /// pause it).
+    /// The origin of this process's lease clock (`tokio::time`, which a test
+    /// could pause; none does).
     t0: Instant,
     pub held: Mutex<HashMap<i64, Arc<Held>>>,
     pub stats: WorkerStats,

@@ -38,6 +38,9 @@ pub(super) struct Delivery<'a, P> {
     body: String,
     /// Whether the claim wrote the intent and counted the first attempt.
     attempt_counted: bool,
+    /// An attempt is counted that no request has used yet: what
+    /// [`Delivery::request`] checks before a request leaves.
+    unsent_attempt: bool,
     /// The local deadline and the fence signal, shared with the heartbeat.
     held: &'a Held,
     /// The provider's message id, once a send or a lookup has given it.
@@ -61,6 +64,7 @@ impl<'a, P: Provider> Delivery<'a, P> {
             to: claimed.to,
             body: claimed.body,
             attempt_counted: claimed.attempt_counted,
+            unsent_attempt: claimed.attempt_counted,
             held,
             message_id: None,
             from_lookup: false,

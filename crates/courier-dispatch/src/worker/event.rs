@@ -57,4 +57,10 @@ pub(super) enum Event<'a> {
     StoreRetry {
         error: &'a StoreError,
     },
+    /// A loop's store call failed; the loop goes on and calls again at its
+    /// next turn (`call`: "heartbeat", "store_work sweep").
+    LoopCallFailed {
+        call: &'static str,
+        error: &'a StoreError,
+    },
 }

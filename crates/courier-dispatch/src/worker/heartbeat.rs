@@ -8,8 +8,11 @@
 //!   rows); a lease it skipped is renewed by the next beat, or by
 //!   [`extend_one`] before a send.
 //! - A renewal moves the local deadline from the moment it was sent.
+//! - A beat that fails is reported through `Ctx::observe`, as every event of
+//!   the worker is; the next beat tries again.
 
 use super::context::{bounded, Ctx, Held};
+use super::event::Event;
 use super::Provider;
 use courier_core::step::Extended;
 use courier_store::{Lease, StoreError};
@@ -53,7 +56,13 @@ async fn beat<P: Provider>(ctx: &Ctx<P>) {
                 }
             }
         }
-        Err(e) => tracing::warn!(error = %e, "heartbeat failed"),
+        Err(e) => {
+            ctx.observe(Event::LoopCallFailed {
+                call: "heartbeat",
+                error: &e,
+            })
+            .await
+        }
     }
 }
 

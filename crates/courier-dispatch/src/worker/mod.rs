@@ -29,7 +29,9 @@
 //! - A task whose lease was found fenced writes nothing more and sends nothing more.
 //! - A database outage pauses work (retry with backoff); it never kills the
 //!   process and never turns into a guess about the provider.
-//! - Time is `tokio::time`: a test may pause and advance it.
+//! - Time is `tokio::time` (a test could pause it; none does: the tests that
+//!   move time move the store's `Clock` instead, and the worker's local
+//!   lease clock runs in real time).
 
 mod claim;
 mod context;

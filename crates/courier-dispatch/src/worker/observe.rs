@@ -64,6 +64,9 @@ impl<P> Ctx<P> {
                     tracing::error!(error = %error, "store error");
                 }
             }
+            Event::LoopCallFailed { call, error } => {
+                tracing::warn!(error = %error, "{call} failed");
+            }
         }
     }
 

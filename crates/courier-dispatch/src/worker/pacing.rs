@@ -4,7 +4,7 @@
 //! (`courier_store::ClaimReq::reclaim`, `courier_store::ClaimTaken::sweep`);
 //! the claimer ([`super::claim`]) asks these two, and so does any other
 //! loop of claims (`courier bench scale`'s claimers). Pure: the times come
-//! in, on the caller's clock (`tokio::time`, so a test may pause it).
+//! in, on the caller's clock (`tokio::time`), so the tests below pass them.
 //!
 //! # Invariants
 //! - The first claim looks for expired leases, and so does the claim after

@@ -5,14 +5,16 @@
 -- tests/locks.rs). Backward and conflicting reports and duplicates are
 -- recorded (the event ids are recorded beside it: merge/event_ids_insert).
 -- $1 ids, $2 statuses, $3 conflicts, $4 message ids, $5 ids now done,
--- $6-$8 events (kinds, action ids, details).
+-- $6-$8 events (kinds, action ids, details), $9 the time (NULL: the
+-- database's clock, see src/clock.rs), carried in `u` for
+-- outbox/report_write.part.sql.
 WITH u AS (
-    SELECT u.*, NULL::float8 AS recheck_ms
+    SELECT u.*, NULL::float8 AS recheck_ms, coalesce($9::timestamptz, now()) AS now
     FROM unnest($1::bigint[], $2::text[], $3::bool[], $4::text[])
         AS u(id, status, conflict, message_id)
 ), ev AS (
     SELECT * FROM unnest($6::text[], $7::bigint[], $8::text[]) AS ev(kind, action_id, detail)
 ), finished AS (
-    UPDATE actions SET state = 'done', done_at = now()
+    UPDATE actions SET state = 'done', done_at = coalesce($9::timestamptz, now())
     WHERE id = ANY($5::bigint[]) AND state = 'dispatched'
 ),

@@ -5,15 +5,17 @@
 -- the stores with work, not the stores registered (with 1,000,000 mostly
 -- idle stores, a list over every store row read all of them at every
 -- dashboard sample). A store's in-flight count is its counter less the
--- releases not yet folded, as in the view store_in_flight.
+-- releases not yet folded, as in the view store_in_flight. $2 the time
+-- (NULL: the database's clock, see src/clock.rs).
 SELECT b.store, b.in_flight, b.pending, b.oldest_pending_s
 FROM (
     SELECT st.store,
            (st.in_flight - coalesce((SELECT sum(r.n) FROM store_releases r
                                      WHERE r.store = st.store), 0))::int AS in_flight,
            coalesce(p.pending, 0) AS pending,
-           extract(epoch FROM now() - (SELECT a.enqueued_at FROM actions a
-                                       WHERE a.id = p.first_id))::float8 AS oldest_pending_s
+           extract(epoch FROM coalesce($2::timestamptz, now())
+                              - (SELECT a.enqueued_at FROM actions a
+                                 WHERE a.id = p.first_id))::float8 AS oldest_pending_s
     FROM (SELECT store FROM store_work
           UNION
           SELECT store FROM actions_held) busy

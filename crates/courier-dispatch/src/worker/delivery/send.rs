@@ -46,7 +46,10 @@ impl<P: Provider> Delivery<'_, P> {
             .await;
         let counted = match counted {
             None => return Step::Abandon(FencedAt::Heartbeat),
-            Some(AttemptOutcome::Counted(_attempts)) => Counted::Counted,
+            Some(AttemptOutcome::Counted(_attempts)) => {
+                self.unsent_attempt = true;
+                Counted::Counted
+            }
             Some(AttemptOutcome::LeaseShort) => Counted::LeaseShort,
             Some(AttemptOutcome::Fenced(f)) => {
                 self.found_epoch = f.current_epoch;
@@ -59,6 +62,14 @@ impl<P: Provider> Delivery<'_, P> {
     /// The request: one send with the action's key, its answer reported,
     /// and core's decision from it.
     pub(super) async fn request(&mut self) -> Step {
+        // The protocol's first rule, checked where the request leaves: no
+        // request without an attempt counted (fenced) for it.
+        debug_assert!(
+            self.unsent_attempt,
+            "action {}: a request without a counted attempt",
+            self.lease.action_id
+        );
+        self.unsent_attempt = false;
         #[cfg(feature = "failpoints")]
         self.crash_point(crate::failpoint::Point::AfterCount).await;
         let out = self.ctx.client.send(&self.key, &self.to, &self.body).await;

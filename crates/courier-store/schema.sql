@@ -1,0 +1,634 @@
+-- The courier schema after every migration (crates/courier-store/migrations),
+-- written from the catalogs by crates/courier-store/tests/schema_file.rs, which
+-- checks it. Do not edit: regenerate with
+--   COURIER_SCHEMA_WRITE=1 cargo nextest run -p courier-store --test schema_file
+-- Each kind of object in name order: tables (columns, constraints, storage
+-- settings), sequences, indexes, views, functions, triggers, comments.
+
+-- Tables
+CREATE TABLE actions (
+    id bigint NOT NULL DEFAULT nextval('actions_id_seq'::regclass),
+    uid uuid NOT NULL,
+    store text NOT NULL,
+    client_key text,
+    recipient text NOT NULL,
+    body text NOT NULL,
+    state text NOT NULL DEFAULT 'pending'::text,
+    owner text,
+    epoch bigint NOT NULL DEFAULT 0,
+    lease_until timestamp with time zone,
+    enqueued_at timestamp with time zone NOT NULL DEFAULT now(),
+    claimed_at timestamp with time zone,
+    dispatched_at timestamp with time zone,
+    done_at timestamp with time zone,
+    fail_reason text,
+    CONSTRAINT actions_body_check CHECK (((length(body) >= 1) AND (length(body) <= 1600))),
+    CONSTRAINT actions_check CHECK (((state <> 'claimed'::text) OR ((owner IS NOT NULL) AND (lease_until IS NOT NULL) AND (epoch > 0)))),
+    CONSTRAINT actions_check1 CHECK (((state = 'claimed'::text) OR (lease_until IS NULL))),
+    CONSTRAINT actions_client_key_check CHECK (((client_key IS NULL) OR ((length(client_key) >= 1) AND (length(client_key) <= 255)))),
+    CONSTRAINT actions_epoch_check CHECK ((epoch >= 0)),
+    CONSTRAINT actions_pkey PRIMARY KEY (id),
+    CONSTRAINT actions_state_check CHECK ((state = ANY (ARRAY['pending'::text, 'claimed'::text, 'dispatched'::text, 'done'::text, 'failed'::text]))),
+    CONSTRAINT actions_uid_key UNIQUE (uid)
+) WITH (fillfactor=80);
+
+CREATE TABLE actions_done (
+    done_at timestamp with time zone NOT NULL,
+    id bigint NOT NULL,
+    CONSTRAINT actions_done_pkey PRIMARY KEY (done_at, id)
+);
+
+CREATE TABLE actions_held (
+    id bigint NOT NULL,
+    store text NOT NULL,
+    owner text NOT NULL,
+    epoch bigint NOT NULL,
+    lease_until timestamp with time zone NOT NULL,
+    CONSTRAINT actions_held_pkey PRIMARY KEY (id)
+);
+
+CREATE TABLE actions_ready (
+    id bigint NOT NULL,
+    store text NOT NULL,
+    CONSTRAINT actions_ready_pkey PRIMARY KEY (id)
+);
+
+CREATE TABLE count_deltas (
+    name text NOT NULL,
+    n bigint NOT NULL
+);
+
+CREATE TABLE counts (
+    name text NOT NULL,
+    n bigint NOT NULL,
+    CONSTRAINT counts_pkey PRIMARY KEY (name)
+);
+
+CREATE TABLE events (
+    id bigint NOT NULL DEFAULT nextval('events_id_seq'::regclass),
+    at timestamp with time zone NOT NULL DEFAULT now(),
+    kind text NOT NULL,
+    action_id bigint,
+    detail text NOT NULL DEFAULT ''::text,
+    CONSTRAINT events_pkey PRIMARY KEY (id)
+);
+
+CREATE TABLE intents_watched (
+    action_id bigint NOT NULL,
+    created_at timestamp with time zone NOT NULL,
+    open boolean NOT NULL,
+    next_check_at timestamp with time zone,
+    CONSTRAINT intents_watched_check CHECK ((open OR (next_check_at IS NOT NULL))),
+    CONSTRAINT intents_watched_pkey PRIMARY KEY (action_id)
+);
+
+CREATE TABLE outbox (
+    action_id bigint NOT NULL,
+    idem_key text NOT NULL,
+    epoch_written bigint NOT NULL,
+    status text NOT NULL DEFAULT 'sending'::text,
+    attempts integer NOT NULL DEFAULT 0,
+    lookups integer NOT NULL DEFAULT 0,
+    message_id text,
+    conflict boolean NOT NULL DEFAULT false,
+    created_at timestamp with time zone NOT NULL DEFAULT now(),
+    accepted_at timestamp with time zone,
+    final_at timestamp with time zone,
+    next_check_at timestamp with time zone,
+    CONSTRAINT outbox_action_id_fkey FOREIGN KEY (action_id) REFERENCES actions(id),
+    CONSTRAINT outbox_attempts_check CHECK ((attempts >= 0)),
+    CONSTRAINT outbox_check CHECK (((status = ANY (ARRAY['delivered'::text, 'failed'::text])) = (final_at IS NOT NULL))),
+    CONSTRAINT outbox_epoch_written_check CHECK ((epoch_written > 0)),
+    CONSTRAINT outbox_idem_key_check CHECK (((length(idem_key) >= 1) AND (length(idem_key) <= 255))),
+    CONSTRAINT outbox_idem_key_key UNIQUE (idem_key),
+    CONSTRAINT outbox_lookups_check CHECK ((lookups >= 0)),
+    CONSTRAINT outbox_pkey PRIMARY KEY (action_id),
+    CONSTRAINT outbox_status_check CHECK ((status = ANY (ARRAY['sending'::text, 'accepted'::text, 'sent'::text, 'delivered'::text, 'failed'::text])))
+) WITH (fillfactor=80);
+
+CREATE TABLE outbox_accepts (
+    accepted_at timestamp with time zone NOT NULL,
+    action_id bigint NOT NULL,
+    CONSTRAINT outbox_accepts_pkey PRIMARY KEY (accepted_at, action_id)
+);
+
+CREATE TABLE schema_migrations (
+    version integer NOT NULL,
+    name text NOT NULL,
+    applied_at timestamp with time zone NOT NULL DEFAULT now(),
+    CONSTRAINT schema_migrations_pkey PRIMARY KEY (version)
+);
+
+CREATE TABLE store_releases (
+    id bigint NOT NULL DEFAULT nextval('store_releases_id_seq'::regclass),
+    store text NOT NULL,
+    n integer NOT NULL,
+    CONSTRAINT store_releases_n_check CHECK ((n > 0)),
+    CONSTRAINT store_releases_pkey PRIMARY KEY (id)
+);
+
+CREATE TABLE store_work (
+    store text NOT NULL,
+    last_served_at timestamp with time zone,
+    CONSTRAINT store_work_pkey PRIMARY KEY (store)
+);
+
+CREATE TABLE stores (
+    store text NOT NULL,
+    in_flight integer NOT NULL DEFAULT 0,
+    last_served_at timestamp with time zone,
+    created_at timestamp with time zone NOT NULL DEFAULT now(),
+    CONSTRAINT stores_in_flight_check CHECK ((in_flight >= 0)),
+    CONSTRAINT stores_pkey PRIMARY KEY (store),
+    CONSTRAINT stores_store_check CHECK (((length(store) >= 1) AND (length(store) <= 64)))
+);
+
+CREATE TABLE webhook_events (
+    event_id text NOT NULL,
+    idem_key text NOT NULL,
+    status text NOT NULL,
+    outcome text NOT NULL,
+    received_at timestamp with time zone NOT NULL DEFAULT now(),
+    CONSTRAINT webhook_events_pkey PRIMARY KEY (event_id)
+);
+
+-- Sequences
+CREATE SEQUENCE actions_id_seq AS bigint START 1 INCREMENT 1 OWNED BY actions.id;
+CREATE SEQUENCE events_id_seq AS bigint START 1 INCREMENT 1 OWNED BY events.id;
+CREATE SEQUENCE store_releases_id_seq AS bigint START 1 INCREMENT 1 OWNED BY store_releases.id;
+
+-- Indexes (those of constraints are with their tables)
+CREATE UNIQUE INDEX actions_store_client_key ON public.actions USING btree (store, client_key) WHERE (client_key IS NOT NULL);
+CREATE INDEX actions_held_lease ON public.actions_held USING btree (lease_until);
+CREATE INDEX actions_ready_store ON public.actions_ready USING btree (store, id);
+CREATE INDEX events_kind_id ON public.events USING btree (kind, id);
+CREATE INDEX intents_watched_next_check ON public.intents_watched USING btree (next_check_at) WHERE (next_check_at IS NOT NULL);
+CREATE INDEX intents_watched_open ON public.intents_watched USING btree (created_at, action_id) WHERE open;
+CREATE INDEX store_releases_store ON public.store_releases USING btree (store);
+CREATE INDEX store_work_order ON public.store_work USING btree (last_served_at NULLS FIRST, store);
+CREATE INDEX webhook_events_received ON public.webhook_events USING btree (received_at);
+
+-- Views
+CREATE VIEW counts_now AS
+ SELECT c.name,
+    sum(c.n)::bigint AS n
+   FROM ( SELECT counts.name,
+            counts.n
+           FROM counts
+        UNION ALL
+         SELECT count_deltas.name,
+            count_deltas.n
+           FROM count_deltas) c
+  GROUP BY c.name;
+
+CREATE VIEW store_in_flight AS
+ SELECT s.store,
+    s.in_flight - COALESCE(r.n, 0::bigint)::integer AS in_flight
+   FROM stores s
+     LEFT JOIN ( SELECT store_releases.store,
+            sum(store_releases.n) AS n
+           FROM store_releases
+          GROUP BY store_releases.store) r ON r.store = s.store;
+
+-- Functions
+CREATE OR REPLACE FUNCTION public.courier_accepts_update()
+ RETURNS trigger
+ LANGUAGE plpgsql
+ SET enable_hashjoin TO 'on'
+ SET enable_mergejoin TO 'on'
+ SET enable_seqscan TO 'on'
+ SET plan_cache_mode TO 'auto'
+AS $function$
+BEGIN
+    INSERT INTO outbox_accepts (accepted_at, action_id)
+    SELECT n.accepted_at, n.action_id
+    FROM new_rows n JOIN old_rows o ON o.action_id = n.action_id
+    WHERE o.accepted_at IS NULL AND n.accepted_at IS NOT NULL
+    ON CONFLICT DO NOTHING;
+    RETURN NULL;
+END $function$;
+
+CREATE OR REPLACE FUNCTION public.courier_count_actions()
+ RETURNS trigger
+ LANGUAGE plpgsql
+ SET enable_hashjoin TO 'on'
+ SET enable_mergejoin TO 'on'
+ SET enable_seqscan TO 'on'
+ SET plan_cache_mode TO 'auto'
+AS $function$
+BEGIN
+    IF TG_OP = 'INSERT' THEN
+        INSERT INTO count_deltas (name, n)
+        SELECT 'actions.' || state, count(*) FROM new_rows GROUP BY state;
+    ELSIF TG_OP = 'UPDATE' THEN
+        INSERT INTO count_deltas (name, n)
+        SELECT name, sum(d) FROM (
+            SELECT 'actions.' || state AS name, 1 AS d FROM new_rows
+            UNION ALL SELECT 'actions.' || state, -1 FROM old_rows) x
+        GROUP BY name HAVING sum(d) <> 0;
+    ELSE
+        INSERT INTO count_deltas (name, n)
+        SELECT 'actions.' || state, -count(*) FROM old_rows GROUP BY state;
+    END IF;
+    RETURN NULL;
+END $function$;
+
+CREATE OR REPLACE FUNCTION public.courier_count_events()
+ RETURNS trigger
+ LANGUAGE plpgsql
+ SET enable_hashjoin TO 'on'
+ SET enable_mergejoin TO 'on'
+ SET enable_seqscan TO 'on'
+ SET plan_cache_mode TO 'auto'
+AS $function$
+BEGIN
+    IF TG_OP = 'INSERT' THEN
+        INSERT INTO count_deltas (name, n)
+        SELECT 'events.' || kind, count(*) FROM new_rows GROUP BY kind;
+    ELSE
+        INSERT INTO count_deltas (name, n)
+        SELECT 'events.' || kind, -count(*) FROM old_rows GROUP BY kind;
+    END IF;
+    RETURN NULL;
+END $function$;
+
+CREATE OR REPLACE FUNCTION public.courier_count_outbox()
+ RETURNS trigger
+ LANGUAGE plpgsql
+ SET enable_hashjoin TO 'on'
+ SET enable_mergejoin TO 'on'
+ SET enable_seqscan TO 'on'
+ SET plan_cache_mode TO 'auto'
+AS $function$
+BEGIN
+    IF TG_OP = 'INSERT' THEN
+        INSERT INTO count_deltas (name, n)
+        SELECT name, sum(d) FROM (
+            SELECT 'outbox.' || status AS name, 1::bigint AS d FROM new_rows
+            UNION ALL SELECT 'outbox.attempts', attempts FROM new_rows
+            UNION ALL SELECT 'outbox.lookups', lookups FROM new_rows) x
+        GROUP BY name HAVING sum(d) <> 0;
+    ELSIF TG_OP = 'UPDATE' THEN
+        INSERT INTO count_deltas (name, n)
+        SELECT name, sum(d) FROM (
+            SELECT 'outbox.' || status AS name, 1::bigint AS d FROM new_rows
+            UNION ALL SELECT 'outbox.attempts', attempts FROM new_rows
+            UNION ALL SELECT 'outbox.lookups', lookups FROM new_rows
+            UNION ALL SELECT 'outbox.' || status, -1 FROM old_rows
+            UNION ALL SELECT 'outbox.attempts', -attempts FROM old_rows
+            UNION ALL SELECT 'outbox.lookups', -lookups FROM old_rows) x
+        GROUP BY name HAVING sum(d) <> 0;
+    ELSE
+        INSERT INTO count_deltas (name, n)
+        SELECT name, -sum(d) FROM (
+            SELECT 'outbox.' || status AS name, 1::bigint AS d FROM old_rows
+            UNION ALL SELECT 'outbox.attempts', attempts FROM old_rows
+            UNION ALL SELECT 'outbox.lookups', lookups FROM old_rows) x
+        GROUP BY name HAVING sum(d) <> 0;
+    END IF;
+    RETURN NULL;
+END $function$;
+
+CREATE OR REPLACE FUNCTION public.courier_count_stores()
+ RETURNS trigger
+ LANGUAGE plpgsql
+ SET enable_hashjoin TO 'on'
+ SET enable_mergejoin TO 'on'
+ SET enable_seqscan TO 'on'
+ SET plan_cache_mode TO 'auto'
+AS $function$
+BEGIN
+    IF TG_OP = 'INSERT' THEN
+        INSERT INTO count_deltas (name, n) SELECT 'stores', count(*) FROM new_rows HAVING count(*) > 0;
+    ELSE
+        INSERT INTO count_deltas (name, n) SELECT 'stores', -count(*) FROM old_rows HAVING count(*) > 0;
+    END IF;
+    RETURN NULL;
+END $function$;
+
+CREATE OR REPLACE FUNCTION public.courier_held_done_delete()
+ RETURNS trigger
+ LANGUAGE plpgsql
+ SET enable_seqscan TO 'off'
+ SET enable_hashjoin TO 'on'
+ SET enable_mergejoin TO 'on'
+ SET plan_cache_mode TO 'auto'
+AS $function$
+BEGIN
+    DELETE FROM actions_held h USING old_rows o
+    WHERE h.id = o.id AND o.state = 'claimed';
+    DELETE FROM actions_done d USING old_rows o
+    WHERE d.done_at = o.done_at AND d.id = o.id AND o.state IN ('done', 'failed');
+    RETURN NULL;
+END $function$;
+
+CREATE OR REPLACE FUNCTION public.courier_held_done_insert()
+ RETURNS trigger
+ LANGUAGE plpgsql
+ SET enable_hashjoin TO 'on'
+ SET enable_mergejoin TO 'on'
+ SET enable_seqscan TO 'on'
+ SET plan_cache_mode TO 'auto'
+AS $function$
+BEGIN
+    INSERT INTO actions_held (id, store, owner, epoch, lease_until)
+    SELECT id, store, owner, epoch, lease_until FROM added WHERE state = 'claimed';
+    INSERT INTO actions_done (done_at, id)
+    SELECT done_at, id FROM added
+    WHERE state IN ('done', 'failed') AND done_at IS NOT NULL;
+    RETURN NULL;
+END $function$;
+
+CREATE OR REPLACE FUNCTION public.courier_held_done_update()
+ RETURNS trigger
+ LANGUAGE plpgsql
+ SET enable_seqscan TO 'off'
+ SET enable_hashjoin TO 'on'
+ SET enable_mergejoin TO 'on'
+ SET plan_cache_mode TO 'auto'
+AS $function$
+BEGIN
+    -- Leases: gone when the action leaves 'claimed'; written when it enters
+    -- it or its owner, epoch or lease changes (a reclaim, a heartbeat).
+    DELETE FROM actions_held h
+    USING old_rows o JOIN new_rows n ON n.id = o.id
+    WHERE h.id = o.id AND o.state = 'claimed' AND n.state <> 'claimed';
+    INSERT INTO actions_held AS h (id, store, owner, epoch, lease_until)
+    SELECT n.id, n.store, n.owner, n.epoch, n.lease_until
+    FROM new_rows n JOIN old_rows o ON o.id = n.id
+    WHERE n.state = 'claimed'
+      AND (o.state <> 'claimed'
+           OR (o.owner, o.epoch, o.lease_until) IS DISTINCT FROM (n.owner, n.epoch, n.lease_until))
+    ON CONFLICT (id) DO UPDATE
+        SET store = excluded.store, owner = excluded.owner, epoch = excluded.epoch,
+            lease_until = excluded.lease_until;
+    -- Finished actions: written when an action becomes final (nothing moves
+    -- one back, nor changes its done_at; both are handled all the same).
+    DELETE FROM actions_done d
+    USING old_rows o JOIN new_rows n ON n.id = o.id
+    WHERE d.done_at = o.done_at AND d.id = o.id
+      AND o.state IN ('done', 'failed')
+      AND (n.state NOT IN ('done', 'failed') OR n.done_at IS DISTINCT FROM o.done_at);
+    INSERT INTO actions_done (done_at, id)
+    SELECT n.done_at, n.id FROM new_rows n JOIN old_rows o ON o.id = n.id
+    WHERE n.state IN ('done', 'failed') AND n.done_at IS NOT NULL
+      AND (o.state NOT IN ('done', 'failed') OR o.done_at IS DISTINCT FROM n.done_at)
+    ON CONFLICT DO NOTHING;
+    RETURN NULL;
+END $function$;
+
+CREATE OR REPLACE FUNCTION public.courier_open_intents_past(age_s double precision, counted_max bigint)
+ RETURNS bigint
+ LANGUAGE sql
+ STABLE
+ SET enable_bitmapscan TO 'off'
+ SET enable_seqscan TO 'off'
+ SET jit TO 'off'
+AS $function$
+        SELECT count(*) FROM (
+            SELECT 1 FROM intents_watched
+            WHERE open AND created_at < now() - age_s * interval '1 second'
+            ORDER BY created_at
+            LIMIT counted_max) o
+    $function$;
+
+CREATE OR REPLACE FUNCTION public.courier_ready_delete()
+ RETURNS trigger
+ LANGUAGE plpgsql
+ SET enable_seqscan TO 'off'
+ SET enable_hashjoin TO 'on'
+ SET enable_mergejoin TO 'on'
+ SET plan_cache_mode TO 'auto'
+AS $function$
+BEGIN
+    DELETE FROM actions_ready r
+    USING old_rows o
+    WHERE r.id = o.id AND o.state = 'pending';
+    RETURN NULL;
+END $function$;
+
+CREATE OR REPLACE FUNCTION public.courier_ready_insert()
+ RETURNS trigger
+ LANGUAGE plpgsql
+ SET enable_hashjoin TO 'on'
+ SET enable_mergejoin TO 'on'
+ SET enable_seqscan TO 'on'
+ SET plan_cache_mode TO 'auto'
+AS $function$
+BEGIN
+    INSERT INTO actions_ready (id, store)
+    SELECT id, store FROM added WHERE state = 'pending';
+    RETURN NULL;
+END $function$;
+
+CREATE OR REPLACE FUNCTION public.courier_ready_update()
+ RETURNS trigger
+ LANGUAGE plpgsql
+ SET enable_seqscan TO 'off'
+ SET enable_hashjoin TO 'on'
+ SET enable_mergejoin TO 'on'
+ SET plan_cache_mode TO 'auto'
+AS $function$
+BEGIN
+    -- Only rows whose state changed (`id` never changes).
+    DELETE FROM actions_ready r
+    USING old_rows o JOIN new_rows n ON n.id = o.id
+    WHERE r.id = o.id AND o.state = 'pending' AND n.state <> 'pending';
+    INSERT INTO actions_ready (id, store)
+    SELECT n.id, n.store FROM new_rows n JOIN old_rows o ON o.id = n.id
+    WHERE n.state = 'pending' AND o.state <> 'pending';
+    RETURN NULL;
+END $function$;
+
+CREATE OR REPLACE FUNCTION public.courier_releases_delete(ids bigint[])
+ RETURNS TABLE(store text, n integer)
+ LANGUAGE sql
+ SET enable_seqscan TO 'off'
+ SET enable_bitmapscan TO 'off'
+AS $function$
+    DELETE FROM store_releases r WHERE r.id = ANY (ids) RETURNING r.store, r.n
+$function$;
+
+CREATE OR REPLACE FUNCTION public.courier_releases_of(stores text[])
+ RETURNS bigint[]
+ LANGUAGE sql
+ STABLE
+ SET enable_seqscan TO 'off'
+ SET enable_bitmapscan TO 'off'
+AS $function$
+    SELECT coalesce(array_agg(r.id), ARRAY[]::bigint[])
+    FROM store_releases r WHERE r.store = ANY (stores)
+$function$;
+
+CREATE OR REPLACE FUNCTION public.courier_releases_unfolded(one_store text)
+ RETURNS bigint
+ LANGUAGE sql
+ STABLE
+ SET enable_seqscan TO 'off'
+ SET enable_bitmapscan TO 'off'
+AS $function$
+    SELECT coalesce(sum(r.n), 0) FROM store_releases r WHERE r.store = one_store
+$function$;
+
+CREATE OR REPLACE FUNCTION public.courier_status_is_final(status text)
+ RETURNS boolean
+ LANGUAGE sql
+ IMMUTABLE PARALLEL SAFE
+AS $function$ SELECT status IN ('delivered', 'failed') $function$;
+
+CREATE OR REPLACE FUNCTION public.courier_store_work_add()
+ RETURNS trigger
+ LANGUAGE plpgsql
+ SET enable_hashjoin TO 'on'
+ SET enable_mergejoin TO 'on'
+ SET enable_seqscan TO 'on'
+ SET plan_cache_mode TO 'auto'
+AS $function$
+DECLARE
+    missing text;
+BEGIN
+    -- The foreign key's check: every store named exists.
+    SELECT a.store INTO missing FROM added a
+    WHERE NOT EXISTS (SELECT 1 FROM stores s WHERE s.store = a.store)
+    LIMIT 1;
+    IF missing IS NOT NULL THEN
+        RAISE EXCEPTION 'store % is not registered', missing
+            USING ERRCODE = 'foreign_key_violation';
+    END IF;
+    -- 7 is STORE_WORK_LOCK: the advisory lock space of the store_work
+    -- handshake (courier's other advisory locks take one bigint key, a
+    -- space apart from two int keys). Store order: shared locks never wait
+    -- for each other, only for a sweep, which never waits.
+    PERFORM pg_advisory_xact_lock_shared(7, hashtext(x.store))
+    FROM (SELECT DISTINCT store FROM added WHERE state = 'pending' ORDER BY store) x;
+    INSERT INTO store_work (store, last_served_at)
+    SELECT s.store, s.last_served_at FROM stores s
+    WHERE s.store IN (SELECT store FROM added WHERE state = 'pending')
+    ORDER BY s.store
+    ON CONFLICT (store) DO NOTHING;
+    RETURN NULL;
+END $function$;
+
+CREATE OR REPLACE FUNCTION public.courier_store_work_sweep(candidates text[])
+ RETURNS text[]
+ LANGUAGE plpgsql
+AS $function$
+DECLARE
+    rows_held text[];
+    held text[];
+    removed text[];
+BEGIN
+    SELECT array_agg(x.store) INTO rows_held FROM (
+        SELECT st.store FROM stores st
+        WHERE st.store = ANY (candidates)
+        ORDER BY st.store
+        FOR UPDATE SKIP LOCKED) x;
+    IF rows_held IS NULL THEN
+        RETURN ARRAY[]::text[];
+    END IF;
+    SELECT array_agg(h.store ORDER BY h.store) INTO held
+    FROM unnest(rows_held) AS h(store)
+    WHERE pg_try_advisory_xact_lock(7, hashtext(h.store));
+    IF held IS NULL THEN
+        RETURN ARRAY[]::text[];
+    END IF;
+    WITH gone AS (
+        DELETE FROM store_work w
+        WHERE w.store = ANY (held)
+          AND NOT EXISTS (SELECT 1 FROM actions_ready r WHERE r.store = w.store)
+        RETURNING w.store
+    ), folded AS (
+        SELECT f.store, f.n
+        FROM courier_releases_delete(courier_releases_of(ARRAY(SELECT store FROM gone))) f
+    ), counted AS (
+        UPDATE stores st SET in_flight = st.in_flight - f.n
+        FROM (SELECT store, sum(n)::int AS n FROM folded GROUP BY store) f
+        WHERE st.store = f.store
+    )
+    SELECT coalesce(array_agg(store), ARRAY[]::text[]) INTO removed FROM gone;
+    RETURN removed;
+END $function$;
+
+CREATE OR REPLACE FUNCTION public.courier_watched_delete()
+ RETURNS trigger
+ LANGUAGE plpgsql
+ SET enable_seqscan TO 'off'
+ SET enable_hashjoin TO 'on'
+ SET enable_mergejoin TO 'on'
+ SET plan_cache_mode TO 'auto'
+AS $function$
+BEGIN
+    DELETE FROM intents_watched w USING old_rows o WHERE w.action_id = o.action_id;
+    RETURN NULL;
+END $function$;
+
+CREATE OR REPLACE FUNCTION public.courier_watched_insert()
+ RETURNS trigger
+ LANGUAGE plpgsql
+ SET enable_hashjoin TO 'on'
+ SET enable_mergejoin TO 'on'
+ SET enable_seqscan TO 'on'
+ SET plan_cache_mode TO 'auto'
+AS $function$
+BEGIN
+    INSERT INTO intents_watched (action_id, created_at, open, next_check_at)
+    SELECT action_id, created_at, NOT courier_status_is_final(status), next_check_at
+    FROM added
+    WHERE NOT courier_status_is_final(status) OR next_check_at IS NOT NULL;
+    RETURN NULL;
+END $function$;
+
+CREATE OR REPLACE FUNCTION public.courier_watched_update()
+ RETURNS trigger
+ LANGUAGE plpgsql
+ SET enable_seqscan TO 'off'
+ SET enable_hashjoin TO 'on'
+ SET enable_mergejoin TO 'on'
+ SET plan_cache_mode TO 'auto'
+AS $function$
+BEGIN
+    -- Gone once final with no check due.
+    DELETE FROM intents_watched w
+    USING old_rows o JOIN new_rows n ON n.action_id = o.action_id
+    WHERE w.action_id = o.action_id
+      AND (NOT courier_status_is_final(o.status) OR o.next_check_at IS NOT NULL)
+      AND courier_status_is_final(n.status) AND n.next_check_at IS NULL;
+    -- Written when it becomes watched or what is watched changes.
+    INSERT INTO intents_watched AS w (action_id, created_at, open, next_check_at)
+    SELECT n.action_id, n.created_at, NOT courier_status_is_final(n.status), n.next_check_at
+    FROM new_rows n JOIN old_rows o ON o.action_id = n.action_id
+    WHERE (NOT courier_status_is_final(n.status) OR n.next_check_at IS NOT NULL)
+      AND (NOT (NOT courier_status_is_final(o.status) OR o.next_check_at IS NOT NULL)
+           OR (o.created_at, courier_status_is_final(o.status), o.next_check_at)
+              IS DISTINCT FROM (n.created_at, courier_status_is_final(n.status), n.next_check_at))
+    ON CONFLICT (action_id) DO UPDATE
+        SET created_at = excluded.created_at, open = excluded.open,
+            next_check_at = excluded.next_check_at;
+    RETURN NULL;
+END $function$;
+
+-- Triggers
+CREATE TRIGGER actions_count_delete AFTER DELETE ON actions REFERENCING OLD TABLE AS old_rows FOR EACH STATEMENT EXECUTE FUNCTION courier_count_actions();
+CREATE TRIGGER actions_count_insert AFTER INSERT ON actions REFERENCING NEW TABLE AS new_rows FOR EACH STATEMENT EXECUTE FUNCTION courier_count_actions();
+CREATE TRIGGER actions_count_update AFTER UPDATE ON actions REFERENCING OLD TABLE AS old_rows NEW TABLE AS new_rows FOR EACH STATEMENT EXECUTE FUNCTION courier_count_actions();
+CREATE TRIGGER actions_held_done_delete AFTER DELETE ON actions REFERENCING OLD TABLE AS old_rows FOR EACH STATEMENT EXECUTE FUNCTION courier_held_done_delete();
+CREATE TRIGGER actions_held_done_insert AFTER INSERT ON actions REFERENCING NEW TABLE AS added FOR EACH STATEMENT EXECUTE FUNCTION courier_held_done_insert();
+CREATE TRIGGER actions_held_done_update AFTER UPDATE ON actions REFERENCING OLD TABLE AS old_rows NEW TABLE AS new_rows FOR EACH STATEMENT EXECUTE FUNCTION courier_held_done_update();
+CREATE TRIGGER actions_ready_delete AFTER DELETE ON actions REFERENCING OLD TABLE AS old_rows FOR EACH STATEMENT EXECUTE FUNCTION courier_ready_delete();
+CREATE TRIGGER actions_ready_insert AFTER INSERT ON actions REFERENCING NEW TABLE AS added FOR EACH STATEMENT EXECUTE FUNCTION courier_ready_insert();
+CREATE TRIGGER actions_ready_update AFTER UPDATE ON actions REFERENCING OLD TABLE AS old_rows NEW TABLE AS new_rows FOR EACH STATEMENT EXECUTE FUNCTION courier_ready_update();
+CREATE TRIGGER actions_store_work AFTER INSERT ON actions REFERENCING NEW TABLE AS added FOR EACH STATEMENT EXECUTE FUNCTION courier_store_work_add();
+CREATE TRIGGER events_count_delete AFTER DELETE ON events REFERENCING OLD TABLE AS old_rows FOR EACH STATEMENT EXECUTE FUNCTION courier_count_events();
+CREATE TRIGGER events_count_insert AFTER INSERT ON events REFERENCING NEW TABLE AS new_rows FOR EACH STATEMENT EXECUTE FUNCTION courier_count_events();
+CREATE TRIGGER outbox_accepts_update AFTER UPDATE ON outbox REFERENCING OLD TABLE AS old_rows NEW TABLE AS new_rows FOR EACH STATEMENT EXECUTE FUNCTION courier_accepts_update();
+CREATE TRIGGER outbox_count_delete AFTER DELETE ON outbox REFERENCING OLD TABLE AS old_rows FOR EACH STATEMENT EXECUTE FUNCTION courier_count_outbox();
+CREATE TRIGGER outbox_count_insert AFTER INSERT ON outbox REFERENCING NEW TABLE AS new_rows FOR EACH STATEMENT EXECUTE FUNCTION courier_count_outbox();
+CREATE TRIGGER outbox_count_update AFTER UPDATE ON outbox REFERENCING OLD TABLE AS old_rows NEW TABLE AS new_rows FOR EACH STATEMENT EXECUTE FUNCTION courier_count_outbox();
+CREATE TRIGGER outbox_watched_delete AFTER DELETE ON outbox REFERENCING OLD TABLE AS old_rows FOR EACH STATEMENT EXECUTE FUNCTION courier_watched_delete();
+CREATE TRIGGER outbox_watched_insert AFTER INSERT ON outbox REFERENCING NEW TABLE AS added FOR EACH STATEMENT EXECUTE FUNCTION courier_watched_insert();
+CREATE TRIGGER outbox_watched_update AFTER UPDATE ON outbox REFERENCING OLD TABLE AS old_rows NEW TABLE AS new_rows FOR EACH STATEMENT EXECUTE FUNCTION courier_watched_update();
+CREATE TRIGGER stores_count_delete AFTER DELETE ON stores REFERENCING OLD TABLE AS old_rows FOR EACH STATEMENT EXECUTE FUNCTION courier_count_stores();
+CREATE TRIGGER stores_count_insert AFTER INSERT ON stores REFERENCING NEW TABLE AS new_rows FOR EACH STATEMENT EXECUTE FUNCTION courier_count_stores();
+
+-- Comments
+COMMENT ON COLUMN stores.in_flight IS 'Claimed actions of this store, less the releases in store_releases not yet folded in: claims add and fold under the store row''s lock; settles and fails only append releases. Read store_in_flight for the count.';
