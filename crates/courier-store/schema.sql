@@ -53,6 +53,28 @@ CREATE TABLE actions_ready (
     CONSTRAINT actions_ready_pkey PRIMARY KEY (id)
 );
 
+CREATE TABLE api_tokens (
+    id bigint NOT NULL DEFAULT nextval('api_tokens_id_seq'::regclass),
+    name text NOT NULL,
+    admin boolean NOT NULL DEFAULT false,
+    stores text[] NOT NULL DEFAULT '{}'::text[],
+    secret_sha256 bytea NOT NULL,
+    created_at timestamp with time zone NOT NULL DEFAULT now(),
+    revoked_at timestamp with time zone,
+    CONSTRAINT api_tokens_check CHECK ((admin = (cardinality(stores) = 0))),
+    CONSTRAINT api_tokens_name_check CHECK (((length(name) >= 1) AND (length(name) <= 64))),
+    CONSTRAINT api_tokens_pkey PRIMARY KEY (id),
+    CONSTRAINT api_tokens_secret_sha256_check CHECK ((length(secret_sha256) = 32)),
+    CONSTRAINT api_tokens_stores_check CHECK ((cardinality(stores) <= 1000))
+);
+
+CREATE TABLE api_tokens_version (
+    one boolean NOT NULL DEFAULT true,
+    version bigint NOT NULL,
+    CONSTRAINT api_tokens_version_one_check CHECK (one),
+    CONSTRAINT api_tokens_version_pkey PRIMARY KEY (one)
+);
+
 CREATE TABLE count_deltas (
     name text NOT NULL,
     n bigint NOT NULL
@@ -154,6 +176,7 @@ CREATE TABLE webhook_events (
 
 -- Sequences
 CREATE SEQUENCE actions_id_seq AS bigint START 1 INCREMENT 1 OWNED BY actions.id;
+CREATE SEQUENCE api_tokens_id_seq AS bigint START 1 INCREMENT 1 OWNED BY api_tokens.id;
 CREATE SEQUENCE events_id_seq AS bigint START 1 INCREMENT 1 OWNED BY events.id;
 CREATE SEQUENCE store_releases_id_seq AS bigint START 1 INCREMENT 1 OWNED BY store_releases.id;
 
@@ -190,6 +213,9 @@ CREATE VIEW store_in_flight AS
            FROM store_releases
           GROUP BY store_releases.store) r ON r.store = s.store;
 
+-- Schemas
+CREATE SCHEMA courier;
+
 -- Functions
 CREATE OR REPLACE FUNCTION public.courier_accepts_update()
  RETURNS trigger
@@ -205,6 +231,15 @@ BEGIN
     FROM new_rows n JOIN old_rows o ON o.action_id = n.action_id
     WHERE o.accepted_at IS NULL AND n.accepted_at IS NOT NULL
     ON CONFLICT DO NOTHING;
+    RETURN NULL;
+END $function$;
+
+CREATE OR REPLACE FUNCTION public.courier_api_tokens_bump()
+ RETURNS trigger
+ LANGUAGE plpgsql
+AS $function$
+BEGIN
+    UPDATE api_tokens_version SET version = version + 1;
     RETURN NULL;
 END $function$;
 
@@ -607,6 +642,212 @@ BEGIN
     RETURN NULL;
 END $function$;
 
+CREATE OR REPLACE FUNCTION courier.enqueue(store text, recipient text, body text, key text DEFAULT NULL::text)
+ RETURNS TABLE(id bigint, created boolean)
+ LANGUAGE plpgsql
+ SET search_path TO '$user', 'public'
+AS $function$
+#variable_conflict use_column
+DECLARE
+    problem text[] := courier.enqueue_problem(enqueue.store, enqueue.recipient,
+                                              enqueue.body, enqueue.key);
+    made bigint;
+    old record;
+BEGIN
+    IF problem IS NOT NULL THEN
+        RAISE EXCEPTION USING ERRCODE = 'invalid_parameter_value',
+            MESSAGE = problem[1] || ': ' || problem[3],
+            COLUMN = problem[1], CONSTRAINT = problem[2];
+    END IF;
+    INSERT INTO stores (store) VALUES (enqueue.store) ON CONFLICT (store) DO NOTHING;
+    INSERT INTO actions (uid, store, client_key, recipient, body)
+    VALUES (courier.uuid_v7(), enqueue.store, enqueue.key, enqueue.recipient, enqueue.body)
+    ON CONFLICT (store, client_key) WHERE client_key IS NOT NULL DO NOTHING
+    RETURNING actions.id INTO made;
+    IF made IS NOT NULL THEN
+        RETURN QUERY SELECT made, true;
+        RETURN;
+    END IF;
+    -- A conflict: only an action with this (store, key) causes one.
+    SELECT a.id, a.recipient, a.body INTO old FROM actions a
+    WHERE a.store = enqueue.store AND a.client_key = enqueue.key;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION USING ERRCODE = 'serialization_failure',
+            MESSAGE = 'an action with this (store, key) was enqueued concurrently '
+                      'and is not visible to this transaction: retry';
+    END IF;
+    IF (old.recipient, old.body) IS DISTINCT FROM (enqueue.recipient, enqueue.body) THEN
+        RAISE EXCEPTION USING ERRCODE = 'QC001',
+            MESSAGE = format('key: already used for action %s with a different request', old.id),
+            COLUMN = 'key', CONSTRAINT = 'key_reused', DETAIL = format('existing=%s', old.id);
+    END IF;
+    RETURN QUERY SELECT old.id, false;
+END $function$;
+
+CREATE OR REPLACE FUNCTION courier.enqueue_many(stores text[], recipients text[], bodies text[], keys text[] DEFAULT NULL::text[])
+ RETURNS TABLE(item integer, id bigint, created boolean)
+ LANGUAGE plpgsql
+ SET search_path TO '$user', 'public'
+AS $function$
+#variable_conflict use_column
+DECLARE
+    n integer := coalesce(cardinality(stores), 0);
+    bad record;
+    made_items integer[];
+    made_ids bigint[];
+BEGIN
+    IF coalesce(cardinality(recipients), 0) <> n OR coalesce(cardinality(bodies), 0) <> n
+       OR (keys IS NOT NULL AND cardinality(keys) <> n) THEN
+        RAISE EXCEPTION USING ERRCODE = 'invalid_parameter_value',
+            MESSAGE = 'items: stores, recipients, bodies and keys must have the same length',
+            COLUMN = 'items', CONSTRAINT = 'bad_items';
+    END IF;
+    IF n > 10000 THEN
+        RAISE EXCEPTION USING ERRCODE = 'program_limit_exceeded',
+            MESSAGE = format('items: %s items; at most 10000 in one call', n),
+            COLUMN = 'items', CONSTRAINT = 'too_many_items';
+    END IF;
+    IF n = 0 THEN
+        RETURN;
+    END IF;
+
+    -- The first item out of its limits.
+    SELECT t.i, p.p INTO bad
+    FROM unnest(stores, recipients, bodies, keys) WITH ORDINALITY AS t(s, r, b, k, i),
+         LATERAL (SELECT courier.enqueue_problem(t.s, t.r, t.b, t.k) AS p) p
+    WHERE p.p IS NOT NULL
+    ORDER BY t.i LIMIT 1;
+    IF FOUND THEN
+        RAISE EXCEPTION USING ERRCODE = 'invalid_parameter_value',
+            MESSAGE = format('item %s, %s: %s', bad.i, bad.p[1], bad.p[3]),
+            COLUMN = bad.p[1], CONSTRAINT = bad.p[2], DETAIL = format('item=%s', bad.i);
+    END IF;
+
+    -- The first item that repeats an earlier item's (store, key) with
+    -- other content.
+    SELECT x.i, x.i0 INTO bad FROM (
+        SELECT t.i, t.r, t.b,
+               first_value(t.i) OVER w AS i0, first_value(t.r) OVER w AS r0,
+               first_value(t.b) OVER w AS b0
+        FROM unnest(stores, recipients, bodies, keys) WITH ORDINALITY AS t(s, r, b, k, i)
+        WHERE t.k IS NOT NULL
+        WINDOW w AS (PARTITION BY t.s, t.k ORDER BY t.i)) x
+    WHERE (x.r, x.b) IS DISTINCT FROM (x.r0, x.b0)
+    ORDER BY x.i LIMIT 1;
+    IF FOUND THEN
+        RAISE EXCEPTION USING ERRCODE = 'QC001',
+            MESSAGE = format('item %s, key: already used by item %s of this call with a different request',
+                             bad.i, bad.i0),
+            COLUMN = 'key', CONSTRAINT = 'key_reused', DETAIL = format('item=%s', bad.i);
+    END IF;
+
+    -- The stores, in name order (concurrent calls registering the same new
+    -- stores wait for each other in one order).
+    INSERT INTO stores (store)
+    SELECT DISTINCT s.s FROM unnest(stores) AS s(s) ORDER BY 1
+    ON CONFLICT (store) DO NOTHING;
+
+    -- Each item that is the first of its (store, key), or has no key, in
+    -- item order.
+    WITH firsts AS MATERIALIZED (
+        SELECT f.i, f.s, f.r, f.b, f.k, courier.uuid_v7() AS uid FROM (
+            SELECT t.*, row_number() OVER (PARTITION BY t.s, t.k ORDER BY t.i) AS nth
+            FROM unnest(stores, recipients, bodies, keys) WITH ORDINALITY AS t(s, r, b, k, i)) f
+        WHERE f.k IS NULL OR f.nth = 1
+    ), made AS (
+        INSERT INTO actions (uid, store, client_key, recipient, body)
+        SELECT f.uid, f.s, f.k, f.r, f.b FROM firsts f ORDER BY f.i
+        ON CONFLICT (store, client_key) WHERE client_key IS NOT NULL DO NOTHING
+        RETURNING actions.id, actions.uid
+    )
+    SELECT array_agg(f.i::integer ORDER BY f.i), array_agg(m.id ORDER BY f.i)
+    INTO made_items, made_ids
+    FROM firsts f JOIN made m ON m.uid = f.uid;
+
+    -- A first that was not made met an existing action (in a new snapshot,
+    -- which sees an enqueue committed since the insert's): the same content
+    -- is that action, other content an error.
+    SELECT x.i, a.id AS existing INTO bad FROM (
+        SELECT t.i, t.s, t.k, t.r, t.b,
+               first_value(t.i) OVER (PARTITION BY t.s, t.k ORDER BY t.i) AS i0
+        FROM unnest(stores, recipients, bodies, keys) WITH ORDINALITY AS t(s, r, b, k, i)
+        WHERE t.k IS NOT NULL) x
+    LEFT JOIN unnest(made_items) AS m(i) ON m.i = x.i0
+    LEFT JOIN actions a ON a.store = x.s AND a.client_key = x.k
+    WHERE m.i IS NULL
+      AND (a.id IS NULL OR (a.recipient, a.body) IS DISTINCT FROM (x.r, x.b))
+    ORDER BY x.i LIMIT 1;
+    IF FOUND THEN
+        IF bad.existing IS NULL THEN
+            RAISE EXCEPTION USING ERRCODE = 'serialization_failure',
+                MESSAGE = format('item %s: an action with this (store, key) was enqueued '
+                                 'concurrently and is not visible to this transaction: retry', bad.i);
+        END IF;
+        RAISE EXCEPTION USING ERRCODE = 'QC001',
+            MESSAGE = format('item %s, key: already used for action %s with a different request',
+                             bad.i, bad.existing),
+            COLUMN = 'key', CONSTRAINT = 'key_reused',
+            DETAIL = format('item=%s existing=%s', bad.i, bad.existing);
+    END IF;
+
+    RETURN QUERY
+    WITH t AS (
+        SELECT u.i::integer AS i, u.s, u.k,
+               CASE WHEN u.k IS NULL THEN u.i
+                    ELSE first_value(u.i) OVER (PARTITION BY u.s, u.k ORDER BY u.i) END AS i0
+        FROM unnest(stores, keys) WITH ORDINALITY AS u(s, k, i)
+    ), m AS (
+        SELECT * FROM unnest(made_items, made_ids) AS m(i, id)
+    )
+    SELECT t.i, coalesce(m.id, a.id), m.id IS NOT NULL AND t.i = t.i0
+    FROM t LEFT JOIN m ON m.i = t.i0
+    LEFT JOIN actions a ON m.id IS NULL AND a.store = t.s AND a.client_key = t.k
+    ORDER BY t.i;
+END $function$;
+
+CREATE OR REPLACE FUNCTION courier.enqueue_problem(store text, recipient text, body text, key text)
+ RETURNS text[]
+ LANGUAGE sql
+ IMMUTABLE PARALLEL SAFE
+AS $function$
+    SELECT CASE
+        WHEN courier.store_problem(store) IS NOT NULL THEN courier.store_problem(store)
+        WHEN recipient IS NULL OR recipient !~ '^\+[1-9][0-9]{7,14}$' THEN
+            ARRAY['to', 'bad_phone', 'phone number must be E.164: ''+'' and 8 to 15 digits, e.g. +15551234567']
+        WHEN body IS NULL OR body = '' THEN
+            ARRAY['body', 'empty_body', 'body must not be empty']
+        WHEN char_length(body) > 1600 THEN
+            ARRAY['body', 'body_too_long',
+                  format('body has %s characters; the limit is 1600', char_length(body))]
+        WHEN key = '' THEN
+            ARRAY['key', 'bad_key', 'idempotency key is empty']
+        WHEN octet_length(key) > 255 THEN
+            ARRAY['key', 'bad_key', 'idempotency key is longer than 255 characters']
+        WHEN key !~ '^[ -~]+$' THEN
+            ARRAY['key', 'bad_key', 'idempotency key must be printable ASCII']
+    END
+$function$;
+
+CREATE OR REPLACE FUNCTION courier.store_problem(store text)
+ RETURNS text[]
+ LANGUAGE sql
+ IMMUTABLE PARALLEL SAFE
+AS $function$
+    SELECT CASE WHEN store IS NULL OR store !~ '^[A-Za-z0-9._-]{1,64}$' THEN
+        ARRAY['store', 'bad_store', 'store must be 1..64 characters of A-Z a-z 0-9 - _ .']
+    END
+$function$;
+
+CREATE OR REPLACE FUNCTION courier.uuid_v7()
+ RETURNS uuid
+ LANGUAGE sql
+ PARALLEL SAFE
+AS $function$
+    SELECT encode(set_bit(set_bit(overlay(uuid_send(gen_random_uuid())
+        PLACING substring(int8send((extract(epoch FROM clock_timestamp()) * 1000)::bigint) FROM 3)
+        FROM 1 FOR 6), 52, 1), 53, 1), 'hex')::uuid
+$function$;
+
 -- Triggers
 CREATE TRIGGER actions_count_delete AFTER DELETE ON actions REFERENCING OLD TABLE AS old_rows FOR EACH STATEMENT EXECUTE FUNCTION courier_count_actions();
 CREATE TRIGGER actions_count_insert AFTER INSERT ON actions REFERENCING NEW TABLE AS new_rows FOR EACH STATEMENT EXECUTE FUNCTION courier_count_actions();
@@ -618,6 +859,7 @@ CREATE TRIGGER actions_ready_delete AFTER DELETE ON actions REFERENCING OLD TABL
 CREATE TRIGGER actions_ready_insert AFTER INSERT ON actions REFERENCING NEW TABLE AS added FOR EACH STATEMENT EXECUTE FUNCTION courier_ready_insert();
 CREATE TRIGGER actions_ready_update AFTER UPDATE ON actions REFERENCING OLD TABLE AS old_rows NEW TABLE AS new_rows FOR EACH STATEMENT EXECUTE FUNCTION courier_ready_update();
 CREATE TRIGGER actions_store_work AFTER INSERT ON actions REFERENCING NEW TABLE AS added FOR EACH STATEMENT EXECUTE FUNCTION courier_store_work_add();
+CREATE TRIGGER api_tokens_bump AFTER INSERT OR DELETE OR UPDATE ON api_tokens FOR EACH STATEMENT EXECUTE FUNCTION courier_api_tokens_bump();
 CREATE TRIGGER events_count_delete AFTER DELETE ON events REFERENCING OLD TABLE AS old_rows FOR EACH STATEMENT EXECUTE FUNCTION courier_count_events();
 CREATE TRIGGER events_count_insert AFTER INSERT ON events REFERENCING NEW TABLE AS new_rows FOR EACH STATEMENT EXECUTE FUNCTION courier_count_events();
 CREATE TRIGGER outbox_accepts_update AFTER UPDATE ON outbox REFERENCING OLD TABLE AS old_rows NEW TABLE AS new_rows FOR EACH STATEMENT EXECUTE FUNCTION courier_accepts_update();

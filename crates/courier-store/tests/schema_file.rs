@@ -109,13 +109,26 @@ async fn schema_of(c: &tokio_postgres::Client) -> String {
         writeln!(out, "{v}\n").unwrap();
     }
 
+    section(&mut out, "Schemas");
+    for n in texts(
+        c,
+        "SELECT format('CREATE SCHEMA %I;', nspname) FROM pg_namespace
+         WHERE nspname NOT IN ('public', 'information_schema') AND nspname !~ '^pg_'
+         ORDER BY 1",
+    )
+    .await
+    {
+        writeln!(out, "{n}").unwrap();
+    }
+
     section(&mut out, "Functions");
     for f in texts(
         c,
         "SELECT pg_get_functiondef(p.oid)
          FROM pg_proc p
-         WHERE p.pronamespace = 'public'::regnamespace AND p.prokind = 'f'
-         ORDER BY p.proname, pg_get_function_identity_arguments(p.oid)",
+         WHERE p.pronamespace::regnamespace::text IN ('public', 'courier') AND p.prokind = 'f'
+         ORDER BY p.pronamespace::regnamespace::text DESC, p.proname,
+                  pg_get_function_identity_arguments(p.oid)",
     )
     .await
     {
@@ -153,7 +166,7 @@ async fn schema_of(c: &tokio_postgres::Client) -> String {
                                  WHERE relnamespace = 'public'::regnamespace))
             OR (d.classoid = 'pg_proc'::regclass
                 AND d.objoid IN (SELECT oid FROM pg_proc
-                                 WHERE pronamespace = 'public'::regnamespace))
+                                 WHERE pronamespace::regnamespace::text IN ('public', 'courier')))
          ORDER BY 1",
     )
     .await
