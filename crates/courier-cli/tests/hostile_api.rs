@@ -721,16 +721,23 @@ async fn wrong_bearer_tokens_are_refused_everywhere() {
     let mut live = Live::start("token").await;
     let before = db_state(&live.store).await;
     let well_formed = json!({"store": "s1", "to": "+15551234567", "body": "hi"});
-    let variants: Vec<Option<String>> = vec![
-        None,
-        Some(String::new()),
-        Some("Bearer".into()),
-        Some("Bearer ".into()),
-        Some(format!("Bearer {}", &TOKEN[..TOKEN.len() - 1])),
-        Some(format!("Bearer {TOKEN}x")),
-        Some(format!("Bearer  {TOKEN}")),
-        Some(format!("Basic {TOKEN}")),
-        Some(TOKEN.to_string()),
+    // Each wrong credential and the code it is refused with: a header that
+    // is not `Bearer <token>` is `bad_authorization`, a token that matches
+    // nothing (or none) `unauthorized`.
+    let variants: Vec<(Option<String>, &str)> = vec![
+        (None, "unauthorized"),
+        (Some(String::new()), "bad_authorization"),
+        (Some("Bearer".into()), "bad_authorization"),
+        (Some("Bearer ".into()), "bad_authorization"),
+        (
+            Some(format!("Bearer {}", &TOKEN[..TOKEN.len() - 1])),
+            "unauthorized",
+        ),
+        (Some(format!("Bearer {TOKEN}x")), "unauthorized"),
+        (Some(format!("Bearer  {TOKEN}")), "bad_authorization"),
+        (Some(format!("Basic {TOKEN}")), "bad_authorization"),
+        (Some(TOKEN.to_string()), "bad_authorization"),
+        (Some("Bearer courier_1_00ff".into()), "unauthorized"),
     ];
     for path in [
         "/v1/actions",
@@ -738,7 +745,7 @@ async fn wrong_bearer_tokens_are_refused_everywhere() {
         "/v1/ops/snapshot",
         "/metrics",
     ] {
-        for v in &variants {
+        for (v, code) in &variants {
             let mut req = if path == "/v1/actions" {
                 live.http.post(live.url(path)).json(&well_formed)
             } else {
@@ -749,7 +756,11 @@ async fn wrong_bearer_tokens_are_refused_everywhere() {
             }
             let r = req.send().await.unwrap();
             assert_eq!(r.status().as_u16(), 401, "{path} with {v:?}");
-            assert_eq!(r.json::<Value>().await.unwrap()["error"], "unauthorized");
+            assert_eq!(
+                r.json::<Value>().await.unwrap()["error"],
+                *code,
+                "{path} with {v:?}"
+            );
         }
     }
     assert_eq!(db_state(&live.store).await, before);
