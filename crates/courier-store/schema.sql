@@ -237,6 +237,10 @@ END $function$;
 CREATE OR REPLACE FUNCTION public.courier_api_tokens_bump()
  RETURNS trigger
  LANGUAGE plpgsql
+ SET enable_hashjoin TO 'on'
+ SET enable_mergejoin TO 'on'
+ SET enable_seqscan TO 'on'
+ SET plan_cache_mode TO 'auto'
 AS $function$
 BEGIN
     UPDATE api_tokens_version SET version = version + 1;

@@ -29,8 +29,12 @@ CREATE TABLE api_tokens_version (
 );
 INSERT INTO api_tokens_version (one, version) VALUES (true, 0);
 
+-- Its own planner settings, as every trigger function's (migration 18).
 CREATE FUNCTION courier_api_tokens_bump() RETURNS trigger
-    LANGUAGE plpgsql AS $$
+    LANGUAGE plpgsql
+    SET enable_hashjoin = on SET enable_mergejoin = on
+    SET enable_seqscan = on SET plan_cache_mode = auto
+    AS $$
 BEGIN
     UPDATE api_tokens_version SET version = version + 1;
     RETURN NULL;
