@@ -816,13 +816,14 @@ CREATE OR REPLACE FUNCTION courier.enqueue_problem(store text, recipient text, b
 AS $function$
     SELECT CASE
         WHEN courier.store_problem(store) IS NOT NULL THEN courier.store_problem(store)
-        WHEN recipient IS NULL OR recipient !~ '^\+[1-9][0-9]{7,14}$' THEN
+        WHEN recipient IS NULL OR length(recipient) NOT BETWEEN 9 AND 16
+             OR recipient !~ '^\+[1-9][0-9]+$' THEN
             ARRAY['to', 'bad_phone', 'phone number must be E.164: ''+'' and 8 to 15 digits, e.g. +15551234567']
         WHEN body IS NULL OR body = '' THEN
             ARRAY['body', 'empty_body', 'body must not be empty']
         WHEN char_length(body) > 1600 THEN
             ARRAY['body', 'body_too_long',
-                  format('body has %s characters; the limit is 1600', char_length(body))]
+                  'body has ' || char_length(body)::text || ' characters; the limit is 1600']
         WHEN key = '' THEN
             ARRAY['key', 'bad_key', 'idempotency key is empty']
         WHEN octet_length(key) > 255 THEN
@@ -837,7 +838,7 @@ CREATE OR REPLACE FUNCTION courier.store_problem(store text)
  LANGUAGE sql
  IMMUTABLE PARALLEL SAFE
 AS $function$
-    SELECT CASE WHEN store IS NULL OR store !~ '^[A-Za-z0-9._-]{1,64}$' THEN
+    SELECT CASE WHEN store IS NULL OR length(store) > 64 OR store !~ '^[A-Za-z0-9._-]+$' THEN
         ARRAY['store', 'bad_store', 'store must be 1..64 characters of A-Z a-z 0-9 - _ .']
     END
 $function$;

@@ -75,9 +75,11 @@ async fn serve_refuses_an_open_api_beyond_loopback() {
     // On loopback an open API is allowed, and said to be open.
     let (_, said) = serve(&db.url, "127.0.0.1:0", &[]).unwrap();
     assert!(said.contains("open to every process"), "{said}");
-    // An admin token on the command line protects it anywhere.
-    let (_, said) = serve(&db.url, "0.0.0.0:0", &["--api-token", "t0ken"]).unwrap();
+    // An admin token on the command line protects it anywhere, and is
+    // never printed.
+    let (_, said) = serve(&db.url, "0.0.0.0:0", &["--api-token", "t0ken-never-logged"]).unwrap();
     assert!(said.contains("needs a token"), "{said}");
+    assert!(!said.contains("t0ken-never-logged"), "{said}");
 }
 
 #[tokio::test]
