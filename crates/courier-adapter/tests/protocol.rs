@@ -667,8 +667,14 @@ async fn the_rate_control_file_sets_the_offered_rate() {
     });
     assert!(!stopped.is_empty());
     std::fs::write(&control, "60").unwrap();
-    a.ticks(1);
-    let at_60 = mean(&a.ticks(2));
+    // The ticks whose whole window came after the file was read again.
+    let written = wall();
+    let later: Vec<Tick> = ticks_of(&a.records_through(written + Duration::from_millis(3_300)))
+        .into_iter()
+        .filter(|t| parse_t(&t.t) >= written + Duration::from_millis(1_300))
+        .collect();
+    assert!(later.len() >= 2, "{later:?}");
+    let at_60 = mean(&later);
     assert!((at_60 - 60.0).abs() <= 9.0, "offered {at_60:.1}/s at 60");
     let (status, _) = a.terminate();
     assert_eq!(status.code(), Some(0));
@@ -735,9 +741,10 @@ async fn a_reclaimed_jobs_claim_latency_includes_its_wait_for_the_lease() {
     let db = courier_testkit::fresh_db().await;
     let dir = tempfile::tempdir().unwrap();
     let record = dir.path().join("stub");
-    // Answers of 1 s: at the kill most jobs in hand have been sent.
+    // Answers of 1 s at 20 jobs/s, within 32 deliveries at once: at the
+    // kill about 20 jobs are in hand, sent.
     let env = [
-        ("PRODUCER_RATE", "50"),
+        ("PRODUCER_RATE", "20"),
         ("JOB_WORK_MS", "1000"),
         ("LEASE_DEADLINE_MS", "3000"),
     ];
@@ -756,29 +763,20 @@ async fn a_reclaimed_jobs_claim_latency_includes_its_wait_for_the_lease() {
     let recs = b.records_through(wall() + Duration::from_secs(1));
     let (status, _) = b.terminate();
     assert_eq!(status.code(), Some(0));
-    let claims: Vec<f64> = recs
-        .iter()
-        .filter(|r| r.metric() == "claim_p50_ms")
-        .map(Rec::value)
-        .collect();
-    let ends: Vec<f64> = recs
-        .iter()
-        .filter(|r| r.metric() == "end_to_end_p50_ms")
-        .map(Rec::value)
-        .collect();
-    // The restarted adapter started only reclaimed jobs, every one inserted
-    // before the kill and claimed after its lease (extended until the kill)
-    // ran out: each waited at least until the kill plus what was left of
-    // the lease, more than a second in any case.
-    assert!(
-        !claims.is_empty(),
-        "no claim latency for the reclaimed jobs: {recs:?}"
-    );
-    assert!(claims.iter().all(|&p50| p50 >= 1_000.0), "{claims:?}");
-    assert!(
-        !ends.is_empty() && ends.iter().all(|&p50| p50 >= 1_000.0),
-        "{ends:?}"
-    );
+    let max_of = |metric: &str| {
+        recs.iter()
+            .filter(|r| r.metric() == metric)
+            .map(Rec::value)
+            .fold(None, |m: Option<f64>, v| Some(m.map_or(v, |m| m.max(v))))
+    };
+    // Every reclaimed job was inserted before the kill and claimed after its
+    // lease, extended every second until the kill, ran out: it waited at
+    // least 2 s. The restarted adapter also starts the jobs still pending at
+    // the kill, at once, so the reclaimed ones show in the upper percentiles.
+    let (claim_p99, end_p99) = (max_of("claim_p99_ms"), max_of("end_to_end_p99_ms"));
+    eprintln!("restarted adapter: claim p99 up to {claim_p99:?} ms, end-to-end {end_p99:?} ms");
+    assert!(claim_p99.is_some_and(|p| p >= 2_000.0), "{recs:?}");
+    assert!(end_p99.is_some_and(|p| p >= 2_000.0), "{recs:?}");
     let reclaimed: i64 = db
         .store
         .client()
