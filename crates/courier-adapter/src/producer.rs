@@ -203,9 +203,7 @@ impl Producer {
         }
         done
     }
-}
 
-impl Producer {
     /// One statement of `n` jobs through the set form
     /// (`courier_store::actions_enqueue_many`, `courier.enqueue_many`): all
     /// or nothing, its own transaction. A failed batch's sequence numbers
