@@ -61,7 +61,8 @@ pub const EVENT_INDEXES: &[&str] = &[
     "public.counts_pkey",
 ];
 
-/// The metrics every tick carries (the contract's required set).
+/// The metrics a tick carries whenever they can be read (the contract's
+/// required set; see [`crate::Sampler`] for when one is left out).
 pub const REQUIRED_METRICS: &[&str] = &[
     "claim_p50_ms",
     "claim_p95_ms",
@@ -98,8 +99,26 @@ pub fn now_since_epoch() -> Duration {
         .unwrap_or_default()
 }
 
-/// The startup record.
-pub fn descriptor(db_name: &str, instance_id: u32, schema_version: i32) -> Value {
+/// The startup record. Beyond the contract's fields it names the
+/// worker's settings that differ from `courier worker`'s defaults (as that
+/// command's flags) and the harness knobs that were set but cannot be
+/// honoured, with the reason (the harness records the descriptor in
+/// `manifest.json`).
+pub fn descriptor(
+    db_name: &str,
+    instance_id: u32,
+    schema_version: i32,
+    differs: &[(&str, String)],
+    not_honoured: &[(&str, &str)],
+) -> Value {
+    let differs: serde_json::Map<String, Value> = differs
+        .iter()
+        .map(|(flag, v)| (flag.to_string(), Value::from(v.as_str())))
+        .collect();
+    let not_honoured: serde_json::Map<String, Value> = not_honoured
+        .iter()
+        .map(|(knob, why)| (knob.to_string(), Value::from(*why)))
+        .collect();
     json!({
         "kind": "descriptor",
         "system": SYSTEM,
@@ -111,6 +130,9 @@ pub fn descriptor(db_name: &str, instance_id: u32, schema_version: i32) -> Value
         "schema_version": schema_version.to_string(),
         "db_name": db_name,
         "started_at": iso(now_since_epoch()),
+        "worker": "courier worker",
+        "worker_differs_from_defaults": differs,
+        "not_honoured": not_honoured,
     })
 }
 
@@ -143,7 +165,15 @@ mod tests {
 
     #[test]
     fn records_carry_the_contracts_fields() {
-        let d = descriptor("courier_bench", 0, 4);
+        let d = descriptor(
+            "courier_bench",
+            0,
+            4,
+            &[("--concurrency", "64".into())],
+            &[("JOB_PRIORITY_PATTERN", "no priorities")],
+        );
+        assert_eq!(d["worker_differs_from_defaults"]["--concurrency"], "64");
+        assert_eq!(d["not_honoured"]["JOB_PRIORITY_PATTERN"], "no priorities");
         for k in [
             "system",
             "event_tables",

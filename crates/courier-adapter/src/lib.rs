@@ -3,20 +3,23 @@
 //! process that speaks its long-horizon protocol (`CONTRIBUTING_ADAPTERS.md`
 //! there): settings from the environment, one `descriptor` record, then
 //! every `SAMPLE_EVERY_S` (on wall-clock boundaries) one sample each of the
-//! claim latency's p50/p95/p99 over a rolling 30 s, the enqueue and
-//! completion rates, and the queue depth, as JSONL on stdout; logs on stderr.
+//! claim and end-to-end latencies' p50/p95/p99 over a rolling 30 s, the
+//! enqueue and completion rates, and the queue depth, as JSONL on stdout
+//! ([`Sampler`]); logs on stderr.
 //!
-//! courier runs as itself: the [`producer`] enqueues through
-//! `courier_store::action_enqueue` in batched transactions; the consumers
-//! are one `courier_dispatch::worker::Worker` with `WORKER_COUNT`
-//! deliveries at once, whose provider is the throughput benchmark's
-//! in-process stub (`courier_bench::stub`) answering `JOB_WORK_MS` after
-//! each send, its messages kept in a record file that outlives the process
-//! ([`job`]). Claims, intents, counted attempts, leases, heartbeats,
-//! lookups after a reclaim, fenced settles and the pruner are production's:
-//! every loop of the worker is `Worker::run`'s, which the adapter only
-//! configures. Its own tasks are the benchmark's: the producer, the depth
-//! count and the samples.
+//! courier runs as itself: the [`producer`] enqueues through courier's set
+//! form (`courier_store::actions_enqueue_many`), one statement per batch;
+//! the consumers are one `courier_dispatch::worker::Worker`, the one `courier
+//! worker` runs, with its defaults except the settings
+//! [`config::Config::differs_from_courier_worker`] names (the descriptor
+//! names them too), whose provider is the throughput benchmark's in-process
+//! stub (`courier_bench::stub`) answering `JOB_WORK_MS` after each send,
+//! its messages kept in a record file that outlives the process ([`job`]).
+//! Claims, intents, counted attempts, leases, heartbeats, lookups after a
+//! reclaim, fenced settles and the pruner are production's: every loop of
+//! the worker is `Worker::run`'s, which the adapter only configures. Its
+//! own tasks are the benchmark's: the producer, the depth count and the
+//! samples.
 //!
 //! A job completes when its settle commits (the action is `dispatched`:
 //! the provider has accepted the message). Final statuses (the provider's
@@ -27,6 +30,8 @@
 //!   restarts of the adapter: a reclaimed job whose message exists is found
 //!   by its lookup and settled, never sent again ([`judge`] checks it).
 //! - The offered rate follows real elapsed time ([`pacing`]).
+//! - Over a process's samples, `rate x window_s` adds up to what it counted
+//!   ([`Sampler`]).
 //! - SIGTERM ends the run within [`SHUTDOWN_LIMIT`].
 
 pub mod config;
@@ -39,17 +44,16 @@ pub mod window;
 
 use config::Config;
 use courier_bench::stub::{StubProvider, StubRecord};
-use courier_core::{Limits, Retention};
+use courier_core::Retention;
 use courier_dispatch::pruner::PrunerConfig;
 use courier_dispatch::worker::{Worker, WorkerConfig};
 use courier_store::{ClaimMode, PgStore, StoreConfig, StoreError};
 use producer::{Depth, Producer};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
-use window::Window;
 
 /// How long the adapter may take, after SIGTERM, to stop producing and to
 /// finish the jobs in hand (the contract allows 5 s in all; a job not
@@ -59,6 +63,8 @@ pub const SHUTDOWN_LIMIT: Duration = Duration::from_secs(3);
 const CONNECT_LIMIT: Duration = Duration::from_secs(60);
 /// How often the depth is counted.
 const DEPTH_POLL: Duration = Duration::from_millis(200);
+/// The worker's connections: as many as `courier worker` opens.
+const WORKER_POOL_SIZE: usize = 8;
 
 #[derive(Debug, thiserror::Error)]
 pub enum AdapterError {
@@ -93,17 +99,14 @@ async fn connect(url: &str, pool: usize, migrate: bool) -> Result<PgStore, Store
     }
 }
 
-/// The worker's settings: production's limits, with every delivery of the
-/// benchmark's single store allowed in flight at once, and production's
-/// pruner (`courier worker`'s default retention), which `Worker::run` runs
-/// beside the claims: a long-horizon run keeps its maintained counts folded
-/// and its history within retention as a deployment does.
+/// The worker's settings: `courier worker`'s, with the differences
+/// [`Config::limits`] and [`Config::differs_from_courier_worker`] name, and
+/// production's pruner (`courier worker`'s default retention), which
+/// `Worker::run` runs beside the claims: a long-horizon run keeps its
+/// maintained counts folded and its history within retention as a
+/// deployment does.
 fn worker_config(cfg: &Config) -> WorkerConfig {
-    let limits = Limits {
-        worker_concurrency_max: cfg.worker_count,
-        store_in_flight_max: cfg.worker_count,
-        ..Limits::default()
-    };
+    let limits = cfg.limits();
     WorkerConfig {
         pruner: Some(PrunerConfig::new(&Retention::default(), &limits)),
         limits,
@@ -116,8 +119,10 @@ fn worker_config(cfg: &Config) -> WorkerConfig {
 }
 
 /// Opens the stub's record: emptied when the database has no action yet (a
-/// new run), kept otherwise (a restart). Only instance 0 may empty it: the
-/// harness starts the other replicas after it.
+/// new run), kept otherwise (a restart). Only instance 0 may empty it, and
+/// it does so before its descriptor: the harness starts the next replica
+/// only once it has read that descriptor, so no replica has the record open
+/// when it is emptied.
 async fn open_record(cfg: &Config, store: &PgStore) -> Result<StubRecord, AdapterError> {
     let fresh = cfg.instance_id == 0 && store.actions_progress().await?.total == 0;
     StubRecord::open(&cfg.stub_record, fresh).map_err(|error| AdapterError::Record {
@@ -129,18 +134,27 @@ async fn open_record(cfg: &Config, store: &PgStore) -> Result<StubRecord, Adapte
 /// Runs the long-horizon scenario until `shutdown` is cancelled.
 pub async fn run(cfg: Config, shutdown: CancellationToken) -> Result<(), AdapterError> {
     let cfg = Arc::new(cfg);
+    for (knob, why) in &cfg.not_honoured {
+        tracing::warn!(knob, "not honoured: {why}");
+    }
     let schema = prepare_schema(&cfg.database_url).await?;
-    let version = courier_store::migrate::MIGRATIONS.last().map_or(0, |m| m.0);
-    emit::emit(&emit::descriptor(&cfg.db_name, cfg.instance_id, version));
     let record = open_record(&cfg, &schema).await?;
-    let claims = Arc::new(Mutex::new(Window::new(cfg.latency_window_s)));
-    let provider = job::Measured {
-        stub: StubProvider::with_record(record, Duration::from_millis(cfg.job_work_ms)),
-        claims: claims.clone(),
-    };
-    let pool = (cfg.worker_count as usize / 4).clamp(4, 16);
+    let version = courier_store::migrate::MIGRATIONS.last().map_or(0, |m| m.0);
+    emit::emit(&emit::descriptor(
+        &cfg.db_name,
+        cfg.instance_id,
+        version,
+        &cfg.differs_from_courier_worker(),
+        &cfg.not_honoured,
+    ));
+    let measures = Arc::new(job::Measures::new(cfg.latency_window_s));
+    let provider = job::Measured::new(
+        StubProvider::with_record(record, Duration::from_millis(cfg.job_work_ms)),
+        cfg.fail,
+        measures.clone(),
+    );
     let worker = Arc::new(Worker::new(
-        connect(&cfg.database_url, pool, false).await?,
+        connect(&cfg.database_url, WORKER_POOL_SIZE, false).await?,
         provider,
         worker_config(&cfg),
     ));
@@ -152,26 +166,23 @@ pub async fn run(cfg: Config, shutdown: CancellationToken) -> Result<(), Adapter
         enqueued.clone(),
         depth.clone(),
     );
+    // Every count starts from here: the first sample covers the time since.
+    let sampler = Sampler {
+        cfg: cfg.clone(),
+        started: Instant::now(),
+        enqueued: enqueued.clone(),
+        depth: depth.clone(),
+        measures,
+        worker: worker.clone(),
+    };
     let stop = CancellationToken::new();
     let mut tasks = tokio::task::JoinSet::new();
+    tasks.spawn(sampler.run(stop.clone()));
     tasks.spawn({
         let stop = stop.clone();
         async move { producer.run(stop).await }
     });
-    tasks.spawn(poll_depth(
-        schema,
-        enqueued.clone(),
-        depth.clone(),
-        stop.clone(),
-    ));
-    let sampler = Sampler {
-        cfg: cfg.clone(),
-        enqueued,
-        depth,
-        claims,
-        worker: worker.clone(),
-    };
-    tasks.spawn(sampler.run(stop.clone()));
+    tasks.spawn(poll_depth(schema, enqueued, depth, stop.clone()));
     let work = tokio::spawn({
         let (worker, stop) = (worker.clone(), stop.clone());
         async move { worker.run(stop).await }
@@ -191,7 +202,8 @@ pub async fn run(cfg: Config, shutdown: CancellationToken) -> Result<(), Adapter
     Ok(())
 }
 
-/// Counts the pending actions every [`DEPTH_POLL`].
+/// Counts the pending actions every [`DEPTH_POLL`]; a failed count makes
+/// the depth unknown until the next one succeeds.
 async fn poll_depth(
     store: PgStore,
     enqueued: Arc<AtomicU64>,
@@ -204,8 +216,9 @@ async fn poll_depth(
         match store.actions_pending_count().await {
             Ok(n) => depth.set(u64::try_from(n).unwrap_or(0), before),
             Err(e) => {
+                depth.unknown();
                 if failures.is_multiple_of(50) {
-                    tracing::warn!(error = %e, "depth count failed; keeping the last");
+                    tracing::warn!(error = %e, "depth count failed; no depth is reported until one succeeds");
                 }
                 failures += 1;
             }
@@ -218,66 +231,131 @@ async fn poll_depth(
 }
 
 /// Emits the samples on wall-clock boundaries.
-struct Sampler {
+///
+/// # Invariants
+/// - Each sample's rates are counts over its own window, and `window_s` is
+///   that window's real length: from the previous sample, or for the first
+///   one from when the counts started (after the process started), so
+///   `rate x window_s` is the count and no window is longer than the
+///   process has lived. The percentiles' `window_s` is the rolling window,
+///   shortened likewise to the time since the counts started.
+/// - A metric that cannot be read is left out of the tick, never repeated:
+///   the depth when the latest count failed (PostgreSQL down), the claim and
+///   end-to-end percentiles when no job started (or ended) since the
+///   previous tick, so a stalled run does not keep showing the latencies
+///   of before the stall.
+pub struct Sampler {
     cfg: Arc<Config>,
+    started: Instant,
     enqueued: Arc<AtomicU64>,
     depth: Arc<Depth>,
-    claims: Arc<Mutex<Window>>,
+    measures: Arc<job::Measures>,
     worker: Arc<Worker<job::Measured>>,
 }
 
+/// The counts at one moment.
+#[derive(Debug, Clone, Copy)]
+struct Reading {
+    at: Instant,
+    enqueued: u64,
+    completed: u64,
+    failures: u64,
+    jobs_started: u64,
+    jobs_finished: u64,
+}
+
 impl Sampler {
-    fn completed(&self) -> u64 {
-        let s = self.worker.stats();
-        s.settled.load(Ordering::Relaxed) + s.failed.load(Ordering::Relaxed)
+    fn read(&self) -> Reading {
+        let m = &self.measures;
+        Reading {
+            at: Instant::now(),
+            enqueued: self.enqueued.load(Ordering::Relaxed),
+            // A job completes when its settle commits; a refused (failed)
+            // one does not complete.
+            completed: self.worker.stats().settled.load(Ordering::Relaxed),
+            failures: m.failures.load(Ordering::Relaxed),
+            jobs_started: m.started.load(Ordering::Relaxed),
+            jobs_finished: m.finished.load(Ordering::Relaxed),
+        }
     }
 
     async fn run(self, stop: CancellationToken) {
         let period = Duration::from_secs(self.cfg.sample_every_s);
-        let mut last = (
-            Instant::now(),
-            self.enqueued.load(Ordering::Relaxed),
-            self.completed(),
-        );
+        let mut last = Reading {
+            at: self.started,
+            enqueued: 0,
+            completed: 0,
+            failures: 0,
+            jobs_started: 0,
+            jobs_finished: 0,
+        };
         loop {
             let (wait, at) = pacing::next_boundary(emit::now_since_epoch(), period);
             tokio::select! {
                 _ = tokio::time::sleep(wait) => {}
                 _ = stop.cancelled() => return,
             }
-            let now = (
-                Instant::now(),
-                self.enqueued.load(Ordering::Relaxed),
-                self.completed(),
-            );
-            let dt = (now.0 - last.0).as_secs_f64().max(1e-3);
-            let rates = ((now.1 - last.1) as f64 / dt, (now.2 - last.2) as f64 / dt);
+            let now = self.read();
+            self.emit_tick(at, &last, &now);
             last = now;
-            self.emit_tick(at, rates);
         }
     }
 
-    /// One record per metric, all stamped with the boundary `at`. A window
-    /// in which no job started gives 0 for the percentiles.
-    fn emit_tick(&self, at: Duration, (enqueue_rate, completion_rate): (f64, f64)) {
+    /// One record per metric that can be read, all stamped with the boundary `at`.
+    fn emit_tick(&self, at: Duration, last: &Reading, now: &Reading) {
         let t = emit::iso(at);
-        let p = {
-            let mut w = self.claims.lock().unwrap_or_else(|p| p.into_inner());
-            w.percentiles(at.as_secs().saturating_sub(1))
-        };
-        let (p50, p95, p99) = p.map_or((0.0, 0.0, 0.0), |p| (p.p50_ms, p.p95_ms, p.p99_ms));
-        let (window, every) = (
-            self.cfg.latency_window_s as f64,
-            self.cfg.sample_every_s as f64,
-        );
-        for (metric, value, window_s) in [
-            ("claim_p50_ms", p50, window),
-            ("claim_p95_ms", p95, window),
-            ("claim_p99_ms", p99, window),
-            ("enqueue_rate", enqueue_rate, every),
-            ("completion_rate", completion_rate, every),
-            ("queue_depth", self.depth.last() as f64, 0.0),
+        let window_s = (now.at - last.at).as_secs_f64().max(1e-3);
+        let lived_s = (now.at - self.started).as_secs_f64();
+        let latency_window_s = (self.cfg.latency_window_s as f64).min(lived_s);
+        let rate = |before: u64, after: u64| after.saturating_sub(before) as f64 / window_s;
+        let second = at.as_secs().saturating_sub(1);
+        let mut records: Vec<(&str, f64, f64)> = vec![
+            ("enqueue_rate", rate(last.enqueued, now.enqueued), window_s),
+            (
+                "completion_rate",
+                rate(last.completed, now.completed),
+                window_s,
+            ),
+        ];
+        if self.cfg.fail.active() {
+            records.push((
+                "retryable_failure_rate",
+                rate(last.failures, now.failures),
+                window_s,
+            ));
+        }
+        for (window, fed, names) in [
+            (
+                &self.measures.claims,
+                now.jobs_started > last.jobs_started,
+                ["claim_p50_ms", "claim_p95_ms", "claim_p99_ms"],
+            ),
+            (
+                &self.measures.end_to_end,
+                now.jobs_finished > last.jobs_finished,
+                [
+                    "end_to_end_p50_ms",
+                    "end_to_end_p95_ms",
+                    "end_to_end_p99_ms",
+                ],
+            ),
         ] {
+            let p = fed
+                .then(|| {
+                    let mut w = window.lock().unwrap_or_else(|p| p.into_inner());
+                    w.percentiles(second)
+                })
+                .flatten();
+            if let Some(p) = p {
+                for (name, v) in names.into_iter().zip([p.p50_ms, p.p95_ms, p.p99_ms]) {
+                    records.push((name, v, latency_window_s));
+                }
+            }
+        }
+        if let Some(depth) = self.depth.current() {
+            records.push(("queue_depth", depth as f64, 0.0));
+        }
+        for (metric, value, window_s) in records {
             emit::emit(&emit::sample(
                 &t,
                 self.cfg.instance_id,

@@ -6,8 +6,11 @@ use courier_adapter::config::Config;
 use tokio_util::sync::CancellationToken;
 
 fn main() -> std::process::ExitCode {
+    // Plain text: the harness copies stderr into its logs, where colour
+    // escape codes are noise.
     tracing_subscriber::fmt()
         .with_writer(std::io::stderr)
+        .with_ansi(false)
         .with_target(false)
         .init();
     let cfg = match Config::from_vars(|k| std::env::var(k).ok()) {

@@ -9,6 +9,8 @@
 //!   another adapter by 18-22%).
 //! - The owed jobs of one call and the credit left always add up to the
 //!   credit accrued: nothing is dropped at a batch boundary.
+//! - A rate change applies from the moment it is made: the time before it
+//!   is credited at the old rate.
 
 use std::time::{Duration, Instant};
 
@@ -40,11 +42,36 @@ impl Credit {
         whole as u64
     }
 
+    /// The rate credited from `now` on; the time until `now` is credited
+    /// at the rate before.
+    pub fn set_rate(&mut self, rate_per_s: f64, now: Instant) {
+        let dt = now.saturating_duration_since(self.last).as_secs_f64();
+        self.credit += self.rate_per_s * dt;
+        self.last = now;
+        self.rate_per_s = rate_per_s;
+    }
+
+    pub fn rate_per_s(&self) -> f64 {
+        self.rate_per_s
+    }
+
     /// Gives back jobs that were owed but not inserted (the insert failed),
     /// so that they are offered again.
     pub fn refund(&mut self, jobs: u64) {
         self.credit += jobs as f64;
     }
+}
+
+/// The highest rate a control file may set, in jobs/s.
+pub const RATE_PER_S_MAX: f64 = 1_000_000.0;
+
+/// A rate as the harness writes it to `PRODUCER_RATE_CONTROL_FILE`: a
+/// decimal (`1200.0`, `800`), surrounding whitespace allowed. None for
+/// anything else, including the empty file the harness's truncating write
+/// leaves for a moment, so the caller keeps the rate it has.
+pub fn parse_rate(text: &str) -> Option<f64> {
+    let rate: f64 = text.trim().parse().ok()?;
+    (rate.is_finite() && (0.0..=RATE_PER_S_MAX).contains(&rate)).then_some(rate)
 }
 
 /// Splits `n` jobs into insert calls of at most `batch_max` each.
@@ -125,6 +152,27 @@ mod tests {
         assert_eq!(owed, 666);
         c.refund(5);
         assert_eq!(c.owed(t0 + Duration::from_millis(2_000)), 5);
+    }
+
+    #[test]
+    fn a_rate_change_credits_the_time_before_it_at_the_old_rate() {
+        let t0 = Instant::now();
+        let mut c = Credit::new(100, t0);
+        c.set_rate(1_200.0, t0 + Duration::from_millis(500));
+        // 0.5 s at 100/s, then 0.5 s at 1,200/s.
+        assert_eq!(c.owed(t0 + Duration::from_millis(1_000)), 650);
+        c.set_rate(0.0, t0 + Duration::from_millis(1_000));
+        assert_eq!(c.owed(t0 + Duration::from_millis(5_000)), 0);
+    }
+
+    #[test]
+    fn control_file_rates_are_decimals() {
+        assert_eq!(parse_rate("1200.0"), Some(1_200.0));
+        assert_eq!(parse_rate(" 800\n"), Some(800.0));
+        assert_eq!(parse_rate("0"), Some(0.0));
+        for bad in ["", "fast", "-1", "NaN", "inf", "1e9"] {
+            assert_eq!(parse_rate(bad), None, "{bad:?}");
+        }
     }
 
     #[test]
