@@ -17,12 +17,12 @@
 //!   within `request_timeout`. At most `connections_max` connections are
 //!   served at once; more wait in the kernel's accept queue.
 
-use crate::auth::Auth;
+use crate::auth::{Auth, Caller};
 use crate::group_commit::GroupCommit;
 use axum::body::Bytes;
 use axum::extract::rejection::{BytesRejection, PathRejection};
-use axum::extract::{DefaultBodyLimit, Path, Request, State};
-use axum::http::{HeaderMap, StatusCode, Uri};
+use axum::extract::{DefaultBodyLimit, Extension, Path, Request, State};
+use axum::http::{HeaderMap, StatusCode};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
@@ -379,11 +379,9 @@ pub struct WebhookAnswerDoc {
 )]
 async fn enqueue(
     State(state): State<Arc<AppState>>,
-    uri: Uri,
-    headers: HeaderMap,
+    Extension(caller): Extension<Caller>,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Response, ApiError> {
-    let caller = state.auth.check(&uri, &headers)?;
     let body = body_or_error(body)?;
     let req: EnqueueRequest =
         serde_json::from_slice(&body).map_err(|e| ApiError::bad("bad_json", e.to_string()))?;
@@ -461,11 +459,9 @@ pub struct EnqueueBatchAnswer {
 )]
 async fn enqueue_batch(
     State(state): State<Arc<AppState>>,
-    uri: Uri,
-    headers: HeaderMap,
+    Extension(caller): Extension<Caller>,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Response, ApiError> {
-    let caller = state.auth.check(&uri, &headers)?;
     let body = body_or_error(body)?;
     let req: EnqueueBatchRequest =
         serde_json::from_slice(&body).map_err(|e| ApiError::bad("bad_json", e.to_string()))?;
@@ -525,11 +521,9 @@ async fn enqueue_batch(
 )]
 async fn get_action(
     State(state): State<Arc<AppState>>,
-    uri: Uri,
-    headers: HeaderMap,
+    Extension(caller): Extension<Caller>,
     id: Result<Path<String>, PathRejection>,
 ) -> Result<Response, ApiError> {
-    let caller = state.auth.check(&uri, &headers)?;
     let Path(id) = id.map_err(|r| ApiError::bad("bad_id", r.body_text()))?;
     let id: i64 = id
         .parse()
@@ -635,6 +629,19 @@ async fn no_method() -> ApiError {
     )
 }
 
+/// Authenticates a request to the actions' routes before its body is read
+/// (an unauthenticated client never makes the server read or parse one),
+/// and hands the handler its [`Caller`].
+async fn authenticate(State(auth): State<Auth>, mut req: Request, next: Next) -> Response {
+    match auth.check(req.uri(), req.headers()) {
+        Ok(caller) => {
+            req.extensions_mut().insert(caller);
+            next.run(req).await
+        }
+        Err(e) => e.into_response(),
+    }
+}
+
 /// Ends a request that takes longer than `timeout` (its body included) with
 /// a JSON 408.
 async fn deadline(timeout: Duration, req: Request, next: Next) -> Response {
@@ -704,18 +711,24 @@ pub fn router_with_auth(store: PgStore, cfg: ServerConfig, auth: Auth) -> Router
         auth,
         webhooks,
     });
+    // The actions' routes authenticate before their handler reads a byte
+    // of the body; the webhook route is signed instead, /healthz open.
+    let guard = axum::middleware::from_fn_with_state(state.auth.clone(), authenticate);
     // A batch has a body limit of its own; every other route the one of a
     // single action.
     let batch_limit = cfg_batch_limit;
     let batch = Router::new()
         .route("/v1/actions:batch", post(enqueue_batch))
+        .route_layer(guard.clone())
         .layer(DefaultBodyLimit::max(batch_limit))
         .layer(axum::middleware::from_fn(move |req, next| {
             declared_size(batch_limit, req, next)
         }));
-    Router::new()
+    let actions = Router::new()
         .route("/v1/actions", post(enqueue))
         .route("/v1/actions/{id}", get(get_action))
+        .route_layer(guard);
+    actions
         .route("/v1/webhooks/provider", post(webhook))
         .route("/healthz", get(healthz))
         .layer(DefaultBodyLimit::max(limit))

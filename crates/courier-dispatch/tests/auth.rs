@@ -423,3 +423,29 @@ async fn webhooks_signed_with_the_new_or_the_previous_secret_are_accepted() {
     // Signed with either secret: past the signature (no intent has the key).
     assert_eq!(statuses, vec![404, 404, 401]);
 }
+
+#[tokio::test]
+async fn an_unauthenticated_request_is_refused_before_its_body_is_read() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let db = fresh_db().await;
+    let api = server(&db.store, None).await;
+    let addr = api.trim_start_matches("http://");
+    // A body declared at 1 MB of which nothing is sent: reading it would
+    // wait for the request time-out (10 s); the check answers at once.
+    let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
+    s.write_all(
+        b"POST /v1/actions:batch HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n\
+          Content-Length: 1000000\r\n\r\n{",
+    )
+    .await
+    .unwrap();
+    let started = Instant::now();
+    let mut head = [0u8; 64];
+    let n = tokio::time::timeout(Duration::from_secs(5), s.read(&mut head))
+        .await
+        .expect("answered without the body")
+        .unwrap();
+    let head = String::from_utf8_lossy(&head[..n]);
+    assert!(head.starts_with("HTTP/1.1 401"), "{head}");
+    assert!(started.elapsed() < Duration::from_secs(2));
+}
