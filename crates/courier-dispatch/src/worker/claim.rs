@@ -185,6 +185,36 @@ async fn start<P: Provider>(
     let ctx = ctx.clone();
     tasks.spawn(async move {
         Delivery::new(&ctx, c, &held, seed).run().await;
-        ctx.held.lock().expect("held map").remove(&id);
+        release(&mut ctx.held.lock().expect("held map"), id, &held);
     });
+}
+
+/// Takes a finished delivery's lease out of the held map, unless the entry
+/// is no longer its own: a reclaim of the same action (its lease expired,
+/// a new epoch) by this worker while the old delivery was still ending has
+/// put the new lease there, which the heartbeat must go on renewing.
+fn release(map: &mut std::collections::HashMap<i64, Arc<Held>>, id: i64, held: &Arc<Held>) {
+    if map.get(&id).is_some_and(|h| Arc::ptr_eq(h, held)) {
+        map.remove(&id);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::HashMap;
+
+    #[test]
+    fn a_finished_delivery_leaves_a_newer_lease_of_its_action_held() {
+        let mut map = HashMap::new();
+        let old = Arc::new(Held::new(1, 1_000));
+        let new = Arc::new(Held::new(2, 2_000));
+        map.insert(7, old.clone());
+        // Reclaimed by this worker at epoch 2 while the epoch 1 delivery ends.
+        map.insert(7, new.clone());
+        release(&mut map, 7, &old);
+        assert!(map.get(&7).is_some_and(|h| Arc::ptr_eq(h, &new)));
+        release(&mut map, 7, &new);
+        assert!(map.is_empty());
+    }
 }
