@@ -55,7 +55,12 @@ async fn leaders_are_found_killed_and_replaced_and_a_stopped_server_comes_back()
     let broker = Broker::connect(&c.nats_url_list(), Names::new(&keys), &limits)
         .await
         .expect("connects to the cluster");
-    broker.ensure(&limits).await.expect("stream and consumer");
+    // As `relay run` does: a just-started cluster may not see a peer yet
+    // ("no suitable peers for placement"), so retry up to the ready time.
+    until("the stream and its consumer", ready, || async {
+        broker.ensure(&limits).await.ok()
+    })
+    .await;
     let meta = until("a meta leader", ready, || c.meta_leader()).await;
     assert!(meta < 3);
     let stream_leader = until("a stream leader", ready, || async {
