@@ -346,17 +346,29 @@ impl Broker {
     /// Reads every message of the stream once, through a temporary consumer
     /// that acknowledges nothing, and counts the copies of each event.
     pub async fn census(&self, deadline: Duration) -> Result<Census, BrokerError> {
-        let stream = self
-            .js
-            .get_stream(&self.names.stream)
-            .await
-            .map_err(|e| request("stream lookup")(e.to_string()))?;
-        let total = stream
-            .get_info()
-            .await
-            .map_err(|e| request("stream info")(e.to_string()))?
-            .state
-            .messages;
+        let started = Instant::now();
+        // Every request here can fail while the cluster settles after a
+        // fault (503 "JetStream system temporarily unavailable", no
+        // responders while the stream elects a leader): each is tried again
+        // until the deadline.
+        let (stream, total) = loop {
+            let looked_up = match self.js.get_stream(&self.names.stream).await {
+                Ok(mut stream) => match stream.info().await {
+                    Ok(info) => Ok(info.state.messages),
+                    Err(e) => Err(request("stream info")(e.to_string())),
+                }
+                .map(|total| (stream, total)),
+                Err(e) => Err(request("stream lookup")(e.to_string())),
+            };
+            match looked_up {
+                Ok(found) => break found,
+                Err(e) if started.elapsed() < deadline => {
+                    tracing::debug!(error = %e, "census: stream not readable yet; trying again");
+                    tokio::time::sleep(CENSUS_RETRY_AFTER).await;
+                }
+                Err(e) => return Err(e),
+            }
+        };
         let mut census = Census {
             messages: total,
             ..Census::default()
@@ -364,22 +376,30 @@ impl Broker {
         if total == 0 {
             return Ok(census);
         }
-        let reader: consumer::PullConsumer = stream
-            .create_consumer(consumer::pull::Config {
-                ack_policy: consumer::AckPolicy::None,
-                deliver_policy: consumer::DeliverPolicy::All,
-                inactive_threshold: Duration::from_secs(30),
-                ..Default::default()
-            })
-            .await
-            .map_err(|e| request("census consumer")(e.to_string()))?;
-        let started = Instant::now();
+        // A consumer created by an attempt whose answer was lost is unnamed
+        // and expires on its own.
+        let reader: consumer::PullConsumer = loop {
+            let created = stream
+                .create_consumer(consumer::pull::Config {
+                    ack_policy: consumer::AckPolicy::None,
+                    deliver_policy: consumer::DeliverPolicy::All,
+                    inactive_threshold: Duration::from_secs(30),
+                    ..Default::default()
+                })
+                .await;
+            match created {
+                Ok(reader) => break reader,
+                Err(e) if started.elapsed() < deadline => {
+                    tracing::debug!(error = %e, "census consumer not created yet; trying again");
+                    tokio::time::sleep(CENSUS_RETRY_AFTER).await;
+                }
+                Err(e) => return Err(request("census consumer")(e.to_string())),
+            }
+        };
         let mut seen = 0u64;
-        // A fetch can fail while the cluster settles after a fault (503, no
-        // responders, while the stream elects a leader): it is tried again
-        // until the deadline. The consumer acknowledges nothing and its
-        // position moves only past messages delivered, so none is counted
-        // twice.
+        // A fetch that fails is tried again until the same deadline. The
+        // consumer acknowledges nothing and its position moves only past
+        // messages delivered, so none is counted twice.
         let mut last_error = String::new();
         while seen < total {
             if started.elapsed() > deadline {
