@@ -22,13 +22,20 @@ CREATE TABLE actions (
     dispatched_at timestamp with time zone,
     done_at timestamp with time zone,
     fail_reason text,
+    not_before timestamp with time zone,
+    expires_at timestamp with time zone,
+    fail_status smallint,
+    redrive_of bigint,
+    redriven_as bigint,
     CONSTRAINT actions_body_check CHECK (((length(body) >= 1) AND (length(body) <= 1600))),
     CONSTRAINT actions_check CHECK (((state <> 'claimed'::text) OR ((owner IS NOT NULL) AND (lease_until IS NOT NULL) AND (epoch > 0)))),
     CONSTRAINT actions_check1 CHECK (((state = 'claimed'::text) OR (lease_until IS NULL))),
     CONSTRAINT actions_client_key_check CHECK (((client_key IS NULL) OR ((length(client_key) >= 1) AND (length(client_key) <= 255)))),
     CONSTRAINT actions_epoch_check CHECK ((epoch >= 0)),
+    CONSTRAINT actions_expiry_check CHECK (((expires_at IS NULL) OR (not_before IS NULL) OR (expires_at > not_before))),
     CONSTRAINT actions_pkey PRIMARY KEY (id),
-    CONSTRAINT actions_state_check CHECK ((state = ANY (ARRAY['pending'::text, 'claimed'::text, 'dispatched'::text, 'done'::text, 'failed'::text]))),
+    CONSTRAINT actions_scheduled_check CHECK (((state <> 'scheduled'::text) OR (not_before IS NOT NULL))),
+    CONSTRAINT actions_state_check CHECK ((state = ANY (ARRAY['scheduled'::text, 'pending'::text, 'claimed'::text, 'dispatched'::text, 'done'::text, 'failed'::text, 'cancelled'::text, 'expired'::text]))),
     CONSTRAINT actions_uid_key UNIQUE (uid)
 ) WITH (fillfactor=80);
 
@@ -50,7 +57,16 @@ CREATE TABLE actions_held (
 CREATE TABLE actions_ready (
     id bigint NOT NULL,
     store text NOT NULL,
+    expires_at timestamp with time zone,
     CONSTRAINT actions_ready_pkey PRIMARY KEY (id)
+);
+
+CREATE TABLE actions_scheduled (
+    id bigint NOT NULL,
+    store text NOT NULL,
+    not_before timestamp with time zone NOT NULL,
+    expires_at timestamp with time zone,
+    CONSTRAINT actions_scheduled_pkey PRIMARY KEY (id)
 );
 
 CREATE TABLE api_tokens (
@@ -183,7 +199,10 @@ CREATE SEQUENCE store_releases_id_seq AS bigint START 1 INCREMENT 1 OWNED BY sto
 -- Indexes (those of constraints are with their tables)
 CREATE UNIQUE INDEX actions_store_client_key ON public.actions USING btree (store, client_key) WHERE (client_key IS NOT NULL);
 CREATE INDEX actions_held_lease ON public.actions_held USING btree (lease_until);
+CREATE INDEX actions_ready_expiry ON public.actions_ready USING btree (expires_at) WHERE (expires_at IS NOT NULL);
 CREATE INDEX actions_ready_store ON public.actions_ready USING btree (store, id);
+CREATE INDEX actions_scheduled_due ON public.actions_scheduled USING btree (not_before, id);
+CREATE INDEX actions_scheduled_expiry ON public.actions_scheduled USING btree (expires_at) WHERE (expires_at IS NOT NULL);
 CREATE INDEX events_kind_id ON public.events USING btree (kind, id);
 CREATE INDEX intents_watched_next_check ON public.intents_watched USING btree (next_check_at) WHERE (next_check_at IS NOT NULL);
 CREATE INDEX intents_watched_open ON public.intents_watched USING btree (created_at, action_id) WHERE open;
@@ -348,16 +367,17 @@ END $function$;
 CREATE OR REPLACE FUNCTION public.courier_held_done_delete()
  RETURNS trigger
  LANGUAGE plpgsql
- SET enable_seqscan TO 'off'
  SET enable_hashjoin TO 'on'
  SET enable_mergejoin TO 'on'
+ SET enable_seqscan TO 'off'
  SET plan_cache_mode TO 'auto'
 AS $function$
 BEGIN
     DELETE FROM actions_held h USING old_rows o
     WHERE h.id = o.id AND o.state = 'claimed';
     DELETE FROM actions_done d USING old_rows o
-    WHERE d.done_at = o.done_at AND d.id = o.id AND o.state IN ('done', 'failed');
+    WHERE d.done_at = o.done_at AND d.id = o.id
+      AND o.state IN ('done', 'failed', 'cancelled', 'expired');
     RETURN NULL;
 END $function$;
 
@@ -374,16 +394,16 @@ BEGIN
     SELECT id, store, owner, epoch, lease_until FROM added WHERE state = 'claimed';
     INSERT INTO actions_done (done_at, id)
     SELECT done_at, id FROM added
-    WHERE state IN ('done', 'failed') AND done_at IS NOT NULL;
+    WHERE state IN ('done', 'failed', 'cancelled', 'expired') AND done_at IS NOT NULL;
     RETURN NULL;
 END $function$;
 
 CREATE OR REPLACE FUNCTION public.courier_held_done_update()
  RETURNS trigger
  LANGUAGE plpgsql
- SET enable_seqscan TO 'off'
  SET enable_hashjoin TO 'on'
  SET enable_mergejoin TO 'on'
+ SET enable_seqscan TO 'off'
  SET plan_cache_mode TO 'auto'
 AS $function$
 BEGIN
@@ -406,12 +426,14 @@ BEGIN
     DELETE FROM actions_done d
     USING old_rows o JOIN new_rows n ON n.id = o.id
     WHERE d.done_at = o.done_at AND d.id = o.id
-      AND o.state IN ('done', 'failed')
-      AND (n.state NOT IN ('done', 'failed') OR n.done_at IS DISTINCT FROM o.done_at);
+      AND o.state IN ('done', 'failed', 'cancelled', 'expired')
+      AND (n.state NOT IN ('done', 'failed', 'cancelled', 'expired')
+           OR n.done_at IS DISTINCT FROM o.done_at);
     INSERT INTO actions_done (done_at, id)
     SELECT n.done_at, n.id FROM new_rows n JOIN old_rows o ON o.id = n.id
-    WHERE n.state IN ('done', 'failed') AND n.done_at IS NOT NULL
-      AND (o.state NOT IN ('done', 'failed') OR o.done_at IS DISTINCT FROM n.done_at)
+    WHERE n.state IN ('done', 'failed', 'cancelled', 'expired') AND n.done_at IS NOT NULL
+      AND (o.state NOT IN ('done', 'failed', 'cancelled', 'expired')
+           OR o.done_at IS DISTINCT FROM n.done_at)
     ON CONFLICT DO NOTHING;
     RETURN NULL;
 END $function$;
@@ -434,15 +456,18 @@ AS $function$
 CREATE OR REPLACE FUNCTION public.courier_ready_delete()
  RETURNS trigger
  LANGUAGE plpgsql
- SET enable_seqscan TO 'off'
  SET enable_hashjoin TO 'on'
  SET enable_mergejoin TO 'on'
+ SET enable_seqscan TO 'off'
  SET plan_cache_mode TO 'auto'
 AS $function$
 BEGIN
     DELETE FROM actions_ready r
     USING old_rows o
     WHERE r.id = o.id AND o.state = 'pending';
+    DELETE FROM actions_scheduled s
+    USING old_rows o
+    WHERE s.id = o.id AND o.state = 'scheduled';
     RETURN NULL;
 END $function$;
 
@@ -455,27 +480,40 @@ CREATE OR REPLACE FUNCTION public.courier_ready_insert()
  SET plan_cache_mode TO 'auto'
 AS $function$
 BEGIN
-    INSERT INTO actions_ready (id, store)
-    SELECT id, store FROM added WHERE state = 'pending';
+    INSERT INTO actions_ready (id, store, expires_at)
+    SELECT id, store, expires_at FROM added WHERE state = 'pending';
+    INSERT INTO actions_scheduled (id, store, not_before, expires_at)
+    SELECT id, store, not_before, expires_at FROM added WHERE state = 'scheduled';
     RETURN NULL;
 END $function$;
 
 CREATE OR REPLACE FUNCTION public.courier_ready_update()
  RETURNS trigger
  LANGUAGE plpgsql
- SET enable_seqscan TO 'off'
  SET enable_hashjoin TO 'on'
  SET enable_mergejoin TO 'on'
+ SET enable_seqscan TO 'off'
  SET plan_cache_mode TO 'auto'
 AS $function$
 BEGIN
-    -- Only rows whose state changed (`id` never changes).
+    -- Only rows whose state changed (`id` never changes; nothing changes
+    -- not_before or expires_at).
     DELETE FROM actions_ready r
     USING old_rows o JOIN new_rows n ON n.id = o.id
     WHERE r.id = o.id AND o.state = 'pending' AND n.state <> 'pending';
-    INSERT INTO actions_ready (id, store)
-    SELECT n.id, n.store FROM new_rows n JOIN old_rows o ON o.id = n.id
+    INSERT INTO actions_ready (id, store, expires_at)
+    SELECT n.id, n.store, n.expires_at FROM new_rows n JOIN old_rows o ON o.id = n.id
     WHERE n.state = 'pending' AND o.state <> 'pending';
+    IF EXISTS (SELECT 1 FROM old_rows WHERE state = 'scheduled')
+       OR EXISTS (SELECT 1 FROM new_rows WHERE state = 'scheduled') THEN
+        DELETE FROM actions_scheduled s
+        USING old_rows o JOIN new_rows n ON n.id = o.id
+        WHERE s.id = o.id AND o.state = 'scheduled' AND n.state <> 'scheduled';
+        INSERT INTO actions_scheduled (id, store, not_before, expires_at)
+        SELECT n.id, n.store, n.not_before, n.expires_at
+        FROM new_rows n JOIN old_rows o ON o.id = n.id
+        WHERE n.state = 'scheduled' AND o.state <> 'scheduled';
+    END IF;
     RETURN NULL;
 END $function$;
 
@@ -646,15 +684,45 @@ BEGIN
     RETURN NULL;
 END $function$;
 
-CREATE OR REPLACE FUNCTION courier.enqueue(store text, recipient text, body text, key text DEFAULT NULL::text)
+CREATE OR REPLACE FUNCTION courier.cancel(action_id bigint, by_name text, stores text[] DEFAULT NULL::text[])
+ RETURNS TABLE(outcome text, state text)
+ LANGUAGE plpgsql
+ SET search_path TO '$user', 'public'
+AS $function$
+#variable_conflict use_column
+DECLARE
+    found_state text;
+BEGIN
+    SELECT a.state INTO found_state FROM actions a
+    WHERE a.id = cancel.action_id
+      AND (cancel.stores IS NULL OR a.store = ANY (cancel.stores))
+    FOR UPDATE;
+    IF NOT FOUND THEN
+        RETURN QUERY SELECT 'not_found'::text, NULL::text;
+        RETURN;
+    END IF;
+    IF found_state NOT IN ('pending', 'scheduled') THEN
+        RETURN QUERY SELECT 'refused'::text, found_state;
+        RETURN;
+    END IF;
+    UPDATE actions a SET state = 'cancelled', done_at = now(),
+        fail_reason = 'cancelled by ' || cancel.by_name
+    WHERE a.id = cancel.action_id;
+    INSERT INTO events (kind, action_id, detail)
+    VALUES ('cancel', cancel.action_id, format('by=%s from=%s', cancel.by_name, found_state));
+    RETURN QUERY SELECT 'cancelled'::text, 'cancelled'::text;
+END $function$;
+
+CREATE OR REPLACE FUNCTION courier.enqueue(store text, recipient text, body text, key text DEFAULT NULL::text, not_before timestamp with time zone DEFAULT NULL::timestamp with time zone, expires_at timestamp with time zone DEFAULT NULL::timestamp with time zone)
  RETURNS TABLE(id bigint, created boolean)
  LANGUAGE plpgsql
  SET search_path TO '$user', 'public'
 AS $function$
 #variable_conflict use_column
 DECLARE
-    problem text[] := courier.enqueue_problem(enqueue.store, enqueue.recipient,
-                                              enqueue.body, enqueue.key);
+    problem text[] := coalesce(
+        courier.enqueue_problem(enqueue.store, enqueue.recipient, enqueue.body, enqueue.key),
+        courier.schedule_problem(enqueue.not_before, enqueue.expires_at, now()));
     made bigint;
     old record;
 BEGIN
@@ -664,8 +732,10 @@ BEGIN
             COLUMN = problem[1], CONSTRAINT = problem[2];
     END IF;
     INSERT INTO stores (store) VALUES (enqueue.store) ON CONFLICT (store) DO NOTHING;
-    INSERT INTO actions (uid, store, client_key, recipient, body)
-    VALUES (courier.uuid_v7(), enqueue.store, enqueue.key, enqueue.recipient, enqueue.body)
+    INSERT INTO actions (uid, store, client_key, recipient, body, not_before, expires_at, state)
+    VALUES (courier.uuid_v7(), enqueue.store, enqueue.key, enqueue.recipient, enqueue.body,
+            enqueue.not_before, enqueue.expires_at,
+            CASE WHEN enqueue.not_before > now() THEN 'scheduled' ELSE 'pending' END)
     ON CONFLICT (store, client_key) WHERE client_key IS NOT NULL DO NOTHING
     RETURNING actions.id INTO made;
     IF made IS NOT NULL THEN
@@ -673,14 +743,15 @@ BEGIN
         RETURN;
     END IF;
     -- A conflict: only an action with this (store, key) causes one.
-    SELECT a.id, a.recipient, a.body INTO old FROM actions a
+    SELECT a.id, a.recipient, a.body, a.not_before, a.expires_at INTO old FROM actions a
     WHERE a.store = enqueue.store AND a.client_key = enqueue.key;
     IF NOT FOUND THEN
         RAISE EXCEPTION USING ERRCODE = 'serialization_failure',
             MESSAGE = 'an action with this (store, key) was enqueued concurrently '
                       'and is not visible to this transaction: retry';
     END IF;
-    IF (old.recipient, old.body) IS DISTINCT FROM (enqueue.recipient, enqueue.body) THEN
+    IF (old.recipient, old.body, old.not_before, old.expires_at) IS DISTINCT FROM
+       (enqueue.recipient, enqueue.body, enqueue.not_before, enqueue.expires_at) THEN
         RAISE EXCEPTION USING ERRCODE = 'QC001',
             MESSAGE = format('key: already used for action %s with a different request', old.id),
             COLUMN = 'key', CONSTRAINT = 'key_reused', DETAIL = format('existing=%s', old.id);
@@ -688,7 +759,7 @@ BEGIN
     RETURN QUERY SELECT old.id, false;
 END $function$;
 
-CREATE OR REPLACE FUNCTION courier.enqueue_many(stores text[], recipients text[], bodies text[], keys text[] DEFAULT NULL::text[])
+CREATE OR REPLACE FUNCTION courier.enqueue_many(stores text[], recipients text[], bodies text[], keys text[] DEFAULT NULL::text[], not_befores timestamp with time zone[] DEFAULT NULL::timestamp with time zone[], expires_ats timestamp with time zone[] DEFAULT NULL::timestamp with time zone[])
  RETURNS TABLE(item integer, id bigint, created boolean)
  LANGUAGE plpgsql
  SET search_path TO '$user', 'public'
@@ -701,9 +772,12 @@ DECLARE
     made_ids bigint[];
 BEGIN
     IF coalesce(cardinality(recipients), 0) <> n OR coalesce(cardinality(bodies), 0) <> n
-       OR (keys IS NOT NULL AND cardinality(keys) <> n) THEN
+       OR (keys IS NOT NULL AND cardinality(keys) <> n)
+       OR (not_befores IS NOT NULL AND cardinality(not_befores) <> n)
+       OR (expires_ats IS NOT NULL AND cardinality(expires_ats) <> n) THEN
         RAISE EXCEPTION USING ERRCODE = 'invalid_parameter_value',
-            MESSAGE = 'items: stores, recipients, bodies and keys must have the same length',
+            MESSAGE = 'items: stores, recipients, bodies, keys, not_befores and expires_ats '
+                      'must have the same length',
             COLUMN = 'items', CONSTRAINT = 'bad_items';
     END IF;
     IF n > 10000 THEN
@@ -717,8 +791,10 @@ BEGIN
 
     -- The first item out of its limits.
     SELECT t.i, p.p INTO bad
-    FROM unnest(stores, recipients, bodies, keys) WITH ORDINALITY AS t(s, r, b, k, i),
-         LATERAL (SELECT courier.enqueue_problem(t.s, t.r, t.b, t.k) AS p) p
+    FROM unnest(stores, recipients, bodies, keys, not_befores, expires_ats)
+             WITH ORDINALITY AS t(s, r, b, k, nb, ea, i),
+         LATERAL (SELECT coalesce(courier.enqueue_problem(t.s, t.r, t.b, t.k),
+                                  courier.schedule_problem(t.nb, t.ea, now())) AS p) p
     WHERE p.p IS NOT NULL
     ORDER BY t.i LIMIT 1;
     IF FOUND THEN
@@ -730,13 +806,15 @@ BEGIN
     -- The first item that repeats an earlier item's (store, key) with
     -- other content.
     SELECT x.i, x.i0 INTO bad FROM (
-        SELECT t.i, t.r, t.b,
+        SELECT t.i, t.r, t.b, t.nb, t.ea,
                first_value(t.i) OVER w AS i0, first_value(t.r) OVER w AS r0,
-               first_value(t.b) OVER w AS b0
-        FROM unnest(stores, recipients, bodies, keys) WITH ORDINALITY AS t(s, r, b, k, i)
+               first_value(t.b) OVER w AS b0, first_value(t.nb) OVER w AS nb0,
+               first_value(t.ea) OVER w AS ea0
+        FROM unnest(stores, recipients, bodies, keys, not_befores, expires_ats)
+                 WITH ORDINALITY AS t(s, r, b, k, nb, ea, i)
         WHERE t.k IS NOT NULL
         WINDOW w AS (PARTITION BY t.s, t.k ORDER BY t.i)) x
-    WHERE (x.r, x.b) IS DISTINCT FROM (x.r0, x.b0)
+    WHERE (x.r, x.b, x.nb, x.ea) IS DISTINCT FROM (x.r0, x.b0, x.nb0, x.ea0)
     ORDER BY x.i LIMIT 1;
     IF FOUND THEN
         RAISE EXCEPTION USING ERRCODE = 'QC001',
@@ -754,13 +832,16 @@ BEGIN
     -- Each item that is the first of its (store, key), or has no key, in
     -- item order.
     WITH firsts AS MATERIALIZED (
-        SELECT f.i, f.s, f.r, f.b, f.k, courier.uuid_v7() AS uid FROM (
+        SELECT f.i, f.s, f.r, f.b, f.k, f.nb, f.ea, courier.uuid_v7() AS uid FROM (
             SELECT t.*, row_number() OVER (PARTITION BY t.s, t.k ORDER BY t.i) AS nth
-            FROM unnest(stores, recipients, bodies, keys) WITH ORDINALITY AS t(s, r, b, k, i)) f
+            FROM unnest(stores, recipients, bodies, keys, not_befores, expires_ats)
+                     WITH ORDINALITY AS t(s, r, b, k, nb, ea, i)) f
         WHERE f.k IS NULL OR f.nth = 1
     ), made AS (
-        INSERT INTO actions (uid, store, client_key, recipient, body)
-        SELECT f.uid, f.s, f.k, f.r, f.b FROM firsts f ORDER BY f.i
+        INSERT INTO actions (uid, store, client_key, recipient, body, not_before, expires_at, state)
+        SELECT f.uid, f.s, f.k, f.r, f.b, f.nb, f.ea,
+               CASE WHEN f.nb > now() THEN 'scheduled' ELSE 'pending' END
+        FROM firsts f ORDER BY f.i
         ON CONFLICT (store, client_key) WHERE client_key IS NOT NULL DO NOTHING
         RETURNING actions.id, actions.uid
     )
@@ -772,14 +853,16 @@ BEGIN
     -- which sees an enqueue committed since the insert's): the same content
     -- is that action, other content an error.
     SELECT x.i, a.id AS existing INTO bad FROM (
-        SELECT t.i, t.s, t.k, t.r, t.b,
+        SELECT t.i, t.s, t.k, t.r, t.b, t.nb, t.ea,
                first_value(t.i) OVER (PARTITION BY t.s, t.k ORDER BY t.i) AS i0
-        FROM unnest(stores, recipients, bodies, keys) WITH ORDINALITY AS t(s, r, b, k, i)
+        FROM unnest(stores, recipients, bodies, keys, not_befores, expires_ats)
+                 WITH ORDINALITY AS t(s, r, b, k, nb, ea, i)
         WHERE t.k IS NOT NULL) x
     LEFT JOIN unnest(made_items) AS m(i) ON m.i = x.i0
     LEFT JOIN actions a ON a.store = x.s AND a.client_key = x.k
     WHERE m.i IS NULL
-      AND (a.id IS NULL OR (a.recipient, a.body) IS DISTINCT FROM (x.r, x.b))
+      AND (a.id IS NULL OR (a.recipient, a.body, a.not_before, a.expires_at)
+                           IS DISTINCT FROM (x.r, x.b, x.nb, x.ea))
     ORDER BY x.i LIMIT 1;
     IF FOUND THEN
         IF bad.existing IS NULL THEN
@@ -830,6 +913,149 @@ AS $function$
             ARRAY['key', 'bad_key', 'idempotency key is longer than 255 characters']
         WHEN key !~ '^[ -~]+$' THEN
             ARRAY['key', 'bad_key', 'idempotency key must be printable ASCII']
+    END
+$function$;
+
+CREATE OR REPLACE FUNCTION courier.expire_due(max_n integer DEFAULT 1000, at timestamp with time zone DEFAULT NULL::timestamp with time zone)
+ RETURNS integer
+ LANGUAGE plpgsql
+ SET search_path TO '$user', 'public'
+ SET enable_seqscan TO 'off'
+AS $function$
+DECLARE
+    n integer;
+BEGIN
+    WITH due AS (
+        SELECT a.id FROM (
+            (SELECT r.id FROM actions_ready r
+             WHERE r.expires_at <= coalesce(at, now())
+             ORDER BY r.expires_at LIMIT max_n)
+            UNION ALL
+            (SELECT s.id FROM actions_scheduled s
+             WHERE s.expires_at <= coalesce(at, now())
+             ORDER BY s.expires_at LIMIT max_n)) x
+        CROSS JOIN LATERAL (
+            SELECT a.id FROM actions a
+            WHERE a.id = x.id AND a.state IN ('pending', 'scheduled')
+            FOR UPDATE SKIP LOCKED) a
+        LIMIT max_n
+    ), expired AS (
+        UPDATE actions a
+        SET state = 'expired', done_at = coalesce(at, now()),
+            fail_reason = 'expired: not sent before expires_at'
+        WHERE a.id = ANY (ARRAY(SELECT id FROM due))
+        RETURNING 1
+    )
+    SELECT count(*) INTO n FROM expired;
+    RETURN n;
+END $function$;
+
+CREATE OR REPLACE FUNCTION courier.promote_due(max_n integer DEFAULT 1000, at timestamp with time zone DEFAULT NULL::timestamp with time zone)
+ RETURNS integer
+ LANGUAGE plpgsql
+ SET search_path TO '$user', 'public'
+ SET enable_seqscan TO 'off'
+AS $function$
+DECLARE
+    moved_stores text[];
+    moved integer;
+BEGIN
+    WITH due AS (
+        SELECT a.id FROM (
+            SELECT s.id FROM actions_scheduled s
+            WHERE s.not_before <= coalesce(at, now())
+            ORDER BY s.not_before, s.id
+            LIMIT max_n) s
+        CROSS JOIN LATERAL (
+            SELECT a.id FROM actions a
+            WHERE a.id = s.id AND a.state = 'scheduled'
+            FOR UPDATE SKIP LOCKED) a
+    ), promoted AS (
+        UPDATE actions a SET state = 'pending'
+        WHERE a.id = ANY (ARRAY(SELECT id FROM due))
+        RETURNING a.store
+    )
+    SELECT array_agg(DISTINCT store), count(*) INTO moved_stores, moved FROM promoted;
+    IF moved = 0 THEN
+        RETURN 0;
+    END IF;
+    -- 7 is STORE_WORK_LOCK (see courier_store_work_add).
+    PERFORM pg_advisory_xact_lock_shared(7, hashtext(x.store))
+    FROM (SELECT s AS store FROM unnest(moved_stores) AS s ORDER BY s) x;
+    INSERT INTO store_work (store, last_served_at)
+    SELECT s.store, s.last_served_at FROM stores s
+    WHERE s.store = ANY (moved_stores)
+    ORDER BY s.store
+    ON CONFLICT (store) DO NOTHING;
+    RETURN moved;
+END $function$;
+
+CREATE OR REPLACE FUNCTION courier.redrive(action_id bigint, by_name text, stores text[] DEFAULT NULL::text[])
+ RETURNS TABLE(outcome text, new_id bigint, state text, reason text)
+ LANGUAGE plpgsql
+ SET search_path TO '$user', 'public'
+AS $function$
+#variable_conflict use_column
+DECLARE
+    old record;
+    made bigint;
+BEGIN
+    SELECT a.id, a.store, a.recipient, a.body, a.state, a.fail_status, a.redriven_as
+    INTO old FROM actions a
+    WHERE a.id = redrive.action_id
+      AND (redrive.stores IS NULL OR a.store = ANY (redrive.stores))
+    FOR UPDATE;
+    IF NOT FOUND THEN
+        RETURN QUERY SELECT 'not_found'::text, NULL::bigint, NULL::text, NULL::text;
+        RETURN;
+    END IF;
+    IF old.redriven_as IS NOT NULL THEN
+        RETURN QUERY SELECT 'already'::text, old.redriven_as, old.state, NULL::text;
+        RETURN;
+    END IF;
+    IF old.state <> 'failed' THEN
+        RETURN QUERY SELECT 'refused'::text, NULL::bigint, old.state,
+            CASE WHEN old.state IN ('cancelled', 'expired')
+                 THEN 'it was never sent: enqueue it again'
+                 ELSE 'only an action the provider refused can be re-driven' END;
+        RETURN;
+    END IF;
+    IF old.fail_status IS DISTINCT FROM 400 THEN
+        RETURN QUERY SELECT 'refused'::text, NULL::bigint, old.state,
+            CASE WHEN old.fail_status = 422
+                 THEN 'the provider answered 422: its key already has a message'
+                 ELSE 'the provider did not answer 400: the send may have had an effect' END;
+        RETURN;
+    END IF;
+    INSERT INTO actions (uid, store, recipient, body, redrive_of)
+    VALUES (courier.uuid_v7(), old.store, old.recipient, old.body, old.id)
+    RETURNING actions.id INTO made;
+    UPDATE actions a SET redriven_as = made WHERE a.id = old.id;
+    INSERT INTO events (kind, action_id, detail)
+    VALUES ('redrive', old.id, format('by=%s as=%s', redrive.by_name, made));
+    RETURN QUERY SELECT 'redriven'::text, made, 'pending'::text, NULL::text;
+END $function$;
+
+CREATE OR REPLACE FUNCTION courier.schedule_problem(not_before timestamp with time zone, expires_at timestamp with time zone, at timestamp with time zone)
+ RETURNS text[]
+ LANGUAGE sql
+ IMMUTABLE PARALLEL SAFE
+AS $function$
+    SELECT CASE
+        WHEN not_before < at - interval '1 day' THEN
+            ARRAY['not_before', 'time_too_old',
+                  'not_before is more than a day in the past']
+        WHEN not_before > at + interval '365 days' THEN
+            ARRAY['not_before', 'time_too_far',
+                  'not_before is more than 365 days ahead']
+        WHEN expires_at <= at THEN
+            ARRAY['expires_at', 'already_expired', 'expires_at is not in the future']
+        WHEN expires_at > at + interval '365 days' THEN
+            ARRAY['expires_at', 'time_too_far',
+                  'expires_at is more than 365 days ahead']
+        WHEN expires_at <= not_before THEN
+            ARRAY['expires_at', 'expires_before_not_before',
+                  'expires_at must be later than not_before']
     END
 $function$;
 

@@ -217,6 +217,7 @@ impl Producer {
                 to: job::RECIPIENT.into(),
                 body: job::body(at, self.cfg.fail.marks(seq), self.cfg.job_payload_bytes),
                 key: None,
+                ..Default::default()
             })
             .collect();
         self.store.actions_enqueue_many(&news).await?;

@@ -510,6 +510,7 @@ impl Caller {
             to: format!("+1555{:07}", self.rng.random_range(0..10_000_000u32)),
             body: format!("bench message {n} of client {}", self.client),
             key: self.keyed.then(|| format!("c{}-{n}", self.client)),
+            ..Default::default()
         }
     }
 

@@ -1495,6 +1495,7 @@ async fn generate(
                     to: format!("+1555{:07}", a.store % 10_000_000),
                     body,
                     key: None,
+                    ..Default::default()
                 };
                 store.action_enqueue(&new).await.map_err(|e| match e {
                     courier_store::EnqueueError::Store(s) => BenchError::Store(s),

@@ -327,6 +327,7 @@ async fn enqueue_slowly(store: PgStore, n: u32) -> Result<f64, BenchError> {
             to: "+15551234567".into(),
             body: format!("during the migration {i}"),
             key: Some(format!("live-{i}")),
+            ..Default::default()
         };
         let mut tries = 0;
         loop {

@@ -20,20 +20,54 @@ pub fn may_send(now_ms: u64, lease_deadline_ms: u64, margin_ms: u64) -> bool {
     now_ms.saturating_add(margin_ms) < lease_deadline_ms
 }
 
-/// The lease of one action as this process sees it now.
+/// The lease of one action as this process sees it now, with the action's
+/// deadline (`expires_at`) on the same clock.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct LocalLease {
     /// This process's monotonic clock, in milliseconds.
     pub now_ms: u64,
     /// The lease end on the same clock.
     pub deadline_ms: u64,
+    /// The action's `expires_at` on the same clock, measured like the lease
+    /// (from the moment the claim was sent, so never later than the
+    /// database's); `None`: no deadline.
+    pub expires_ms: Option<u64>,
 }
 
 impl LocalLease {
-    /// Whether a request may leave now, `margin_ms` before the lease ends.
+    /// Whether a request may leave now: `margin_ms` before the lease ends,
+    /// and `margin_ms` before the action expires.
     pub fn may_send(self, margin_ms: u64) -> bool {
-        may_send(self.now_ms, self.deadline_ms, margin_ms)
+        may_send(self.now_ms, self.deadline_ms, margin_ms) && !self.expired(margin_ms)
     }
+
+    /// Whether the action's deadline is within `margin_ms` or past: no
+    /// request may leave any more.
+    pub fn expired(self, margin_ms: u64) -> bool {
+        self.expires_ms
+            .is_some_and(|e| !may_send(self.now_ms, e, margin_ms))
+    }
+
+    /// Whether `lag_ms` has passed since the action's deadline: every
+    /// request (each left `margin_ms` before it) has had that long to show
+    /// in the provider's lookups.
+    pub fn past_deadline_by(self, lag_ms: u64) -> bool {
+        self.expires_ms
+            .is_some_and(|e| self.now_ms >= e.saturating_add(lag_ms))
+    }
+}
+
+/// The local deadline of an action that expires `expires_in_ms` after the
+/// time of the claim sent at `sent_ms` (negative: already past), measured
+/// like [`deadline_ms`].
+pub fn expires_ms(sent_ms: u64, expires_in_ms: Option<i64>) -> Option<u64> {
+    expires_in_ms.map(|d| {
+        if d >= 0 {
+            sent_ms.saturating_add(d as u64)
+        } else {
+            sent_ms.saturating_sub(d.unsigned_abs())
+        }
+    })
 }
 
 /// The local deadline of a lease granted (or renewed) by a statement sent at
@@ -79,8 +113,38 @@ mod tests {
         let l = LocalLease {
             now_ms: 4_499,
             deadline_ms: 5_000,
+            expires_ms: None,
         };
         assert!(l.may_send(500));
         assert!(!LocalLease { now_ms: 4_500, ..l }.may_send(500));
+    }
+
+    #[test]
+    fn the_deadline_stops_sends_with_the_same_margin() {
+        let l = LocalLease {
+            now_ms: 1_000,
+            deadline_ms: 5_000,
+            expires_ms: Some(1_600),
+        };
+        assert!(l.may_send(500) && !l.expired(500));
+        let late = LocalLease { now_ms: 1_100, ..l };
+        assert!(!late.may_send(500) && late.expired(500));
+        assert!(!late.past_deadline_by(0));
+        assert!(LocalLease { now_ms: 1_600, ..l }.past_deadline_by(0));
+        assert!(!LocalLease { now_ms: 3_599, ..l }.past_deadline_by(2_000));
+        assert!(LocalLease { now_ms: 3_600, ..l }.past_deadline_by(2_000));
+        let none = LocalLease {
+            expires_ms: None,
+            ..late
+        };
+        assert!(none.may_send(500) && !none.expired(500) && !none.past_deadline_by(0));
+    }
+
+    #[test]
+    fn a_deadline_counts_from_the_claim_sent() {
+        assert_eq!(expires_ms(1_000, None), None);
+        assert_eq!(expires_ms(1_000, Some(2_500)), Some(3_500));
+        assert_eq!(expires_ms(1_000, Some(-400)), Some(600));
+        assert_eq!(expires_ms(100, Some(-400)), Some(0));
     }
 }

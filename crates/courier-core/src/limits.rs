@@ -14,6 +14,7 @@ pub const BODY_CHARS_MAX: u32 = 1_600;
 pub const ENQUEUE_MANY_MAX: u32 = 10_000;
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
 pub struct Limits {
     /// How long a claim (or a heartbeat) keeps an action for its owner.
     pub lease_ttl_ms: u64,
@@ -46,6 +47,16 @@ pub struct Limits {
     pub key_retention_s: u64,
     /// Open intents older than this share of the key retention are reported.
     pub intent_age_alert_percent: u32,
+    /// How long after a request lands the provider's lookup may still
+    /// answer "not found" (the contract allows a lag): at least the
+    /// provider's. Past an action's `expires_at`, a "not found" ends it
+    /// `expired` only once this long has passed since the deadline, by
+    /// which time every request (each left before the deadline, with the
+    /// send margin to land) is visible.
+    pub lookup_lag_ms: u64,
+    /// How often each worker moves due scheduled actions to pending and
+    /// ends unclaimed actions past their `expires_at`.
+    pub schedule_tick_ms: u64,
 }
 
 impl Default for Limits {
@@ -66,6 +77,8 @@ impl Default for Limits {
             final_overdue_ms: 10_000,
             key_retention_s: 3_600,
             intent_age_alert_percent: 50,
+            lookup_lag_ms: 2_000,
+            schedule_tick_ms: 250,
         }
     }
 }
@@ -100,6 +113,9 @@ impl Limits {
         }
         if self.backoff_base_ms == 0 || self.backoff_cap_ms < self.backoff_base_ms {
             return fail("backoff_base_ms must be positive and at most backoff_cap_ms");
+        }
+        if self.schedule_tick_ms == 0 || self.schedule_tick_ms > 1_000 {
+            return fail("schedule_tick_ms must be within 1..=1000 (a due action is claimable within a second)");
         }
         if self.intent_age_alert_percent == 0 || self.intent_age_alert_percent >= 100 {
             return fail("intent_age_alert_percent must be within 1..=99");

@@ -1,9 +1,13 @@
 //! The states of an action, in the order of its life.
 //!
-//! `pending -> claimed -> dispatched -> done`, or `claimed -> failed` when the
-//! provider refused the action; a reclaim keeps an action `claimed` (at a new
-//! epoch). The database's copy of this list is the CHECK on `actions.state`
-//! (migration 1); a store test asserts that the two list the same states.
+//! `[scheduled ->] pending -> claimed -> dispatched -> done`, or `claimed ->
+//! failed` when the provider refused the action; a reclaim keeps an action
+//! `claimed` (at a new epoch). A scheduled or pending action may end
+//! `cancelled` (by a caller) or `expired` (its `expires_at` passed); a
+//! claimed one may end `expired` when its owner found the deadline passed
+//! and the provider without the message. The database's copy of this list
+//! is the CHECK on `actions.state` (migration 23); a store test asserts that
+//! the two list the same states.
 
 use serde::{Deserialize, Serialize};
 use std::fmt;
@@ -13,6 +17,8 @@ use std::str::FromStr;
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum ActionState {
+    /// Enqueued with a `not_before` still ahead: no claim sees it yet.
+    Scheduled,
     /// Enqueued, waiting for a claim.
     Pending,
     /// Held by a worker under a lease (counted in its store's in-flight).
@@ -23,31 +29,50 @@ pub enum ActionState {
     Done,
     /// The provider refused it; never resent.
     Failed,
+    /// Cancelled before any worker claimed it: nothing was sent.
+    Cancelled,
+    /// Not sent before its `expires_at`, and never will be.
+    Expired,
 }
 
 impl ActionState {
     /// Every state, in the order of an action's life.
-    pub const ALL: [ActionState; 5] = [
+    pub const ALL: [ActionState; 8] = [
+        ActionState::Scheduled,
         ActionState::Pending,
         ActionState::Claimed,
         ActionState::Dispatched,
         ActionState::Done,
         ActionState::Failed,
+        ActionState::Cancelled,
+        ActionState::Expired,
     ];
 
     pub fn as_str(self) -> &'static str {
         match self {
+            ActionState::Scheduled => "scheduled",
             ActionState::Pending => "pending",
             ActionState::Claimed => "claimed",
             ActionState::Dispatched => "dispatched",
             ActionState::Done => "done",
             ActionState::Failed => "failed",
+            ActionState::Cancelled => "cancelled",
+            ActionState::Expired => "expired",
         }
     }
 
     /// True when nothing will change the action any more.
     pub fn is_final(self) -> bool {
-        matches!(self, ActionState::Done | ActionState::Failed)
+        matches!(
+            self,
+            ActionState::Done | ActionState::Failed | ActionState::Cancelled | ActionState::Expired
+        )
+    }
+
+    /// True while a caller may still cancel it: no worker holds it, so no
+    /// request can be on the wire.
+    pub fn is_cancellable(self) -> bool {
+        matches!(self, ActionState::Scheduled | ActionState::Pending)
     }
 }
 
@@ -104,11 +129,24 @@ mod tests {
     }
 
     #[test]
-    fn only_done_and_failed_are_final() {
+    fn the_final_and_the_cancellable_states() {
         let finals: Vec<ActionState> = ActionState::ALL
             .into_iter()
             .filter(|s| s.is_final())
             .collect();
-        assert_eq!(finals, [ActionState::Done, ActionState::Failed]);
+        assert_eq!(
+            finals,
+            [
+                ActionState::Done,
+                ActionState::Failed,
+                ActionState::Cancelled,
+                ActionState::Expired
+            ]
+        );
+        let cancellable: Vec<ActionState> = ActionState::ALL
+            .into_iter()
+            .filter(|s| s.is_cancellable())
+            .collect();
+        assert_eq!(cancellable, [ActionState::Scheduled, ActionState::Pending]);
     }
 }

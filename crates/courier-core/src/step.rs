@@ -10,12 +10,12 @@
 //!
 //! ```text
 //! on_claim ──> ReadIntent ──after_intent──> after_claim ──> Send | Lookup | Settle
-//!          └─> Request (the claim counted the first attempt) | Lookup
+//!          └─> Request (the claim counted the first attempt) | Lookup | Expire
 //! Send ──before_attempt──> CountAttempt | Extend(CountAttempt)
 //! Extend(then) ──after_extend──> then | Abandon
 //! CountAttempt ──after_count──> Request | Lookup | Extend(Send) | Abandon
 //! Request ──after_send──> Settle | Fail | RetryLookup
-//! Lookup ──after_lookup──> Settle | Send | RetryLookup
+//! Lookup ──after_lookup──> Settle | Send | RetryLookup | Expire
 //! RetryLookup ──after_backoff──> Lookup
 //! any step ──unless_fenced──> Abandon, once the heartbeat found another owner
 //! ```
@@ -27,6 +27,11 @@
 //! - After an unknown send outcome the next network call is a lookup.
 //! - A rejection is never answered with a resend; a refusal of our own
 //!   credentials never fails the action.
+//! - No request leaves within the send margin of the action's deadline
+//!   (`expires_at`). Past it, an action ends `Expire` only when no request
+//!   can have left for its key (the claim's own first attempt, unsent), or
+//!   when a lookup answers "not found" after the deadline plus the lookup
+//!   lag; a message found is settled as usual.
 
 pub use crate::lease::may_send;
 use crate::lease::LocalLease;
@@ -54,8 +59,12 @@ pub enum Step {
     RetryLookup,
     /// The provider has the message: record this status and settle.
     Settle(Status),
-    /// The provider refused the action: mark it failed with this reason, alert.
-    Fail(String),
+    /// The provider refused the action: mark it failed with the provider's
+    /// HTTP status and this reason, alert.
+    Fail { status: u16, reason: String },
+    /// The deadline passed with no message at the provider: end the action
+    /// `expired` (fenced). Nothing is sent for it again.
+    Expire,
     /// Another owner holds the action: write nothing more, send nothing more.
     Abandon(FencedAt),
 }
@@ -108,8 +117,9 @@ pub enum LookupAnswer {
 pub enum SendAnswer {
     /// 201, or a replay of it: the provider has the message.
     Accepted(Status),
-    /// A definite refusal (400, 422, ...): no message, and resending would not help.
-    Rejected(String),
+    /// A definite refusal (400, 422, ...): no message, and resending would
+    /// not help. `status` is the provider's HTTP status.
+    Rejected { status: u16, reason: String },
     /// 401 or 403: the provider refused our credentials, not the action. No
     /// message was created by this request, but the action is not at fault.
     CredentialsRefused(String),
@@ -149,7 +159,11 @@ pub enum Counted {
 /// intent and counted its first attempt in the same statement, so it sends at
 /// once if the lease allows; a reclaimed one reads the intent first.
 pub fn on_claim(attempt_counted: bool, lease: LocalLease, margin_ms: u64) -> Step {
-    if attempt_counted {
+    if attempt_counted && lease.expired(margin_ms) {
+        // The claim counted the key's first attempt (it wrote the intent:
+        // none existed, so no request ever left) and it may not leave now.
+        Step::Expire
+    } else if attempt_counted {
         before_request(lease, margin_ms)
     } else {
         Step::ReadIntent
@@ -177,7 +191,10 @@ pub fn after_claim(attempts: u32, status: Status) -> Step {
 /// Before counting an attempt: a lease that may end before the request lands
 /// is extended first.
 pub fn before_attempt(lease: LocalLease, margin_ms: u64) -> Step {
-    if lease.may_send(margin_ms) {
+    if lease.expired(margin_ms) {
+        // No new attempt; an earlier one may have left: ask the provider.
+        Step::Lookup
+    } else if lease.may_send(margin_ms) {
         Step::CountAttempt
     } else {
         Step::Extend(Resume::CountAttempt)
@@ -213,18 +230,27 @@ pub fn before_request(lease: LocalLease, margin_ms: u64) -> Step {
     }
 }
 
-pub fn after_lookup(answer: &LookupAnswer) -> Step {
+/// After a lookup. `lag_ms` is how long past the deadline a "not found"
+/// is trusted to mean that no request ever reached the provider (the
+/// lookup lag and a request's time-out: `Limits::lookup_lag_ms` +
+/// `request_timeout_ms`).
+pub fn after_lookup(answer: &LookupAnswer, lease: LocalLease, margin_ms: u64, lag_ms: u64) -> Step {
     match answer {
         LookupAnswer::Found(s) => Step::Settle(*s),
-        LookupAnswer::NotFound => Step::Send,
-        LookupAnswer::Unknown => Step::RetryLookup,
+        LookupAnswer::NotFound if !lease.expired(margin_ms) => Step::Send,
+        LookupAnswer::NotFound if lease.past_deadline_by(lag_ms) => Step::Expire,
+        // Past the deadline, not yet past the lag: a request may still show.
+        LookupAnswer::NotFound | LookupAnswer::Unknown => Step::RetryLookup,
     }
 }
 
 pub fn after_send(answer: &SendAnswer) -> Step {
     match answer {
         SendAnswer::Accepted(s) => Step::Settle(*s),
-        SendAnswer::Rejected(reason) => Step::Fail(reason.clone()),
+        SendAnswer::Rejected { status, reason } => Step::Fail {
+            status: *status,
+            reason: reason.clone(),
+        },
         // Our credentials, not the action: alert and keep asking; never fail
         // the action for it.
         SendAnswer::CredentialsRefused(_) | SendAnswer::Unknown => Step::RetryLookup,
@@ -255,6 +281,7 @@ mod tests {
         LocalLease {
             now_ms,
             deadline_ms,
+            expires_ms: None,
         }
     }
 
@@ -345,21 +372,71 @@ mod tests {
 
     #[test]
     fn only_a_definite_not_found_permits_a_send() {
-        assert_eq!(after_lookup(&LookupAnswer::NotFound), Step::Send);
-        assert_eq!(after_lookup(&LookupAnswer::Unknown), Step::RetryLookup);
+        let l = lease(0, 5_000);
+        assert_eq!(after_lookup(&LookupAnswer::NotFound, l, 500, 2_000), Step::Send);
         assert_eq!(
-            after_lookup(&LookupAnswer::Found(Status::Sent)),
+            after_lookup(&LookupAnswer::Unknown, l, 500, 2_000),
+            Step::RetryLookup
+        );
+        assert_eq!(
+            after_lookup(&LookupAnswer::Found(Status::Sent), l, 500, 2_000),
             Step::Settle(Status::Sent)
         );
         assert_eq!(after_backoff(), Step::Lookup);
+    }
+
+    fn expiring(now_ms: u64, expires_ms: u64) -> LocalLease {
+        LocalLease {
+            expires_ms: Some(expires_ms),
+            ..lease(now_ms, now_ms + 5_000)
+        }
+    }
+
+    #[test]
+    fn past_the_deadline_nothing_leaves_and_only_a_late_not_found_expires() {
+        // The claim's own first attempt, unsent: it ends at once.
+        assert_eq!(on_claim(true, expiring(1_000, 1_400), 500), Step::Expire);
+        assert_eq!(on_claim(true, expiring(1_000, 1_600), 500), Step::Request);
+        // A reclaim reads the intent whatever the time.
+        assert_eq!(on_claim(false, expiring(1_000, 900), 500), Step::ReadIntent);
+        // No new attempt within the margin; ask about the earlier ones.
+        assert_eq!(before_attempt(expiring(1_000, 1_400), 500), Step::Lookup);
+        assert_eq!(before_request(expiring(1_000, 1_400), 500), Step::Lookup);
+        assert_eq!(
+            after_count(Counted::Counted, expiring(1_000, 1_400), 500),
+            Step::Lookup
+        );
+        // A not-found before the deadline sends; after it, waits for the lag.
+        let nf = &LookupAnswer::NotFound;
+        assert_eq!(after_lookup(nf, expiring(1_000, 1_600), 500, 2_000), Step::Send);
+        assert_eq!(
+            after_lookup(nf, expiring(1_000, 1_400), 500, 2_000),
+            Step::RetryLookup
+        );
+        assert_eq!(
+            after_lookup(nf, expiring(3_399, 1_400), 500, 2_000),
+            Step::RetryLookup
+        );
+        assert_eq!(after_lookup(nf, expiring(3_400, 1_400), 500, 2_000), Step::Expire);
+        // Whatever the time, a message found is settled, never expired.
+        assert_eq!(
+            after_lookup(&LookupAnswer::Found(Status::Accepted), expiring(9_000, 1_400), 500, 0),
+            Step::Settle(Status::Accepted)
+        );
     }
 
     #[test]
     fn unknown_sends_are_looked_up_and_rejections_are_not_resent() {
         assert_eq!(after_send(&SendAnswer::Unknown), Step::RetryLookup);
         assert_eq!(
-            after_send(&SendAnswer::Rejected("idempotency_key_reused".into())),
-            Step::Fail("idempotency_key_reused".into())
+            after_send(&SendAnswer::Rejected {
+                status: 422,
+                reason: "idempotency_key_reused".into()
+            }),
+            Step::Fail {
+                status: 422,
+                reason: "idempotency_key_reused".into()
+            }
         );
         assert_eq!(
             after_send(&SendAnswer::Accepted(Status::Accepted)),
@@ -378,7 +455,11 @@ mod tests {
             Step::Lookup,
             Step::RetryLookup,
             Step::Settle(Status::Sent),
-            Step::Fail("x".into()),
+            Step::Fail {
+                status: 400,
+                reason: "x".into(),
+            },
+            Step::Expire,
         ];
         for s in steps {
             assert_eq!(

@@ -124,6 +124,12 @@ fn a_claim_sends_only_when_no_attempt_was_ever_counted() {
 
 #[test]
 fn every_answer_maps_to_its_step() {
+    let lease = courier_core::lease::LocalLease {
+        now_ms: 0,
+        deadline_ms: 5_000,
+        expires_ms: None,
+    };
+    let after_lookup = |a: &LookupAnswer| after_lookup(a, lease, 500, 2_000);
     for s in Status::ALL {
         assert_eq!(after_lookup(&LookupAnswer::Found(s)), Step::Settle(s));
         assert_eq!(after_send(&SendAnswer::Accepted(s)), Step::Settle(s));
@@ -132,8 +138,14 @@ fn every_answer_maps_to_its_step() {
     assert_eq!(after_lookup(&LookupAnswer::Unknown), Step::RetryLookup);
     assert_eq!(after_send(&SendAnswer::Unknown), Step::RetryLookup);
     assert_eq!(
-        after_send(&SendAnswer::Rejected("invalid_recipient".into())),
-        Step::Fail("invalid_recipient".into())
+        after_send(&SendAnswer::Rejected {
+            status: 400,
+            reason: "invalid_recipient".into()
+        }),
+        Step::Fail {
+            status: 400,
+            reason: "invalid_recipient".into()
+        }
     );
 }
 

@@ -220,6 +220,7 @@ impl From<EnqueueRequest> for NewAction {
             to: r.to,
             body: r.body,
             key: r.key,
+            ..Default::default()
         }
     }
 }

@@ -42,9 +42,10 @@ impl SendOutcome {
                 status: status @ (401 | 403),
                 error,
             } => SendAnswer::CredentialsRefused(format!("provider answered {status}: {error}")),
-            SendOutcome::Rejected { status, error } => {
-                SendAnswer::Rejected(format!("provider answered {status}: {error}"))
-            }
+            SendOutcome::Rejected { status, error } => SendAnswer::Rejected {
+                status: *status,
+                reason: format!("provider answered {status}: {error}"),
+            },
             SendOutcome::Unknown(_) => SendAnswer::Unknown,
         }
     }
@@ -291,7 +292,7 @@ mod tests {
         }
         assert!(matches!(
             classify_send(400, false, b"{}").answer(),
-            SendAnswer::Rejected(_)
+            SendAnswer::Rejected { status: 400, .. }
         ));
     }
 

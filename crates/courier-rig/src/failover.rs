@@ -115,10 +115,11 @@ impl FailoverDone {
 /// An action's place in its life: a later rank never returns to an earlier one.
 fn rank(s: ActionState) -> u8 {
     match s {
-        ActionState::Pending => 0,
-        ActionState::Claimed => 1,
-        ActionState::Dispatched => 2,
-        ActionState::Done | ActionState::Failed => 3,
+        ActionState::Scheduled => 0,
+        ActionState::Pending => 1,
+        ActionState::Claimed => 2,
+        ActionState::Dispatched => 3,
+        ActionState::Done | ActionState::Failed | ActionState::Cancelled | ActionState::Expired => 4,
     }
 }
 

@@ -11,17 +11,24 @@
 use crate::decode::{opt_status_col, state_col};
 use crate::error::StoreError;
 use crate::pool::PgStore;
+use chrono::{DateTime, Utc};
 use courier_core::{ActionState, Status};
 use serde::Serialize;
 use tokio_postgres::GenericClient;
 
 /// A new action.
-#[derive(Debug, Clone, PartialEq, Eq, serde::Deserialize, Serialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Deserialize, Serialize)]
 pub struct NewAction {
     pub store: String,
     pub to: String,
     pub body: String,
     pub key: Option<String>,
+    /// Not claimed before this time (`scheduled` until then).
+    #[serde(default)]
+    pub not_before: Option<DateTime<Utc>>,
+    /// Never sent after this time: it ends `expired` instead.
+    #[serde(default)]
+    pub expires_at: Option<DateTime<Utc>>,
 }
 
 /// An action as the API shows it.
@@ -39,6 +46,12 @@ pub struct ActionView {
     pub message_id: Option<String>,
     pub fail_reason: Option<String>,
     pub enqueued_at: String,
+    pub not_before: Option<String>,
+    pub expires_at: Option<String>,
+    /// The action this one re-drives.
+    pub redrive_of: Option<i64>,
+    /// The action that re-drove this one.
+    pub redriven_as: Option<i64>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -66,10 +79,13 @@ pub struct Invalid {
     /// The item of a batch (0-based), `None` for a single enqueue or for
     /// the batch as a whole.
     pub index: Option<usize>,
-    /// `store`, `to`, `body`, `key`, or `items` (the batch as a whole).
+    /// `store`, `to`, `body`, `key`, `not_before`, `expires_at`, or
+    /// `items` (the batch as a whole).
     pub field: String,
     /// A stable code: `bad_store`, `bad_phone`, `empty_body`,
-    /// `body_too_long`, `bad_body`, `bad_key`, `bad_items`, `too_many_items`.
+    /// `body_too_long`, `bad_body`, `bad_key`, `bad_items`, `too_many_items`,
+    /// `time_too_old`, `time_too_far`, `already_expired`,
+    /// `expires_before_not_before`.
     pub code: String,
     /// A sentence for people, naming the field (and the item).
     pub message: String,
@@ -95,11 +111,14 @@ pub enum EnqueueError {
 }
 
 /// The single enqueue: `courier.enqueue`, one statement.
-const ENQUEUE_SQL: &str = "SELECT id, created FROM courier.enqueue($1, $2, $3, $4)";
+const ENQUEUE_SQL: &str = "SELECT id, created FROM courier.enqueue($1, $2, $3, $4, $5, $6)";
 /// The set form: `courier.enqueue_many`, one statement.
-const ENQUEUE_MANY_SQL: &str = "SELECT item, id, created FROM courier.enqueue_many($1, $2, $3, $4)";
+const ENQUEUE_MANY_SQL: &str =
+    "SELECT item, id, created FROM courier.enqueue_many($1, $2, $3, $4, $5, $6)";
 const TEXT: tokio_postgres::types::Type = tokio_postgres::types::Type::TEXT;
 const TEXT_ARRAY: tokio_postgres::types::Type = tokio_postgres::types::Type::TEXT_ARRAY;
+const TIME: tokio_postgres::types::Type = tokio_postgres::types::Type::TIMESTAMPTZ;
+const TIME_ARRAY: tokio_postgres::types::Type = tokio_postgres::types::Type::TIMESTAMPTZ_ARRAY;
 
 /// Enqueues one action inside the caller's transaction (or on any client),
 /// so an application can enqueue atomically with its own rows: the outbox
@@ -118,6 +137,8 @@ pub async fn action_enqueue(
                 (&new.to, TEXT),
                 (&new.body, TEXT),
                 (&new.key, TEXT),
+                (&new.not_before, TIME),
+                (&new.expires_at, TIME),
             ],
         )
         .await
@@ -149,6 +170,8 @@ pub async fn actions_enqueue_many(
                 (&cols.tos, TEXT_ARRAY),
                 (&cols.bodies, TEXT_ARRAY),
                 (&cols.keys, TEXT_ARRAY),
+                (&cols.not_befores, TIME_ARRAY),
+                (&cols.expires_ats, TIME_ARRAY),
             ],
         )
         .await
@@ -162,6 +185,8 @@ struct Columns<'a> {
     tos: Vec<&'a str>,
     bodies: Vec<&'a str>,
     keys: Option<Vec<Option<&'a str>>>,
+    not_befores: Option<Vec<Option<DateTime<Utc>>>>,
+    expires_ats: Option<Vec<Option<DateTime<Utc>>>>,
 }
 
 impl<'a> Columns<'a> {
@@ -172,6 +197,14 @@ impl<'a> Columns<'a> {
             tos: news.iter().map(|n| n.to.as_str()).collect(),
             bodies: news.iter().map(|n| n.body.as_str()).collect(),
             keys: any_key.then(|| news.iter().map(|n| n.key.as_deref()).collect()),
+            not_befores: news
+                .iter()
+                .any(|n| n.not_before.is_some())
+                .then(|| news.iter().map(|n| n.not_before).collect()),
+            expires_ats: news
+                .iter()
+                .any(|n| n.expires_at.is_some())
+                .then(|| news.iter().map(|n| n.expires_at).collect()),
         }
     }
 }
@@ -266,11 +299,21 @@ impl PgStore {
         no_nul(None, new)?;
         let client = self.pool.get().await.map_err(StoreError::from)?;
         let statement = client
-            .prepare_typed_cached(ENQUEUE_SQL, &[TEXT, TEXT, TEXT, TEXT])
+            .prepare_typed_cached(ENQUEUE_SQL, &[TEXT, TEXT, TEXT, TEXT, TIME, TIME])
             .await
             .map_err(StoreError::from)?;
         let row = client
-            .query_one(&statement, &[&new.store, &new.to, &new.body, &new.key])
+            .query_one(
+                &statement,
+                &[
+                    &new.store,
+                    &new.to,
+                    &new.body,
+                    &new.key,
+                    &new.not_before,
+                    &new.expires_at,
+                ],
+            )
             .await
             .map_err(enqueue_error)?;
         Ok(enqueued(row.get(0), row.get(1)))
@@ -303,6 +346,10 @@ impl PgStore {
                 message_id: r.get("message_id"),
                 fail_reason: r.get("fail_reason"),
                 enqueued_at: r.get("enqueued_at"),
+                not_before: r.get("not_before"),
+                expires_at: r.get("expires_at"),
+                redrive_of: r.get("redrive_of"),
+                redriven_as: r.get("redriven_as"),
             })
         })
         .transpose()

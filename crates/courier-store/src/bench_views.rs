@@ -419,6 +419,7 @@ impl PgStore {
                     to: format!("+1555{:07}", g % 10_000_000),
                     body: format!("bench message {g}"),
                     key: None,
+                    ..Default::default()
                 })
                 .collect();
             let made = crate::actions_enqueue_many(&*tx, &news)

@@ -17,7 +17,10 @@ pub(crate) fn opt_status_col(row: &Row, idx: &str) -> Result<Option<Status>, Sto
 }
 
 pub(crate) fn state_col(row: &Row, idx: &str) -> Result<ActionState, StoreError> {
-    let s: &str = row.get(idx);
+    parse_state(row.get(idx))
+}
+
+pub(crate) fn parse_state(s: &str) -> Result<ActionState, StoreError> {
     ActionState::from_str(s).map_err(|e| StoreError::Query(e.to_string()))
 }
 

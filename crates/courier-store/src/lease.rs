@@ -84,6 +84,11 @@ pub struct Claimed {
     /// leave once the owner's lease check passes, and if it does not, the
     /// next step is a lookup.
     pub attempt_counted: bool,
+    /// Milliseconds from the claim's time (the database's, or the
+    /// simulated one) to the action's `expires_at`, negative once past;
+    /// `None` for an action without a deadline. The owner measures it from
+    /// the moment it sent the claim, as it does the lease.
+    pub expires_in_ms: Option<i64>,
 }
 
 /// How a worker picks the next actions.
@@ -226,6 +231,7 @@ impl PgStore {
                 body: r.get("body"),
                 reclaimed: r.get("reclaimed"),
                 attempt_counted: r.get("counted"),
+                expires_in_ms: r.get("expires_in_ms"),
             });
         }
         // The worker's room and each store's cap rest on these: a claim

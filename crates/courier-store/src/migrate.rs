@@ -142,6 +142,16 @@ pub const MIGRATIONS: &[(i32, &str, &str)] = &[
         "api_tokens",
         include_str!("../migrations/0022_api_tokens.sql"),
     ),
+    (
+        23,
+        "time_and_intent",
+        include_str!("../migrations/0023_time_and_intent.sql"),
+    ),
+    (
+        24,
+        "time_and_intent_validate",
+        include_str!("../migrations/0024_time_and_intent_validate.sql"),
+    ),
 ];
 
 /// The first line that makes a migration run outside a transaction.
@@ -323,7 +333,7 @@ mod tests {
             .filter(|m| is_no_transaction(m.2))
             .map(|m| m.0)
             .collect();
-        assert_eq!(marked, vec![7, 14, 16, 20]);
+        assert_eq!(marked, vec![7, 14, 16, 20, 24]);
     }
 
     #[test]

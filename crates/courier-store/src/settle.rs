@@ -195,12 +195,16 @@ impl PgStore {
     /// action). Never followed by a resend with a new key. Fenced. Like every
     /// refused write, a fence is answered as data and recorded by the caller
     /// (the worker's `observe`), not here.
+    /// `status` is the provider's HTTP status (a 400 created nothing under
+    /// the contract, so only such an action may be re-driven).
     pub async fn action_fail(
         &self,
         lease: &Lease,
+        status: u16,
         reason: &str,
     ) -> Result<Result<(), Fenced>, StoreError> {
         let client = self.pool.get().await?;
+        let status = i16::try_from(status).unwrap_or(i16::MAX);
         let failed = client
             .execute(
                 sql!("settle/fail"),
@@ -210,10 +214,33 @@ impl PgStore {
                     &lease.epoch,
                     &reason,
                     &self.clock.now(),
+                    &status,
                 ],
             )
             .await?;
         if failed == 0 {
+            return Ok(Err(self.fenced_now(lease).await?));
+        }
+        Ok(Ok(()))
+    }
+
+    /// Ends a claimed action `expired`: its deadline passed and the
+    /// provider has no message for its key (courier_core::step decides
+    /// when that is known). Fenced, like [`PgStore::action_fail`].
+    pub async fn action_expire(&self, lease: &Lease) -> Result<Result<(), Fenced>, StoreError> {
+        let client = self.pool.get().await?;
+        let expired = client
+            .execute(
+                sql!("settle/expire"),
+                &[
+                    &lease.action_id,
+                    &lease.owner.as_ref(),
+                    &lease.epoch,
+                    &self.clock.now(),
+                ],
+            )
+            .await?;
+        if expired == 0 {
             return Ok(Err(self.fenced_now(lease).await?));
         }
         Ok(Ok(()))

@@ -90,7 +90,7 @@ async fn enqueues_claims_and_settles_racing_keep_actions_ready_exact() {
                             fixtures::settle(&s, &c.lease, Status::Delivered, Some("m"), false)
                                 .await;
                         }
-                        3 => s.action_fail(&c.lease, "refused").await.unwrap().unwrap(),
+                        3 => s.action_fail(&c.lease, 400, "refused").await.unwrap().unwrap(),
                         _ => kept.push((c.lease.action_id, c.lease.epoch)),
                     }
                 }
@@ -322,6 +322,10 @@ async fn the_migration_backfills_the_pending_actions() {
     .await
     .unwrap();
     assert_eq!(migrate::run(&mut c).await.unwrap(), 1);
+    // What version 23 adds to the table version 12 made (the checker reads it).
+    c.batch_execute("ALTER TABLE actions_ready ADD COLUMN expires_at timestamptz")
+        .await
+        .unwrap();
     assert!(db.store.actions_ready_mismatch().await.unwrap().is_empty());
     let mut listed: Vec<i64> = c
         .query("SELECT id FROM actions_ready ORDER BY id", &[])

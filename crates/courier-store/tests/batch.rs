@@ -31,6 +31,7 @@ async fn enqueue(store: &PgStore, stores: &[&str], per_store: usize) {
                     to: "+15551234567".into(),
                     body: format!("order {i}"),
                     key: None,
+                    ..Default::default()
                 })
                 .await
                 .unwrap();

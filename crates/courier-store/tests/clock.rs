@@ -60,7 +60,7 @@ async fn a_fail_writes_the_clocks_time() {
     fixtures::enqueued(&store, "s1", 1).await;
     let held = fixtures::claimed(&store).await;
     store
-        .action_fail(&held.lease, "refused")
+        .action_fail(&held.lease, 400, "refused")
         .await
         .unwrap()
         .unwrap();

@@ -43,6 +43,7 @@ fn action(store: &str, to: &str, body: &str, key: Option<&str>) -> NewAction {
         to: to.into(),
         body: body.into(),
         key: key.map(String::from),
+        ..Default::default()
     }
 }
 

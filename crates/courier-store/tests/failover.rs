@@ -301,7 +301,7 @@ async fn writes_whose_sync_wait_was_cut_are_recognised_on_retry() {
     };
     let failing = {
         let (s, lease) = (s.clone(), to_fail.lease.clone());
-        tokio::spawn(async move { s.action_fail(&lease, "rejected").await })
+        tokio::spawn(async move { s.action_fail(&lease, 400, "rejected").await })
     };
     // The two writes, and the probe of `commits_wait`.
     sync_waiters(&admin, 3).await;
@@ -339,7 +339,7 @@ async fn writes_whose_sync_wait_was_cut_are_recognised_on_retry() {
         .remove(0)
         .unwrap();
     assert!(matches!(again, SettleOutcome::Settled(_)), "{again:?}");
-    let again = s.action_fail(&to_fail.lease, "rejected").await.unwrap();
+    let again = s.action_fail(&to_fail.lease, 400, "rejected").await.unwrap();
     assert_eq!(again.unwrap_err().current_epoch, Some(to_fail.lease.epoch));
 }
 

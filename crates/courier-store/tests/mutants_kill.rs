@@ -36,6 +36,7 @@ async fn claimed_action(db: &TestDb, who: &Arc<str>, lease_ttl_ms: u64) -> (Leas
             to: "+15551234567".to_string(),
             body: "order 1 shipped".to_string(),
             key: None,
+            ..Default::default()
         })
         .await
         .unwrap();

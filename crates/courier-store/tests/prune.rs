@@ -243,7 +243,7 @@ async fn the_maintained_counts_equal_count_star_through_work_prunes_and_folds() 
     enqueued(&store, "s1", 1).await;
     let failed = fixtures::sent(&store).await;
     store
-        .action_fail(&failed.lease, "rejected")
+        .action_fail(&failed.lease, 400, "rejected")
         .await
         .unwrap()
         .unwrap();

@@ -101,7 +101,7 @@ async fn a_worker_whose_lease_was_taken_can_write_nothing() {
         SettleOutcome::Fenced(_)
     ));
     assert!(matches!(
-        db.store.action_fail(&old, "x").await.unwrap(),
+        db.store.action_fail(&old, 400, "x").await.unwrap(),
         Err(Fenced { current_epoch: Some(e) }) if e == old.epoch + 1
     ));
     // Nothing the old owner tried changed the row: no attempt, still claimed by b.

@@ -30,6 +30,7 @@ pub fn new_action(store: &str, n: usize) -> NewAction {
         to: "+15551234567".to_string(),
         body: format!("order {n} shipped"),
         key: None,
+        ..Default::default()
     }
 }
 

@@ -43,6 +43,7 @@ pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
             to: args.to.clone().unwrap_or_default(),
             body: args.body.clone().unwrap_or_default(),
             key: args.key.clone(),
+            ..Default::default()
         };
         return Ok(match store.action_enqueue(&new).await {
             Ok(e) => {

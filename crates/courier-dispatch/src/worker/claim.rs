@@ -26,7 +26,7 @@ use super::event::Event;
 use super::pacing::{ReclaimPacing, SweepPacing};
 use super::Provider;
 use courier_core::backoff::{idle_wait_ms, store_retry_delay_ms};
-use courier_core::lease::deadline_ms;
+use courier_core::lease::{deadline_ms, expires_ms};
 use courier_store::{ClaimReq, ClaimTaken, Claimed};
 use rand::{rngs::StdRng, Rng, SeedableRng};
 use std::sync::Arc;
@@ -75,7 +75,8 @@ pub(super) async fn run<P: Provider>(ctx: Arc<Ctx<P>>, shutdown: CancellationTok
                 let full = taken.claimed.len() >= n as usize;
                 let deadline = deadline_ms(sent_ms, limits.lease_ttl_ms);
                 for c in taken.claimed {
-                    start(&ctx, &mut tasks, c, deadline, rng.random()).await;
+                    let expires = expires_ms(sent_ms, c.expires_in_ms);
+                    start(&ctx, &mut tasks, c, (deadline, expires), rng.random()).await;
                 }
                 // The deliveries are under way; now the sweep the claim owes,
                 // or later, with the next claims' sweeps.
@@ -171,7 +172,7 @@ async fn start<P: Provider>(
     ctx: &Arc<Ctx<P>>,
     tasks: &mut JoinSet<()>,
     c: Claimed,
-    deadline_ms: u64,
+    (deadline_ms, expires_ms): (u64, Option<u64>),
     seed: u64,
 ) {
     ctx.observe(Event::Claimed {
@@ -179,7 +180,7 @@ async fn start<P: Provider>(
         reclaimed: c.reclaimed,
     })
     .await;
-    let held = Arc::new(Held::new(c.lease.epoch, deadline_ms));
+    let held = Arc::new(Held::new(c.lease.epoch, deadline_ms, expires_ms));
     let id = c.lease.action_id;
     ctx.held.lock().expect("held map").insert(id, held.clone());
     let ctx = ctx.clone();
@@ -207,8 +208,8 @@ mod tests {
     #[test]
     fn a_finished_delivery_leaves_a_newer_lease_of_its_action_held() {
         let mut map = HashMap::new();
-        let old = Arc::new(Held::new(1, 1_000));
-        let new = Arc::new(Held::new(2, 2_000));
+        let old = Arc::new(Held::new(1, 1_000, None));
+        let new = Arc::new(Held::new(2, 2_000, None));
         map.insert(7, old.clone());
         // Reclaimed by this worker at epoch 2 while the epoch 1 delivery ends.
         map.insert(7, new.clone());

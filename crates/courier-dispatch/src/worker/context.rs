@@ -33,16 +33,20 @@ pub(super) struct Held {
     pub epoch: i64,
     /// Lease end as this process measured it, in ms since `Ctx::t0`.
     pub deadline_ms: AtomicU64,
+    /// The action's `expires_at` on the same clock, measured from the
+    /// claim's send like the lease (`courier_core::lease::expires_ms`).
+    pub expires_ms: Option<u64>,
     /// Cancelled by the heartbeat when another worker holds the action.
     pub fenced: CancellationToken,
 }
 
 impl Held {
-    pub fn new(epoch: i64, deadline_ms: u64) -> Self {
+    pub fn new(epoch: i64, deadline_ms: u64, expires_ms: Option<u64>) -> Self {
         debug_assert!(epoch > 0, "a lease held at epoch {epoch}");
         Held {
             epoch,
             deadline_ms: AtomicU64::new(deadline_ms),
+            expires_ms,
             fenced: CancellationToken::new(),
         }
     }
@@ -119,6 +123,7 @@ impl<P> Ctx<P> {
         LocalLease {
             now_ms: self.now_ms(),
             deadline_ms: held.deadline_ms.load(Ordering::Relaxed),
+            expires_ms: held.expires_ms,
         }
     }
 

@@ -6,7 +6,7 @@
 //! - this file: the loop, reading a previous owner's intent, abandoning;
 //! - [`send`]: the local lease check, extending, counting the attempt, the request;
 //! - [`lookup`]: the lookup and its backoff;
-//! - [`settle`]: settling (group commit) or failing the action.
+//! - [`settle`]: settling (group commit), failing or expiring the action.
 //!
 //! # Invariants
 //! - [`Delivery::run`] performs the step core chose and nothing else: it
@@ -90,7 +90,8 @@ impl<'a, P: Provider> Delivery<'a, P> {
                 Step::Lookup => self.lookup().await,
                 Step::RetryLookup => self.back_off().await,
                 Step::Settle(status) => return self.settle(status).await,
-                Step::Fail(reason) => return self.fail(&reason).await,
+                Step::Fail { status, reason } => return self.fail(status, &reason).await,
+                Step::Expire => return self.expire().await,
                 Step::Abandon(at) => return self.abandon(at).await,
             };
         }

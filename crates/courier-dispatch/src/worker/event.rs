@@ -5,7 +5,7 @@
 use courier_core::step::{FencedAt, SendAnswer};
 use courier_core::Status;
 use courier_provider::{LookupOutcome, SendOutcome};
-use courier_store::{Lease, StoreError};
+use courier_store::{Lease, ScheduleTick, StoreError};
 use std::time::Duration;
 
 /// Who looked a key up.
@@ -46,6 +46,15 @@ pub(super) enum Event<'a> {
     Failed {
         action_id: i64,
         reason: &'a str,
+    },
+    /// A claimed action's deadline passed with no message at the provider;
+    /// it was marked expired.
+    Expired {
+        action_id: i64,
+    },
+    /// One tick of the schedule ran.
+    ScheduleTicked {
+        tick: ScheduleTick,
     },
     /// A fenced operation found another owner; the delivery stops.
     Fenced {

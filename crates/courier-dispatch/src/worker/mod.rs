@@ -11,6 +11,8 @@
 //!   steps (`delivery/send.rs`, `delivery/lookup.rs`, `delivery/settle.rs`);
 //! - [`heartbeat`]: extends the leases in hand, cancels deliveries found fenced;
 //! - [`reconcile`]: looks up overdue final statuses and conflicts;
+//! - [`schedule`]: makes due scheduled actions pending and expires
+//!   unclaimed actions past their deadline;
 //! - [`crate::pruner`]: retention, the fold of the maintained counts, the
 //!   trim of recent acceptances (when [`WorkerConfig::pruner`] says so).
 //!
@@ -41,6 +43,7 @@ mod heartbeat;
 mod observe;
 pub mod pacing;
 mod reconcile;
+mod schedule;
 
 use crate::pruner::PrunerConfig;
 use context::Ctx;
@@ -89,6 +92,12 @@ pub struct WorkerStats {
     pub lookups: AtomicU64,
     pub settled: AtomicU64,
     pub failed: AtomicU64,
+    /// Actions this worker ended expired: claimed ones past their deadline
+    /// with no message at the provider, and unclaimed ones its schedule
+    /// ticks expired.
+    pub expired: AtomicU64,
+    /// Scheduled actions its schedule ticks made pending.
+    pub promoted: AtomicU64,
     pub fenced: AtomicU64,
     pub store_retries: AtomicU64,
 }
@@ -134,6 +143,7 @@ impl<P: Provider> Worker<P> {
             .cfg
             .reconcile
             .then(|| tokio::spawn(reconcile::run(ctx.clone(), shutdown.clone())));
+        let schedule = tokio::spawn(schedule::run(ctx.clone(), shutdown.clone()));
         let pruner = ctx.cfg.pruner.clone().map(|cfg| {
             let store = ctx.store.clone();
             tokio::spawn(crate::pruner::run(store, cfg, shutdown.clone()))
@@ -143,6 +153,7 @@ impl<P: Provider> Worker<P> {
         let claims = ctx.failpoints.until_crash(claims);
         claims.await;
         heartbeat.abort();
+        schedule.abort();
         for other in [reconciler, pruner].into_iter().flatten() {
             other.abort();
         }

@@ -53,6 +53,25 @@ impl<P> Ctx<P> {
                 );
                 self.event_row("rejected", action_id, reason).await;
             }
+            Event::Expired { action_id } => {
+                add(&self.stats.expired);
+                metrics::counter!("courier_expired_total", "by" => "worker").increment(1);
+                tracing::warn!(
+                    action = action_id,
+                    "deadline passed with no message at the provider; marked it expired"
+                );
+            }
+            Event::ScheduleTicked { tick } => {
+                self.stats
+                    .promoted
+                    .fetch_add(u64::from(tick.promoted), Ordering::Relaxed);
+                self.stats
+                    .expired
+                    .fetch_add(u64::from(tick.expired), Ordering::Relaxed);
+                metrics::counter!("courier_promoted_total").increment(u64::from(tick.promoted));
+                metrics::counter!("courier_expired_total", "by" => "schedule")
+                    .increment(u64::from(tick.expired));
+            }
             Event::Fenced {
                 lease,
                 at,

@@ -21,5 +21,7 @@ WITH reclaimed AS (
               AND a2.lease_until < coalesce($6::timestamptz, now())
             FOR UPDATE SKIP LOCKED) x
         LIMIT $2)
-    RETURNING a.id, a.uid, a.store, a.recipient, a.body, a.epoch, true AS reclaimed
+    RETURNING a.id, a.uid, a.store, a.recipient, a.body, a.epoch, true AS reclaimed,
+              (extract(epoch FROM a.expires_at - coalesce($6::timestamptz, now())) * 1000)::bigint
+                  AS expires_in_ms
 ),

@@ -5,6 +5,7 @@
 -- claim_head.sql's.
 WITH reclaimed AS (
     SELECT NULL::bigint AS id, NULL::uuid AS uid, NULL::text AS store, NULL::text AS recipient,
-           NULL::text AS body, NULL::bigint AS epoch, true AS reclaimed
+           NULL::text AS body, NULL::bigint AS epoch, true AS reclaimed,
+           NULL::bigint AS expires_in_ms
     WHERE false
 ),

@@ -9,14 +9,18 @@
 -- `locked_stores` (the store rows it holds, a superset of the chosen
 -- actions' stores) and `sweep` (stores whose store_work rows may be left
 -- without work: returned as rows with no action, `sweep` set, for the
--- caller to pass to courier_store_work_sweep).
+-- caller to pass to courier_store_work_sweep). Each action comes with the
+-- milliseconds from the claim's time to its expires_at (NULL: none), which
+-- the owner turns into a deadline on its own clock, as it does the lease.
 claimed AS (
     UPDATE actions a
     SET state = 'claimed', owner = $1, epoch = a.epoch + 1,
         lease_until = coalesce($6::timestamptz, now()) + $3 * interval '1 millisecond',
         claimed_at = coalesce($6::timestamptz, now())
     FROM chosen c WHERE a.id = c.id
-    RETURNING a.id, a.uid, a.store, a.recipient, a.body, a.epoch, false AS reclaimed
+    RETURNING a.id, a.uid, a.store, a.recipient, a.body, a.epoch, false AS reclaimed,
+              (extract(epoch FROM a.expires_at - coalesce($6::timestamptz, now())) * 1000)::bigint
+                  AS expires_in_ms
 ),
 served AS (
     UPDATE stores st
@@ -50,6 +54,7 @@ SELECT c.*, EXISTS (SELECT 1 FROM intents i WHERE i.action_id = c.id) AS counted
        NULL::text AS sweep
 FROM claimed c
 UNION ALL
-SELECT NULL::bigint, NULL::uuid, NULL::text, NULL::text, NULL::text, NULL::bigint, false, false,
+SELECT NULL::bigint, NULL::uuid, NULL::text, NULL::text, NULL::text, NULL::bigint, false,
+       NULL::bigint, false,
        w.store
 FROM sweep w

@@ -1,7 +1,7 @@
 -- Actions whose row in actions_held or actions_done disagrees with them (the
 -- invariants of migration 13 say none), as (table, id) in that order:
 -- claimed without an identical actions_held row (store, owner, epoch,
--- lease), or such a row for an action that is not claimed; final with a
+-- lease), or such a row for an action that is not claimed; final (done, failed, cancelled, expired) with a
 -- done_at but no actions_done row with that done_at, or such a row for an
 -- action that is not (or no longer exists). Reads all of `actions`: a
 -- checker for tests, not for a running system.
@@ -15,11 +15,11 @@ SELECT 'actions_held', h.id FROM actions_held h
 WHERE NOT EXISTS (SELECT 1 FROM actions a WHERE a.id = h.id)
 UNION
 SELECT 'actions_done', a.id FROM actions a
-WHERE (a.state IN ('done', 'failed') AND a.done_at IS NOT NULL)
+WHERE (a.state IN ('done', 'failed', 'cancelled', 'expired') AND a.done_at IS NOT NULL)
       <> EXISTS (SELECT 1 FROM actions_done d WHERE d.id = a.id AND d.done_at = a.done_at)
 UNION
 SELECT 'actions_done', d.id FROM actions_done d
 WHERE NOT EXISTS (SELECT 1 FROM actions a
                   WHERE a.id = d.id AND a.done_at = d.done_at
-                    AND a.state IN ('done', 'failed'))
+                    AND a.state IN ('done', 'failed', 'cancelled', 'expired'))
 ORDER BY 1, 2

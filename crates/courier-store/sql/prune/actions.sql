@@ -1,6 +1,6 @@
 -- Removes at most $2 finished actions, with their outbox rows, the ones that
 -- finished longest ago first. It never takes:
--- - an action that is not final (state done or failed);
+-- - an action that is not final (done, failed, cancelled or expired);
 -- - one that finished less than $3 s (the action retention) ago;
 -- - one whose key the provider may still replay: finished, or last heard of
 --   (created, accepted, final), less than $4 s (the provider's key
@@ -29,14 +29,25 @@ WITH doomed AS (
           ORDER BY d.done_at, d.id
           LIMIT $2::bigint + 10000) d
     CROSS JOIN LATERAL (
-        SELECT a.id FROM actions a JOIN outbox o ON o.action_id = a.id
-        WHERE a.id = d.id
-          AND a.state IN ('done', 'failed')
-          AND a.done_at = d.done_at
-          AND greatest(o.created_at, o.accepted_at, o.final_at)
-              < coalesce($1::timestamptz, now()) - $4::float8 * interval '1 second'
-          AND NOT o.conflict
-        FOR UPDATE OF a, o SKIP LOCKED) x
+        SELECT * FROM (
+            SELECT a.id FROM actions a JOIN outbox o ON o.action_id = a.id
+            WHERE a.id = d.id
+              AND a.state IN ('done', 'failed', 'cancelled', 'expired')
+              AND a.done_at = d.done_at
+              AND greatest(o.created_at, o.accepted_at, o.final_at)
+                  < coalesce($1::timestamptz, now()) - $4::float8 * interval '1 second'
+              AND NOT o.conflict
+            FOR UPDATE OF a, o SKIP LOCKED) sent
+        UNION ALL
+        -- Cancelled or expired before any claim: no intent, no key ever
+        -- used (an intent is never written for a final action).
+        SELECT * FROM (
+            SELECT a.id FROM actions a
+            WHERE a.id = d.id
+              AND a.state IN ('cancelled', 'expired')
+              AND a.done_at = d.done_at
+              AND NOT EXISTS (SELECT 1 FROM outbox o WHERE o.action_id = a.id)
+            FOR UPDATE OF a SKIP LOCKED) unsent) x
     LIMIT $2
 -- The deletes name their rows as an array, so each is a walk of the
 -- primary key whatever the statistics (joined to `doomed`, a planner

@@ -19,7 +19,8 @@ impl<P: Provider> Delivery<'_, P> {
         if self.skip_lookup().await {
             // The negative control of the failpoint test only: act as if the
             // provider had answered "not found", without asking it.
-            return step::after_lookup(&courier_core::step::LookupAnswer::NotFound);
+            let answer = courier_core::step::LookupAnswer::NotFound;
+            return self.after_lookup(&answer);
         }
         let out = self.ctx.client.lookup(&self.key).await;
         self.ctx
@@ -35,7 +36,20 @@ impl<P: Provider> Delivery<'_, P> {
             self.message_id = Some(m.id);
             self.from_lookup = true;
         }
-        step::after_lookup(&answer)
+        self.after_lookup(&answer)
+    }
+
+    /// Core's decision from a lookup's answer, the lease and the deadline
+    /// as measured now. A "not found" past the deadline is trusted once a
+    /// request's time-out and the provider's lookup lag have passed since.
+    fn after_lookup(&self, answer: &courier_core::step::LookupAnswer) -> Step {
+        let limits = &self.ctx.cfg.limits;
+        step::after_lookup(
+            answer,
+            self.ctx.local_lease(self.held),
+            limits.send_margin_ms,
+            limits.request_timeout_ms + limits.lookup_lag_ms,
+        )
     }
 
     pub(super) async fn back_off(&mut self) -> Step {

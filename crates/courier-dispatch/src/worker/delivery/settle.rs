@@ -1,5 +1,6 @@
-//! The last steps: settle (the provider has the message) or fail (the
-//! provider refused the action).
+//! The last steps: settle (the provider has the message), fail (the
+//! provider refused the action) or expire (the deadline passed and the
+//! provider has no message).
 //!
 //! # Invariants
 //! - A settle waits for the commit of the batch that holds it (group commit).
@@ -45,11 +46,11 @@ impl<P: Provider> Delivery<'_, P> {
         }
     }
 
-    pub(super) async fn fail(&mut self, reason: &str) {
+    pub(super) async fn fail(&mut self, status: u16, reason: &str) {
         let (ctx, lease) = (self.ctx, &self.lease);
         let failed = ctx
             .with_retry(&self.held.fenced, &mut self.rng, || {
-                ctx.store.action_fail(lease, reason)
+                ctx.store.action_fail(lease, status, reason)
             })
             .await;
         match failed {
@@ -66,6 +67,30 @@ impl<P: Provider> Delivery<'_, P> {
                 ctx.observe(Event::Failed {
                     action_id: lease.action_id,
                     reason,
+                })
+                .await;
+            }
+        }
+    }
+
+    pub(super) async fn expire(&mut self) {
+        let (ctx, lease) = (self.ctx, &self.lease);
+        let expired = ctx
+            .with_retry(&self.held.fenced, &mut self.rng, || {
+                ctx.store.action_expire(lease)
+            })
+            .await;
+        match expired {
+            None => self.abandon(FencedAt::Heartbeat).await,
+            Some(Err(f)) if f.current_epoch != Some(lease.epoch) => {
+                self.found_epoch = f.current_epoch;
+                self.abandon(FencedAt::Fail).await;
+            }
+            // Expired, or refused at this epoch: its own earlier write,
+            // committed before its answer was lost (as for a fail).
+            Some(_) => {
+                ctx.observe(Event::Expired {
+                    action_id: lease.action_id,
                 })
                 .await;
             }
