@@ -1043,19 +1043,15 @@ CREATE OR REPLACE FUNCTION courier.schedule_problem(not_before timestamp with ti
 AS $function$
     SELECT CASE
         WHEN not_before < at - interval '1 day' THEN
-            ARRAY['not_before', 'time_too_old',
-                  'not_before is more than a day in the past']
+            ARRAY['not_before', 'time_too_old', 'must not be more than a day in the past']
         WHEN not_before > at + interval '365 days' THEN
-            ARRAY['not_before', 'time_too_far',
-                  'not_before is more than 365 days ahead']
+            ARRAY['not_before', 'time_too_far', 'must be at most 365 days ahead']
         WHEN expires_at <= at THEN
-            ARRAY['expires_at', 'already_expired', 'expires_at is not in the future']
+            ARRAY['expires_at', 'already_expired', 'must be in the future']
         WHEN expires_at > at + interval '365 days' THEN
-            ARRAY['expires_at', 'time_too_far',
-                  'expires_at is more than 365 days ahead']
+            ARRAY['expires_at', 'time_too_far', 'must be at most 365 days ahead']
         WHEN expires_at <= not_before THEN
-            ARRAY['expires_at', 'expires_before_not_before',
-                  'expires_at must be later than not_before']
+            ARRAY['expires_at', 'expires_before_not_before', 'must be later than not_before']
     END
 $function$;
 

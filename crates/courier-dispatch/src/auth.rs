@@ -37,26 +37,53 @@ pub const REFRESH_MS: u64 = 250;
 /// The prefix of every token `courier token create` makes.
 pub const TOKEN_PREFIX: &str = "courier_";
 
-/// Who a request is, once authenticated.
+/// Who a request is, once authenticated: a name (what `events` rows record
+/// of a cancel or a re-drive) and what it may touch.
 #[derive(Debug, Clone)]
-pub enum Caller {
-    /// An admin token, or an open API.
-    Admin,
-    /// A store token: these stores only.
-    Stores(Arc<[String]>),
+pub struct Caller {
+    name: Arc<str>,
+    /// `None`: every store (an admin token, or an open API); otherwise a
+    /// store token's stores.
+    stores: Option<Arc<[String]>>,
 }
 
 impl Caller {
-    /// Whether this caller may act on `store`'s actions.
-    pub fn may(&self, store: &str) -> bool {
-        match self {
-            Caller::Admin => true,
-            Caller::Stores(s) => s.iter().any(|x| x == store),
+    /// An admin: the token's name (`admin` for `--admin-token`, `open-api`
+    /// when the API is open).
+    pub fn admin(name: &str) -> Self {
+        Caller {
+            name: name.into(),
+            stores: None,
         }
     }
 
+    /// A store token's caller: these stores only.
+    pub fn of_stores(name: &str, stores: Arc<[String]>) -> Self {
+        Caller {
+            name: name.into(),
+            stores: Some(stores),
+        }
+    }
+
+    /// Whether this caller may act on `store`'s actions.
+    pub fn may(&self, store: &str) -> bool {
+        self.stores
+            .as_ref()
+            .is_none_or(|s| s.iter().any(|x| x == store))
+    }
+
     pub fn is_admin(&self) -> bool {
-        matches!(self, Caller::Admin)
+        self.stores.is_none()
+    }
+
+    /// The token's name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// The stores this caller may touch; `None`: every store.
+    pub fn stores(&self) -> Option<&[String]> {
+        self.stores.as_deref()
     }
 }
 
@@ -102,6 +129,7 @@ impl Failure {
 
 /// One active token, as held in memory.
 struct Entry {
+    name: String,
     admin: bool,
     stores: Arc<[String]>,
     secret_sha256: [u8; 32],
@@ -177,12 +205,12 @@ impl Auth {
             return Err(Failure::InQuery);
         }
         if self.open {
-            return Ok(Caller::Admin);
+            return Ok(Caller::admin("open-api"));
         }
         let given = bearer(headers)?;
         if let Some(admin) = &self.admin {
             if bool::from(given.ct_eq(admin)) {
-                return Ok(Caller::Admin);
+                return Ok(Caller::admin("admin"));
             }
         }
         let (id, secret) = parse_token(given).ok_or(Failure::Unknown)?;
@@ -194,9 +222,9 @@ impl Auth {
             return Err(Failure::Unknown);
         }
         Ok(if entry.admin {
-            Caller::Admin
+            Caller::admin(&entry.name)
         } else {
-            Caller::Stores(entry.stores.clone())
+            Caller::of_stores(&entry.name, entry.stores.clone())
         })
     }
 }
@@ -285,6 +313,7 @@ async fn reload_if_changed(
         by_id.insert(
             t.id,
             Entry {
+                name: t.name,
                 admin: t.admin,
                 stores: t.stores.into(),
                 secret_sha256,

@@ -11,7 +11,7 @@
 //! drives schemathesis with the same document.
 //!
 //! # Invariants
-//! - Every answer of the four API routes is documented (status and body).
+//! - Every answer of the API's routes is documented (status and body).
 //! - The schema of an action lists exactly the fields the store's
 //!   `ActionView` serializes (`additionalProperties: false`, all required).
 
@@ -31,6 +31,10 @@ pub const NOT_PROVOKED: &[(&str, &str, u16)] = &[
     ("post", "/v1/actions", 503),
     ("post", "/v1/actions:batch", 503),
     ("get", "/v1/actions/{id}", 503),
+    ("post", "/v1/actions/{id}/cancel", 408),
+    ("post", "/v1/actions/{id}/cancel", 503),
+    ("post", "/v1/actions/{id}/redrive", 408),
+    ("post", "/v1/actions/{id}/redrive", 503),
     ("post", "/v1/webhooks/provider", 503),
 ];
 
@@ -49,11 +53,13 @@ pub const NOT_PROVOKED: &[(&str, &str, u16)] = &[
         crate::server::enqueue,
         crate::server::enqueue_batch,
         crate::server::get_action,
+        crate::server::cancel_action,
+        crate::server::redrive_action,
         crate::server::webhook
     ),
     modifiers(&BearerScheme),
     tags(
-        (name = "actions", description = "Enqueue (one or a batch) and read actions (bearer token when configured)."),
+        (name = "actions", description = "Enqueue (one or a batch, now or scheduled, with a deadline or not), read, cancel and re-drive actions (bearer token when configured)."),
         (name = "webhooks", description = "The provider's status reports (HMAC-signed).")
     )
 )]

@@ -32,7 +32,11 @@ use courier_core::status::Merge;
 use courier_core::{ActionState, Limits};
 use courier_provider::signature;
 use courier_provider::wire::WebhookEvent;
-use courier_store::{EnqueueError, MergeOutcome, NewAction, PgStore, StoreError, WebhookIn};
+use chrono::{DateTime, Utc};
+use courier_store::{
+    CancelOutcome, EnqueueError, MergeOutcome, NewAction, PgStore, RedriveOutcome, StoreError,
+    WebhookIn,
+};
 use serde::Deserialize;
 use serde_json::json;
 use std::sync::Arc;
@@ -185,6 +189,18 @@ pub struct EnqueueRequest {
     #[serde(default)]
     #[schema(pattern = r"^[\x20-\x7e]{1,255}$", example = "order-42")]
     pub key: Option<String>,
+    /// Not sent before this time (RFC 3339): the action is `scheduled`
+    /// until then, and claimable within a second after it. At most a day
+    /// in the past (it is due at once) and 365 days ahead.
+    #[serde(default)]
+    #[schema(value_type = Option<String>, format = DateTime, example = "2026-12-24T09:00:00Z")]
+    pub not_before: Option<DateTime<Utc>>,
+    /// Never sent after this time (RFC 3339): an action not sent by then
+    /// ends `expired`. Must be ahead, later than `not_before`, and at most
+    /// 365 days ahead.
+    #[serde(default)]
+    #[schema(value_type = Option<String>, format = DateTime, example = "2026-12-24T09:10:00Z")]
+    pub expires_at: Option<DateTime<Utc>>,
 }
 
 /// The answer to a refused enqueue (single or batch). The checks are the
@@ -201,6 +217,10 @@ fn enqueue_refused(e: EnqueueError) -> ApiError {
                 "bad_body" => "bad_body",
                 "bad_key" => "bad_key",
                 "too_many_items" => "too_many_actions",
+                "time_too_old" => "time_too_old",
+                "time_too_far" => "time_too_far",
+                "already_expired" => "already_expired",
+                "expires_before_not_before" => "expires_before_not_before",
                 _ => "bad_request",
             };
             ApiError::bad(code, i.message).at(Some(i.field), i.index)
@@ -220,7 +240,8 @@ impl From<EnqueueRequest> for NewAction {
             to: r.to,
             body: r.body,
             key: r.key,
-            ..Default::default()
+            not_before: r.not_before,
+            expires_at: r.expires_at,
         }
     }
 }
@@ -301,6 +322,18 @@ pub struct ActionDoc {
     /// UTC, RFC 3339 with milliseconds.
     #[schema(format = DateTime)]
     pub enqueued_at: String,
+    /// Not sent before this time (UTC, RFC 3339 with milliseconds).
+    #[schema(required = true, format = DateTime)]
+    pub not_before: Option<String>,
+    /// Never sent after this time (UTC, RFC 3339 with milliseconds).
+    #[schema(required = true, format = DateTime)]
+    pub expires_at: Option<String>,
+    /// The action this one re-drives.
+    #[schema(required = true)]
+    pub redrive_of: Option<i64>,
+    /// The action that re-drove this one.
+    #[schema(required = true)]
+    pub redriven_as: Option<i64>,
 }
 
 /// Every error answer.
@@ -525,20 +558,137 @@ async fn get_action(
     Extension(caller): Extension<Caller>,
     id: Result<Path<String>, PathRejection>,
 ) -> Result<Response, ApiError> {
-    let Path(id) = id.map_err(|r| ApiError::bad("bad_id", r.body_text()))?;
-    let id: i64 = id
-        .parse()
-        .map_err(|_| ApiError::bad("bad_id", "action id must be an integer"))?;
+    let id = action_id(id)?;
     // Another store's action is not found: a token does not learn which
     // actions, or stores, exist beyond its own.
     match state.store.action_get(id).await? {
         Some(view) if caller.may(&view.store) => Ok(Json(view).into_response()),
-        _ => Err(ApiError::new(
-            StatusCode::NOT_FOUND,
-            "not_found",
-            format!("no action {id}"),
-        )),
+        _ => Err(not_found(id)),
     }
+}
+
+/// The `{id}` of an action's path.
+fn action_id(id: Result<Path<String>, PathRejection>) -> Result<i64, ApiError> {
+    let Path(id) = id.map_err(|r| ApiError::bad("bad_id", r.body_text()))?;
+    id.parse()
+        .map_err(|_| ApiError::bad("bad_id", "action id must be an integer"))
+}
+
+fn not_found(id: i64) -> ApiError {
+    ApiError::new(StatusCode::NOT_FOUND, "not_found", format!("no action {id}"))
+}
+
+/// Cancel an action that no worker holds.
+#[utoipa::path(
+    post,
+    path = "/v1/actions/{id}/cancel",
+    tag = "actions",
+    params(("id" = i64, Path, description = "The action's id")),
+    responses(
+        (status = 200, description = "Cancelled: it was scheduled or pending, is now `cancelled`, and no worker will claim it. Nothing was sent.", body = ActionDoc),
+        (status = 400, description = "The id is not an integer.", body = ErrorDoc),
+        (status = 401, description = "No valid token: none, not `Bearer <token>`, or one never issued, revoked or wrong.", body = ErrorDoc),
+        (status = 404, description = "No action has this id, or it belongs to a store the token does not name.", body = ErrorDoc),
+        (status = 408, description = "The request took longer than the server's request time-out.", body = ErrorDoc),
+        (status = 409, description = "Nothing changed. `claimed`: a worker holds it, its first attempt is counted and a request may be on the wire; `dispatched`: the provider has it; `final`: it has ended. Wait for its final status (`GET /v1/actions/{id}`).", body = ErrorDoc),
+        (status = 503, description = "The database is unavailable; retry.", body = ErrorDoc),
+    ),
+    security((), ("bearer" = []))
+)]
+async fn cancel_action(
+    State(state): State<Arc<AppState>>,
+    Extension(caller): Extension<Caller>,
+    id: Result<Path<String>, PathRejection>,
+) -> Result<Response, ApiError> {
+    let id = action_id(id)?;
+    let outcome = state
+        .store
+        .action_cancel(id, caller.name(), caller.stores())
+        .await?;
+    match outcome {
+        CancelOutcome::Cancelled => {
+            metrics::counter!("courier_cancelled_total").increment(1);
+            let view = state.store.action_get(id).await?.ok_or_else(|| not_found(id))?;
+            Ok(Json(view).into_response())
+        }
+        CancelOutcome::NotFound => Err(not_found(id)),
+        CancelOutcome::Refused(now) => Err(cancel_refused(id, now)),
+    }
+}
+
+/// 409: why an action cannot be cancelled, and what to do instead.
+fn cancel_refused(id: i64, now: ActionState) -> ApiError {
+    let (code, why) = match now {
+        ActionState::Claimed => (
+            "claimed",
+            "a worker holds it: its first attempt is counted and a request may be on the wire",
+        ),
+        ActionState::Dispatched => ("dispatched", "the provider has the message"),
+        _ => ("final", "it has ended"),
+    };
+    ApiError::new(
+        StatusCode::CONFLICT,
+        code,
+        format!(
+            "action {id} is {now} and cannot be cancelled: {why}; \
+             wait for its final status (GET /v1/actions/{id})"
+        ),
+    )
+}
+
+/// Re-drive an action the provider refused with a 400 (operators only).
+#[utoipa::path(
+    post,
+    path = "/v1/actions/{id}/redrive",
+    tag = "actions",
+    params(("id" = i64, Path, description = "The action's id")),
+    responses(
+        (status = 200, description = "Re-driven before: the earlier re-drive's new action.", body = ActionDoc),
+        (status = 201, description = "A new action with a new provider key, the same store, recipient and body, linked both ways (`redrive_of`, `redriven_as`).", body = ActionDoc),
+        (status = 400, description = "The id is not an integer.", body = ErrorDoc),
+        (status = 401, description = "No valid token: none, not `Bearer <token>`, or one never issued, revoked or wrong.", body = ErrorDoc),
+        (status = 403, description = "A store token: re-drives need an admin token.", body = ErrorDoc),
+        (status = 404, description = "No action has this id.", body = ErrorDoc),
+        (status = 408, description = "The request took longer than the server's request time-out.", body = ErrorDoc),
+        (status = 409, description = "`not_redrivable`: only an action the provider refused with a 400 (which created nothing) can be re-driven; any other ending may have had an effect, or its key already has a message (422).", body = ErrorDoc),
+        (status = 503, description = "The database is unavailable; retry.", body = ErrorDoc),
+    ),
+    security((), ("bearer" = []))
+)]
+async fn redrive_action(
+    State(state): State<Arc<AppState>>,
+    Extension(caller): Extension<Caller>,
+    id: Result<Path<String>, PathRejection>,
+) -> Result<Response, ApiError> {
+    let id = action_id(id)?;
+    if !caller.is_admin() {
+        return Err(ApiError::new(
+            StatusCode::FORBIDDEN,
+            "admin_only",
+            "re-drives need an admin token",
+        ));
+    }
+    let (status, new_id) = match state.store.action_redrive(id, caller.name(), None).await? {
+        RedriveOutcome::Redriven(new_id) => (StatusCode::CREATED, new_id),
+        RedriveOutcome::Already(new_id) => (StatusCode::OK, new_id),
+        RedriveOutcome::NotFound => return Err(not_found(id)),
+        RedriveOutcome::Refused { state: now, reason } => {
+            return Err(ApiError::new(
+                StatusCode::CONFLICT,
+                "not_redrivable",
+                format!("action {id} is {now} and cannot be re-driven: {reason}"),
+            ))
+        }
+    };
+    if status == StatusCode::CREATED {
+        metrics::counter!("courier_redriven_total").increment(1);
+    }
+    let view = state
+        .store
+        .action_get(new_id)
+        .await?
+        .ok_or_else(|| not_found(new_id))?;
+    Ok((status, Json(view)).into_response())
 }
 
 /// A status webhook from the provider.
@@ -728,6 +878,8 @@ pub fn router_with_auth(store: PgStore, cfg: ServerConfig, auth: Auth) -> Router
     let actions = Router::new()
         .route("/v1/actions", post(enqueue))
         .route("/v1/actions/{id}", get(get_action))
+        .route("/v1/actions/{id}/cancel", post(cancel_action))
+        .route("/v1/actions/{id}/redrive", post(redrive_action))
         .route_layer(guard);
     actions
         .route("/v1/webhooks/provider", post(webhook))

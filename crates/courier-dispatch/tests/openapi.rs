@@ -204,7 +204,7 @@ fn conforms(
 }
 
 #[test]
-fn the_document_describes_the_four_routes() {
+fn the_document_describes_the_routes() {
     let doc: Value = serde_json::from_str(&document_json()).unwrap();
     assert!(doc["openapi"].as_str().unwrap().starts_with("3."));
     let paths: BTreeSet<&str> = doc["paths"]
@@ -219,6 +219,8 @@ fn the_document_describes_the_four_routes() {
             "/v1/actions",
             "/v1/actions:batch",
             "/v1/actions/{id}",
+            "/v1/actions/{id}/cancel",
+            "/v1/actions/{id}/redrive",
             "/v1/webhooks/provider"
         ])
     );
@@ -388,6 +390,13 @@ fn action_cases() -> Vec<Case> {
     let (get, one) = ("get", "/v1/actions/{id}");
     vec![
         Case::new(post, actions, actions, 201).json(&good),
+        Case::new(post, actions, actions, 201).json(&json!({
+            "store": "s1", "to": "+15551234567", "body": "later", "key": "k-later",
+            "not_before": (chrono::Utc::now() + chrono::Duration::days(30)).to_rfc3339()
+        })),
+        Case::new(post, actions, actions, 400).json(&json!({
+            "store": "s1", "to": "+15551234567", "body": "late", "expires_at": "2001-01-01T00:00:00Z"
+        })),
         Case::new(post, actions, actions, 200).json(&good),
         Case::new(post, actions, actions, 401)
             .json(&good)
@@ -529,6 +538,39 @@ async fn every_answer_is_documented_and_matches_its_schema() {
                 .with_token(&tenant),
         )
         .await;
+    }
+    // Cancels: action 1 is pending until the first one.
+    let (cancel, cancel_path) = ("post", "/v1/actions/{id}/cancel");
+    for c in [
+        Case::new(cancel, cancel_path, "/v1/actions/1/cancel", 401).no_token(),
+        Case::new(cancel, cancel_path, "/v1/actions/1/cancel", 404).with_token(&tenant),
+        Case::new(cancel, cancel_path, "/v1/actions/1/cancel", 200),
+        Case::new(cancel, cancel_path, "/v1/actions/1/cancel", 409),
+        Case::new(cancel, cancel_path, "/v1/actions/abc/cancel", 400),
+        Case::new(cancel, cancel_path, "/v1/actions/424242/cancel", 404),
+    ] {
+        walk.run(c).await;
+    }
+    // Re-drives: of an action the provider refused with a 400, twice, and
+    // of the cancelled action 1.
+    let refused = fixtures::claimed_to_send(&db.store, "s3", 1).await.remove(0);
+    db.store
+        .action_fail(&refused.lease, 400, "provider answered 400: invalid_recipient")
+        .await
+        .unwrap()
+        .unwrap();
+    let refused_path = format!("/v1/actions/{}/redrive", refused.lease.action_id);
+    let (redrive, redrive_path) = ("post", "/v1/actions/{id}/redrive");
+    for c in [
+        Case::new(redrive, redrive_path, &refused_path, 401).no_token(),
+        Case::new(redrive, redrive_path, &refused_path, 403).with_token(&tenant),
+        Case::new(redrive, redrive_path, &refused_path, 201),
+        Case::new(redrive, redrive_path, &refused_path, 200),
+        Case::new(redrive, redrive_path, "/v1/actions/1/redrive", 409),
+        Case::new(redrive, redrive_path, "/v1/actions/x/redrive", 400),
+        Case::new(redrive, redrive_path, "/v1/actions/424242/redrive", 404),
+    ] {
+        walk.run(c).await;
     }
     let key = fixtures::settled(&db.store).await.key;
     for c in webhook_cases(&key) {
