@@ -103,24 +103,36 @@ impl PgStore {
         })
     }
 
-    /// One tick of the schedule: at most `max` due scheduled actions become
-    /// pending (`courier.promote_due`), then at most `max` unclaimed
-    /// actions past their deadline end `expired` (`courier.expire_due`),
-    /// each in its own transaction. Safe to run from every worker at once.
-    pub async fn schedule_tick(&self, max: i32) -> Result<ScheduleTick, StoreError> {
+    /// One tick of the schedule: at most `promote_max` due scheduled
+    /// actions become pending (`courier.promote_due`), then at most
+    /// `expire_max` unclaimed actions past their deadline end `expired`
+    /// (`courier.expire_due`), each in its own transaction. Safe to run from
+    /// every worker at once.
+    pub async fn schedule_tick(
+        &self,
+        promote_max: i32,
+        expire_max: i32,
+    ) -> Result<ScheduleTick, StoreError> {
         let client = self.pool.get().await?;
         let at = self.clock.now();
         let promoted: i32 = client
             .query_one(
                 "SELECT courier.promote_due($1, $2::timestamptz)",
-                &[&max, &at],
+                &[&promote_max, &at],
             )
             .await?
             .get(0);
-        let expired: i32 = client
-            .query_one("SELECT courier.expire_due($1, $2::timestamptz)", &[&max, &at])
-            .await?
-            .get(0);
+        let expired: i32 = if expire_max > 0 {
+            client
+                .query_one(
+                    "SELECT courier.expire_due($1, $2::timestamptz)",
+                    &[&expire_max, &at],
+                )
+                .await?
+                .get(0)
+        } else {
+            0
+        };
         Ok(ScheduleTick {
             promoted: promoted.max(0) as u32,
             expired: expired.max(0) as u32,

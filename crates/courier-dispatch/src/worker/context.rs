@@ -78,6 +78,9 @@ pub(super) struct Ctx<P> {
     pub settles: Settles,
     #[cfg(feature = "failpoints")]
     pub failpoints: crate::failpoint::Failpoints,
+    /// The negative control: deadlines are ignored
+    /// (`Worker::with_unsafe_ignore_expiry`); always false otherwise.
+    pub ignore_expiry: bool,
 }
 
 impl<P: Provider> Ctx<P> {
@@ -109,6 +112,7 @@ impl<P: Provider> Ctx<P> {
             settles,
             #[cfg(feature = "failpoints")]
             failpoints: crate::failpoint::Failpoints::default(),
+            ignore_expiry: false,
         }
     }
 }

@@ -125,6 +125,18 @@ impl<P: Provider> Worker<P> {
         self
     }
 
+    /// The negative control of the expiry: this worker ignores every
+    /// action's `expires_at` (its deliveries see no deadline, its schedule
+    /// ticks expire nothing), so that the verifier's row of sends after the
+    /// deadline has something to catch. Call it before [`Worker::run`].
+    #[cfg(feature = "negative-controls")]
+    pub fn with_unsafe_ignore_expiry(mut self) -> Self {
+        Arc::get_mut(&mut self.ctx)
+            .expect("the expiry is ignored before the worker runs")
+            .ignore_expiry = true;
+        self
+    }
+
     pub fn stats(&self) -> &WorkerStats {
         &self.ctx.stats
     }

@@ -29,7 +29,8 @@ pub(super) async fn run<P: Provider>(ctx: Arc<Ctx<P>>, shutdown: CancellationTok
             }
         }
         let limit_ms = ctx.cfg.limits.lease_ttl_ms;
-        match bounded(limit_ms, ctx.store.schedule_tick(TICK_MAX)).await {
+        let expire_max = if ctx.ignore_expiry { 0 } else { TICK_MAX };
+        match bounded(limit_ms, ctx.store.schedule_tick(TICK_MAX, expire_max)).await {
             Ok(tick) => {
                 full = tick.promoted >= TICK_MAX as u32 || tick.expired >= TICK_MAX as u32;
                 ctx.observe(Event::ScheduleTicked { tick }).await;
