@@ -373,7 +373,10 @@ mod tests {
     #[test]
     fn only_a_definite_not_found_permits_a_send() {
         let l = lease(0, 5_000);
-        assert_eq!(after_lookup(&LookupAnswer::NotFound, l, 500, 2_000), Step::Send);
+        assert_eq!(
+            after_lookup(&LookupAnswer::NotFound, l, 500, 2_000),
+            Step::Send
+        );
         assert_eq!(
             after_lookup(&LookupAnswer::Unknown, l, 500, 2_000),
             Step::RetryLookup
@@ -408,7 +411,10 @@ mod tests {
         );
         // A not-found before the deadline sends; after it, waits for the lag.
         let nf = &LookupAnswer::NotFound;
-        assert_eq!(after_lookup(nf, expiring(1_000, 1_600), 500, 2_000), Step::Send);
+        assert_eq!(
+            after_lookup(nf, expiring(1_000, 1_600), 500, 2_000),
+            Step::Send
+        );
         assert_eq!(
             after_lookup(nf, expiring(1_000, 1_400), 500, 2_000),
             Step::RetryLookup
@@ -417,10 +423,18 @@ mod tests {
             after_lookup(nf, expiring(3_399, 1_400), 500, 2_000),
             Step::RetryLookup
         );
-        assert_eq!(after_lookup(nf, expiring(3_400, 1_400), 500, 2_000), Step::Expire);
+        assert_eq!(
+            after_lookup(nf, expiring(3_400, 1_400), 500, 2_000),
+            Step::Expire
+        );
         // Whatever the time, a message found is settled, never expired.
         assert_eq!(
-            after_lookup(&LookupAnswer::Found(Status::Accepted), expiring(9_000, 1_400), 500, 0),
+            after_lookup(
+                &LookupAnswer::Found(Status::Accepted),
+                expiring(9_000, 1_400),
+                500,
+                0
+            ),
             Step::Settle(Status::Accepted)
         );
     }

@@ -27,12 +27,12 @@ use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
+use chrono::{DateTime, Utc};
 use courier_core::key::validate_key;
 use courier_core::status::Merge;
 use courier_core::{ActionState, Limits};
 use courier_provider::signature;
 use courier_provider::wire::WebhookEvent;
-use chrono::{DateTime, Utc};
 use courier_store::{
     CancelOutcome, EnqueueError, MergeOutcome, NewAction, PgStore, RedriveOutcome, StoreError,
     WebhookIn,
@@ -575,7 +575,11 @@ fn action_id(id: Result<Path<String>, PathRejection>) -> Result<i64, ApiError> {
 }
 
 fn not_found(id: i64) -> ApiError {
-    ApiError::new(StatusCode::NOT_FOUND, "not_found", format!("no action {id}"))
+    ApiError::new(
+        StatusCode::NOT_FOUND,
+        "not_found",
+        format!("no action {id}"),
+    )
 }
 
 /// Cancel an action that no worker holds.
@@ -608,7 +612,11 @@ async fn cancel_action(
     match outcome {
         CancelOutcome::Cancelled => {
             metrics::counter!("courier_cancelled_total").increment(1);
-            let view = state.store.action_get(id).await?.ok_or_else(|| not_found(id))?;
+            let view = state
+                .store
+                .action_get(id)
+                .await?
+                .ok_or_else(|| not_found(id))?;
             Ok(Json(view).into_response())
         }
         CancelOutcome::NotFound => Err(not_found(id)),

@@ -553,9 +553,15 @@ async fn every_answer_is_documented_and_matches_its_schema() {
     }
     // Re-drives: of an action the provider refused with a 400, twice, and
     // of the cancelled action 1.
-    let refused = fixtures::claimed_to_send(&db.store, "s3", 1).await.remove(0);
+    let refused = fixtures::claimed_to_send(&db.store, "s3", 1)
+        .await
+        .remove(0);
     db.store
-        .action_fail(&refused.lease, 400, "provider answered 400: invalid_recipient")
+        .action_fail(
+            &refused.lease,
+            400,
+            "provider answered 400: invalid_recipient",
+        )
         .await
         .unwrap()
         .unwrap();

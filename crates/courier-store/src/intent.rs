@@ -39,7 +39,10 @@ pub enum RedriveOutcome {
     Already(i64),
     NotFound,
     /// Nothing changed, for this reason.
-    Refused { state: ActionState, reason: String },
+    Refused {
+        state: ActionState,
+        reason: String,
+    },
 }
 
 /// What one tick of the schedule did.

@@ -90,7 +90,11 @@ async fn enqueues_claims_and_settles_racing_keep_actions_ready_exact() {
                             fixtures::settle(&s, &c.lease, Status::Delivered, Some("m"), false)
                                 .await;
                         }
-                        3 => s.action_fail(&c.lease, 400, "refused").await.unwrap().unwrap(),
+                        3 => s
+                            .action_fail(&c.lease, 400, "refused")
+                            .await
+                            .unwrap()
+                            .unwrap(),
                         _ => kept.push((c.lease.action_id, c.lease.epoch)),
                     }
                 }

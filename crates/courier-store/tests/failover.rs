@@ -339,7 +339,10 @@ async fn writes_whose_sync_wait_was_cut_are_recognised_on_retry() {
         .remove(0)
         .unwrap();
     assert!(matches!(again, SettleOutcome::Settled(_)), "{again:?}");
-    let again = s.action_fail(&to_fail.lease, 400, "rejected").await.unwrap();
+    let again = s
+        .action_fail(&to_fail.lease, 400, "rejected")
+        .await
+        .unwrap();
     assert_eq!(again.unwrap_err().current_epoch, Some(to_fail.lease.epoch));
 }
 

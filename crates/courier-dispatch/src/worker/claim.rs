@@ -75,8 +75,8 @@ pub(super) async fn run<P: Provider>(ctx: Arc<Ctx<P>>, shutdown: CancellationTok
                 let full = taken.claimed.len() >= n as usize;
                 let deadline = deadline_ms(sent_ms, limits.lease_ttl_ms);
                 for c in taken.claimed {
-                    let expires = expires_ms(sent_ms, c.expires_in_ms)
-                        .filter(|_| !ctx.ignore_expiry);
+                    let expires =
+                        expires_ms(sent_ms, c.expires_in_ms).filter(|_| !ctx.ignore_expiry);
                     start(&ctx, &mut tasks, c, (deadline, expires), rng.random()).await;
                 }
                 // The deliveries are under way; now the sweep the claim owes,
