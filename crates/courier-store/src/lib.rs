@@ -17,7 +17,9 @@
 //!   statements take their time from.
 //! - `action`: enqueue and read actions. `lease`: claims, heartbeats and the
 //!   fence. `outbox`: the send intent, attempts, reconciling checks.
-//!   `settle`: the owner's settles and fails. `merge`: reports that carry no
+//!   `settle`: the owner's settles, fails and expiries. `intent`: the
+//!   schedule's tick (due actions promoted, unclaimed ones expired), cancel
+//!   and re-drive (migration 23). `merge`: reports that carry no
 //!   lease (webhooks, reconciling lookups). `event`: notable moments.
 //!   `report`: counts for the CLI and the verifier. `views`: read-only views
 //!   for operators. `prune`: retention (bounded batches under an advisory
@@ -51,10 +53,14 @@
 //!      a key-share lock there made claims with older snapshots wait, SKIP
 //!      LOCKED notwithstanding; `tests/claim_waits.rs`). An enqueue waits at
 //!      most for a sweep of `store_work`, which never waits.
+//!   4. *A cancel or a re-drive waits for one action row* (FOR UPDATE, so
+//!      for a claim that holds it) and holds nothing a claim waits for; the
+//!      schedule's tick takes its action rows SKIP LOCKED.
 //! - Every store with a pending action has a row in `store_work`, the
 //!   stores the fair claim walks (migration 5): a trigger adds it in the
-//!   enqueue's transaction, after taking the store's shared advisory lock
-//!   (migration 11), and only `courier_store_work_sweep` removes rows, after
+//!   enqueue's transaction, and `courier.promote_due` in the transaction
+//!   that makes scheduled actions pending (migration 23), each after taking
+//!   the store's shared advisory lock (migration 11), and only `courier_store_work_sweep` removes rows, after
 //!   locking the store row FOR UPDATE SKIP LOCKED (against claims) and
 //!   trying the exclusive advisory lock (against enqueues; a store it cannot
 //!   have is skipped), with a snapshot taken after both
@@ -62,7 +68,8 @@
 //!   broken on purpose; [`PgStore::store_work_missing`] is the check).
 //! - A committed action is pending if and only if it has a committed row in
 //!   `actions_ready`, the table the claims find pending work in (migration
-//!   12): triggers on `actions` add and remove the rows in the transaction
+//!   12), and scheduled if and only if it has one in `actions_scheduled`,
+//!   the table the schedule's tick walks by time (migration 23): triggers on `actions` add and remove the rows in the transaction
 //!   of each change, and the claims lock the action row and re-check its
 //!   state before taking it (`tests/actions_ready.rs` races enqueues, claims
 //!   and settles, and catches a trigger disabled on purpose;
