@@ -1,20 +1,29 @@
 // The live dashboard of `courier serve`: it polls GET /v1/ops/snapshot (the
 // server's latest database sample; the server reads the database once per
-// interval whatever the number of viewers) and redraws. Read-only. When the
-// server has an API token, the page sends it as a bearer token; it is kept in
-// this browser's localStorage. Text from the server is set with textContent.
+// interval whatever the number of viewers) and redraws. The Action panel
+// reads one action (GET /v1/actions/{id}) and, after an in-page
+// confirmation, calls the API's cancel and re-drive routes, which decide
+// whether the page's token may. When the server has an API token, the page
+// sends it as a bearer token; it is kept in this browser's localStorage.
+// Text from the server is set with textContent.
 "use strict";
 
 (function () {
   const NS = "http://www.w3.org/2000/svg";
-  const STATES = ["pending", "claimed", "dispatched", "done", "failed"];
+  // ActionState::ALL, in the order of an action's life (a test of
+  // dashboard.rs keeps the two equal).
+  const STATES = ["scheduled", "pending", "claimed", "dispatched", "done", "failed", "cancelled", "expired"];
   const COLORS = {
+    scheduled: "#6b46c1",
     pending: "#8a94a0",
     claimed: "#b7791f",
     dispatched: "#2b6cb0",
     done: "#2f7d4f",
     failed: "#b4442c",
+    cancelled: "#4a5568",
+    expired: "#b83280",
   };
+  const CANCELLABLE = ["scheduled", "pending"];
   const TOKEN_KEY = "courier.apiToken";
   const POLL_MIN_MS = 1000;
 
@@ -316,6 +325,193 @@
     const every = Math.max(POLL_MIN_MS, (last && last.interval_ms) || 2000);
     timer = setTimeout(refresh, every);
   }
+
+  // The Action panel: one action by id; cancel and re-drive after an
+  // in-page confirmation. The API decides (the action's state, the token's
+  // reach) and the page shows its answer, its refusals' sentences included.
+  let shown = null;
+  let asked = null;
+  let lookupSeq = 0;
+
+  function authHeaders() {
+    return token ? { Authorization: "Bearer " + token } : {};
+  }
+
+  function setAnswer(text, state, code) {
+    const a = document.getElementById("action-answer");
+    a.textContent = text;
+    a.dataset.state = state;
+    if (code) a.dataset.code = code;
+    else delete a.dataset.code;
+  }
+
+  // An RFC 3339 time from the server, in UTC, and how far from now.
+  function fmtTime(t) {
+    if (t === null || t === undefined) return "–";
+    const text = String(t).replace("T", " ").replace("Z", "") + " UTC";
+    const ms = Date.parse(t);
+    if (!isFinite(ms)) return text;
+    const s = (ms - Date.now()) / 1000;
+    return `${text} (${s >= 0 ? "in " + fmtSecs(s) : fmtSecs(-s) + " ago"})`;
+  }
+
+  function actionLink(id) {
+    if (id === null || id === undefined) return "–";
+    const b = h("button", { type: "button", class: "link", dataset: { goto: id } }, `action ${id}`);
+    b.addEventListener("click", () => {
+      document.getElementById("action-id").value = String(id);
+      lookUp(String(id), false);
+    });
+    return b;
+  }
+
+  function renderAction(a) {
+    shown = a;
+    hideConfirm();
+    const view = document.getElementById("action-view");
+    view.hidden = false;
+    view.dataset.id = String(a.id);
+    view.dataset.state = a.state;
+    const badge = h("span", { class: "badge state" }, a.state);
+    badge.style.setProperty("--c", COLORS[a.state] || "#7b8591");
+    const rows = [
+      ["Action", String(a.id)],
+      ["State", badge],
+      ["Store", a.store],
+      ["Enqueued", fmtTime(a.enqueued_at)],
+      ["Not before", fmtTime(a.not_before)],
+      ["Expires", fmtTime(a.expires_at)],
+      ["Status", a.status === null ? "–" : a.status],
+      ["Attempts", fmtInt(a.attempts)],
+      ["Fail reason", a.fail_reason === null ? "–" : a.fail_reason],
+      ["Re-drive of", actionLink(a.redrive_of)],
+      ["Re-driven as", actionLink(a.redriven_as)],
+    ];
+    document.querySelector("#action-fields tbody").replaceChildren(...rows.map(([k, v]) =>
+      h("tr", {}, h("th", { scope: "row" }, k), h("td", {}, v))));
+    document.getElementById("action-cancel").disabled = !CANCELLABLE.includes(a.state);
+    document.getElementById("action-redrive").disabled = a.state !== "failed";
+  }
+
+  function hideAction() {
+    shown = null;
+    hideConfirm();
+    const view = document.getElementById("action-view");
+    view.hidden = true;
+    delete view.dataset.id;
+    delete view.dataset.state;
+  }
+
+  // An error answer's sentence (`{"error", "message"}`), or its status.
+  async function errorAnswer(resp) {
+    let body = null;
+    try {
+      body = await resp.json();
+    } catch (e) {
+      body = null;
+    }
+    let text = body && typeof body.message === "string" ? body.message : `the server answered ${resp.status}`;
+    if (resp.status === 401) text += " (enter the API token above)";
+    return { text, code: body && typeof body.error === "string" ? body.error : String(resp.status) };
+  }
+
+  // Reads action `id`; `quiet` keeps the answer shown (after a cancel or a
+  // re-drive) unless the read fails. A later lookup wins over an earlier one.
+  async function lookUp(id, quiet) {
+    const mine = ++lookupSeq;
+    if (!/^[0-9]{1,18}$/.test(id)) {
+      hideAction();
+      setAnswer("An action id is a whole number.", "error", "bad_id");
+      return;
+    }
+    if (!quiet) setAnswer(`looking up action ${id}…`, "wait");
+    try {
+      const resp = await fetch(`/v1/actions/${id}`, { headers: authHeaders(), cache: "no-store" });
+      if (mine !== lookupSeq) return;
+      if (!resp.ok) {
+        const e = await errorAnswer(resp);
+        hideAction();
+        setAnswer(e.text, "error", e.code);
+        return;
+      }
+      const a = await resp.json();
+      if (mine !== lookupSeq) return;
+      renderAction(a);
+      if (!quiet) setAnswer("", "ok");
+    } catch (e) {
+      if (mine === lookupSeq) setAnswer(`cannot reach the server (${e.message})`, "error");
+    }
+  }
+
+  function askConfirm(op) {
+    if (!shown) return;
+    asked = { op, id: shown.id };
+    document.getElementById("action-confirm-text").textContent = op === "cancel"
+      ? `Cancel action ${shown.id} (store ${shown.store}, ${shown.state})? It ends cancelled and is never sent.`
+      : `Re-drive action ${shown.id} (store ${shown.store})? A new action, with a new key, sends the same text to the same recipient.`;
+    document.getElementById("action-confirm-yes").textContent = op === "cancel" ? "Yes, cancel it" : "Yes, re-drive it";
+    const box = document.getElementById("action-confirm");
+    box.dataset.op = op;
+    box.hidden = false;
+    document.getElementById("action-confirm-no").focus();
+  }
+
+  function hideConfirm() {
+    asked = null;
+    const box = document.getElementById("action-confirm");
+    box.hidden = true;
+    delete box.dataset.op;
+  }
+
+  // The confirmed cancel or re-drive: one POST, then the API's answer.
+  async function runConfirmed() {
+    const op = asked;
+    hideConfirm();
+    if (!op) return;
+    document.getElementById("action-cancel").disabled = true;
+    document.getElementById("action-redrive").disabled = true;
+    setAnswer(op.op === "cancel" ? `cancelling action ${op.id}…` : `re-driving action ${op.id}…`, "wait");
+    let resp;
+    try {
+      resp = await fetch(`/v1/actions/${op.id}/${op.op}`, { method: "POST", headers: authHeaders(), cache: "no-store" });
+    } catch (e) {
+      setAnswer(`cannot reach the server (${e.message}); look the action up again to see whether it changed`, "error");
+      return;
+    }
+    if (!resp.ok) {
+      const e = await errorAnswer(resp);
+      setAnswer(e.text, "error", e.code);
+      lookUp(String(op.id), true);
+      return;
+    }
+    const a = await resp.json();
+    if (op.op === "cancel") {
+      setAnswer(`Action ${a.id} cancelled: no worker will claim it; nothing was sent.`, "ok", "cancelled");
+      lookupSeq++;
+      renderAction(a);
+    } else {
+      const again = resp.status === 201
+        ? `Action ${op.id} re-driven as action ${a.id}.`
+        : `Action ${op.id} was re-driven before, as action ${a.id}.`;
+      setAnswer(again, "ok", resp.status === 201 ? "redriven" : "already");
+      lookUp(String(op.id), true);
+    }
+  }
+
+  document.getElementById("action-form").addEventListener("submit", (ev) => {
+    ev.preventDefault();
+    lookUp(document.getElementById("action-id").value.trim(), false);
+  });
+  document.getElementById("action-cancel").addEventListener("click", () => askConfirm("cancel"));
+  document.getElementById("action-redrive").addEventListener("click", () => askConfirm("redrive"));
+  document.getElementById("action-confirm-yes").addEventListener("click", runConfirmed);
+  document.getElementById("action-confirm-no").addEventListener("click", () => {
+    hideConfirm();
+    setAnswer("Nothing was sent to the server.", "ok", "dismissed");
+  });
+  document.getElementById("action-confirm").addEventListener("keydown", (ev) => {
+    if (ev.key === "Escape") document.getElementById("action-confirm-no").click();
+  });
 
   document.getElementById("token-form").addEventListener("submit", (ev) => {
     ev.preventDefault();

@@ -39,6 +39,12 @@ enum Command {
     Enqueue(cmd::enqueue::Args),
     /// Counts by state, per-store backlog, oldest open intent.
     Status(cmd::status::Args),
+    /// Cancel a scheduled or pending action (exit 1 if a worker holds it
+    /// or it has ended).
+    Cancel(cmd::intent::Args),
+    /// Re-drive an action the provider refused with a 400, as a new action
+    /// with a new key (exit 1 for any other ending).
+    Redrive(cmd::intent::Args),
     /// API tokens: create (printed once), list, revoke.
     Token(cmd::token::Args),
     /// The managed local PostgreSQL: start | stop | status | url.
@@ -99,6 +105,8 @@ fn main() -> ExitCode {
             Command::Bench(a) => cmd::bench::run(a).await,
             Command::Enqueue(a) => cmd::enqueue::run(a).await,
             Command::Status(a) => cmd::status::run(a).await,
+            Command::Cancel(a) => cmd::intent::cancel(a).await,
+            Command::Redrive(a) => cmd::intent::redrive(a).await,
             Command::Token(a) => cmd::token::run(a).await,
             Command::Db(a) => cmd::db::run(a).await,
             Command::Provider(a) => cmd::provider::run(a).await,

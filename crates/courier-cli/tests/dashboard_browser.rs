@@ -7,6 +7,12 @@
 //! final. Also checks both `/metrics` endpoints and the `/report` page with
 //! the verifier's real report of the run. Screenshots go to
 //! `target/tmp/dashboard-*.png` (not committed).
+//!
+//! The Action panel, against a server alone (no worker, so actions stay
+//! where the test puts them): a scheduled action looked up and cancelled
+//! through its button once the confirmation is accepted, a refusal's
+//! sentence shown, a 400 re-driven and linked both ways; and a dismissed
+//! confirmation that changes nothing.
 
 #[path = "support/browser.rs"]
 mod browser;
@@ -14,7 +20,8 @@ mod browser;
 mod live;
 
 use browser::Browser;
-use live::{fresh_db, Service};
+use courier_core::ActionState;
+use live::{db_state, fresh_db, Service};
 use serde_json::{json, Value};
 use std::time::{Duration, Instant};
 
@@ -273,8 +280,8 @@ fn every_action_final_on_the_chart(b: &Browser, points_before: i64, dir: &std::p
     );
     assert_eq!(
         vertices,
-        json!(vec![points_after; 5]),
-        "five lines, one vertex per sample"
+        json!(vec![points_after; ActionState::ALL.len()]),
+        "a line per state, one vertex per sample"
     );
     // Only stores with work are listed: none is left.
     b.wait_for("the store table to empty", 10_000, |b| {
@@ -463,4 +470,284 @@ fn worker_metrics_url(worker: &Service) -> String {
         }
     }
     panic!("the worker did not say where its metrics are");
+}
+
+/// A server alone on a fresh database (no provider, no worker).
+async fn server_alone(tag: &str) -> (Service, courier_store::PgStore) {
+    let (url, store) = fresh_db(tag).await;
+    let server = Service::start(
+        "serve",
+        &[
+            "serve",
+            "--database-url",
+            &url,
+            "--listen",
+            "127.0.0.1:0",
+            "--webhook-secret",
+            SECRET,
+            "--api-token",
+            TOKEN,
+        ],
+        true,
+    );
+    (server, store)
+}
+
+/// Enqueues through the API; returns the action's id.
+async fn enqueue(http: &reqwest::Client, api: &str, action: Value) -> i64 {
+    let r = http
+        .post(format!("{api}/v1/actions"))
+        .bearer_auth(TOKEN)
+        .json(&action)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status().as_u16(), 201);
+    r.json::<Value>().await.unwrap()["id"].as_i64().unwrap()
+}
+
+/// The action's state as the API tells it.
+async fn api_state(http: &reqwest::Client, api: &str, id: i64) -> String {
+    let v: Value = http
+        .get(format!("{api}/v1/actions/{id}"))
+        .bearer_auth(TOKEN)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    v["state"].as_str().unwrap().to_string()
+}
+
+/// Opens the dashboard and gives it the token.
+fn open_with_token(b: &Browser, api: &str) {
+    b.goto(&format!("{api}/dashboard"));
+    b.send_keys(&b.find("#token"), TOKEN);
+    b.click(&b.find("#token-form button"));
+}
+
+/// Types action `id` into the panel and looks it up, until the panel shows
+/// it in `state`.
+fn look_up(b: &Browser, id: i64, state: &str) {
+    let field = b.find("#action-id");
+    b.execute("arguments[0].value = '';", vec![field.to_json()]);
+    b.send_keys(&field, &id.to_string());
+    b.click(&b.find("#action-form button"));
+    wait_shown(b, id, state);
+}
+
+fn wait_shown(b: &Browser, id: i64, state: &str) {
+    b.wait_for(&format!("action {id} shown {state}"), 10_000, |b| {
+        let v = page(
+            b,
+            "const v = document.getElementById('action-view');\
+             return v.hidden ? null : [v.dataset.id, v.dataset.state];",
+        );
+        (v == json!([id.to_string(), state])).then_some(())
+    });
+}
+
+/// Whether each button is enabled: [cancel, re-drive].
+fn buttons_enabled(b: &Browser) -> Value {
+    page(
+        b,
+        "return ['action-cancel', 'action-redrive'].map(i => !document.getElementById(i).disabled);",
+    )
+}
+
+/// The panel's answer once it is no longer a "…ing" one: [state, code, text].
+fn answer(b: &Browser) -> Value {
+    b.wait_for("the panel's answer", 10_000, |b| {
+        let v = page(
+            b,
+            "const a = document.getElementById('action-answer');\
+             return a.dataset.state === 'wait' ? null : [a.dataset.state, a.dataset.code || '', a.textContent];",
+        );
+        (!v.is_null()).then_some(v)
+    })
+}
+
+fn confirm_shown(b: &Browser) -> Value {
+    page(
+        b,
+        "const c = document.getElementById('action-confirm');\
+         return c.hidden ? null : [c.dataset.op, document.getElementById('action-confirm-text').textContent];",
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_action_panel_cancels_and_redrives_once_the_confirmation_is_accepted() {
+    let (server, store) = server_alone("dash_cancel").await;
+    let api = server.url.clone();
+    let http = reqwest::Client::new();
+    let refused_400 = refused_with_400(&http, &api, &store).await;
+    let later = |s: i64| (chrono::Utc::now() + chrono::Duration::seconds(s)).to_rfc3339();
+    let scheduled = enqueue(
+        &http,
+        &api,
+        json!({"store": "s1", "to": "+15550000001", "body": "later",
+               "not_before": later(3_600), "expires_at": later(7_200)}),
+    )
+    .await;
+    let pending = enqueue(
+        &http,
+        &api,
+        json!({"store": "s1", "to": "+15550000002", "body": "now"}),
+    )
+    .await;
+
+    let b = Browser::launch(1200, 900);
+    open_with_token(&b, &api);
+    look_up(&b, scheduled, "scheduled");
+    let fields = page(
+        &b,
+        "return Object.fromEntries([...document.querySelectorAll('#action-fields tr')]\
+           .map(r => [r.cells[0].textContent, r.cells[1].textContent]));",
+    );
+    assert_eq!(fields["Store"], "s1", "{fields}");
+    for f in ["Not before", "Expires"] {
+        assert!(
+            fields[f].as_str().unwrap().contains(" UTC (in "),
+            "{fields}"
+        );
+    }
+    assert_eq!(buttons_enabled(&b), json!([true, false]));
+
+    b.click(&b.find("#action-cancel"));
+    let asked = confirm_shown(&b);
+    assert_eq!(asked[0], "cancel", "{asked}");
+    assert!(
+        asked[1]
+            .as_str()
+            .unwrap()
+            .contains(&format!("Cancel action {scheduled}")),
+        "{asked}"
+    );
+    b.click(&b.find("#action-confirm-yes"));
+    wait_shown(&b, scheduled, "cancelled");
+    assert_eq!(answer(&b)[1], "cancelled");
+    assert_eq!(buttons_enabled(&b), json!([false, false]));
+    assert_eq!(api_state(&http, &api, scheduled).await, "cancelled");
+
+    // Cancelled by someone else after the page read it: the API's 409 and
+    // its sentence, and the panel shows the state it has now.
+    look_up(&b, pending, "pending");
+    let r = http
+        .post(format!("{api}/v1/actions/{pending}/cancel"))
+        .bearer_auth(TOKEN)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status().as_u16(), 200);
+    b.click(&b.find("#action-cancel"));
+    b.click(&b.find("#action-confirm-yes"));
+    let conflict = answer(&b);
+    assert_eq!(conflict[0], "error", "{conflict}");
+    assert_eq!(conflict[1], "final", "{conflict}");
+    assert!(
+        conflict[2]
+            .as_str()
+            .unwrap()
+            .contains("cannot be cancelled: it has ended"),
+        "{conflict}"
+    );
+    wait_shown(&b, pending, "cancelled");
+
+    // A 400: re-driven as a new action, linked both ways on the panel.
+    look_up(&b, refused_400, "failed");
+    assert_eq!(buttons_enabled(&b), json!([false, true]));
+    b.click(&b.find("#action-redrive"));
+    assert_eq!(confirm_shown(&b)[0], "redrive");
+    b.click(&b.find("#action-confirm-yes"));
+    let redriven = answer(&b);
+    assert_eq!(redriven[1], "redriven", "{redriven}");
+    let link = b.wait_for("the link to the re-drive", 10_000, |b| {
+        let v = page(b, "const l = document.querySelector('#action-fields [data-goto]'); return l ? l.dataset.goto : null;");
+        v.as_str().map(str::to_string)
+    });
+    let new: i64 = link.parse().unwrap();
+    assert!(
+        redriven[2]
+            .as_str()
+            .unwrap()
+            .contains(&format!("re-driven as action {new}")),
+        "{redriven}"
+    );
+    b.click(&b.find("#action-fields [data-goto]"));
+    wait_shown(&b, new, "pending");
+    let back = page(
+        &b,
+        "return document.querySelector('#action-fields [data-goto]').dataset.goto;",
+    );
+    assert_eq!(
+        back,
+        json!(refused_400.to_string()),
+        "the new action links back"
+    );
+    let dir = std::path::PathBuf::from(env!("CARGO_TARGET_TMPDIR"));
+    std::fs::write(dir.join("dashboard-action.png"), b.screenshot_full_page()).unwrap();
+    assert_eq!(page(&b, "return window.__dashboardErrors;"), json!([]));
+}
+
+/// An action the provider refused with a 400: enqueued through the API,
+/// claimed and failed through the store, as a worker would.
+async fn refused_with_400(
+    http: &reqwest::Client,
+    api: &str,
+    store: &courier_store::PgStore,
+) -> i64 {
+    let id = enqueue(
+        http,
+        api,
+        json!({"store": "s1", "to": "+15550000009", "body": "bad"}),
+    )
+    .await;
+    let owner: std::sync::Arc<str> = std::sync::Arc::from("w1");
+    let got = courier_testkit::fixtures::claim_to_send(
+        store,
+        &owner,
+        1,
+        60_000,
+        1_000,
+        courier_store::ClaimMode::Fair,
+    )
+    .await
+    .unwrap();
+    assert_eq!(got[0].lease.action_id, id);
+    store
+        .action_fail(&got[0].lease, 400, "provider answered 400: bad number")
+        .await
+        .unwrap()
+        .unwrap();
+    id
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_action_panel_changes_nothing_when_the_confirmation_is_dismissed() {
+    let (server, store) = server_alone("dash_keep").await;
+    let api = server.url.clone();
+    let http = reqwest::Client::new();
+    let id = enqueue(
+        &http,
+        &api,
+        json!({"store": "s1", "to": "+15550000003", "body": "keep"}),
+    )
+    .await;
+    let before = db_state(&store).await;
+
+    let b = Browser::launch(1200, 900);
+    open_with_token(&b, &api);
+    look_up(&b, id, "pending");
+    b.click(&b.find("#action-cancel"));
+    assert_eq!(confirm_shown(&b)[0], "cancel");
+    b.click(&b.find("#action-confirm-no"));
+    assert_eq!(confirm_shown(&b), Value::Null, "the confirmation is gone");
+    assert_eq!(answer(&b)[1], "dismissed");
+    // Looked up again, it is as it was; so is every table.
+    b.click(&b.find("#action-form button"));
+    wait_shown(&b, id, "pending");
+    assert_eq!(buttons_enabled(&b), json!([true, false]));
+    assert_eq!(db_state(&store).await, before);
+    assert_eq!(page(&b, "return window.__dashboardErrors;"), json!([]));
 }

@@ -2,10 +2,11 @@
 //! `courier serve`: the API, `/openapi.json`, `/metrics`, the dashboard.
 //!
 //! - `GET /` and `GET /dashboard`: the live dashboard (assets from
-//!   `web/dashboard/`, compiled in; no CDN): actions by state over the last
-//!   minutes, stores by backlog and in-flight, workers with their leases,
-//!   the oldest open intents against the key retention, the latest fenced
-//!   writes and backward reports.
+//!   `web/dashboard/`, compiled in; no CDN): actions by state (every
+//!   `ActionState`) over the last minutes, one action looked up by id with
+//!   its Cancel and Re-drive buttons, stores by backlog and in-flight,
+//!   workers with their leases, the oldest open intents against the key
+//!   retention, the latest fenced writes and backward reports.
 //! - `GET /v1/ops/snapshot`: the data behind it, as JSON: the sampler's latest
 //!   sample (see [`crate::metrics::Sampler`]) and its history.
 //! - `GET /report`: opens a JSON report chosen by the user (chaos, bench,
@@ -14,7 +15,11 @@
 //!
 //! # Invariants
 //! - Read-only: nothing here writes to the database; the snapshot is read in
-//!   a read-only transaction by the sampler, never per request.
+//!   a read-only transaction by the sampler, never per request. The page's
+//!   Cancel and Re-drive buttons (each after an in-page confirmation) call
+//!   the API's routes, `POST /v1/actions/{id}/cancel` and `/redrive`
+//!   (`crate::server`), with the page's token: the API authorizes them and
+//!   records who asked, as for any other caller.
 //! - Unless the API is open, the data (`/v1/ops/snapshot`, `/metrics`) needs
 //!   an admin token (a store token gets 403); the static pages hold no data
 //!   and do not.
@@ -260,6 +265,27 @@ mod tests {
         // The pages load their scripts from files (the CSP forbids inline ones).
         for html in [INDEX_HTML, REPORT_HTML] {
             assert!(!html.contains("<script>"), "inline script in a page");
+        }
+    }
+
+    #[test]
+    fn the_page_lists_every_action_state_in_life_order() {
+        let start = APP_JS.find("const STATES = [").expect("STATES in app.js") + 16;
+        let end = start + APP_JS[start..].find(']').expect("the end of STATES");
+        let listed: Vec<&str> = APP_JS[start..end]
+            .split(',')
+            .map(|s| s.trim().trim_matches('"'))
+            .collect();
+        let all: Vec<&str> = courier_core::ActionState::ALL
+            .iter()
+            .map(|s| s.as_str())
+            .collect();
+        assert_eq!(listed, all);
+        for s in all {
+            assert!(
+                APP_JS.contains(&format!("    {s}: \"#")),
+                "app.js has no colour for {s}"
+            );
         }
     }
 }

@@ -321,26 +321,34 @@ impl SamplerConfig {
     }
 }
 
-/// Actions by state at one instant (the database's clock).
+/// Actions by state at one instant (the database's clock): one field per
+/// [`ActionState`], named as the state (the dashboard's chart reads them by
+/// name; a test keeps the two lists equal).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 pub struct HistoryPoint {
     pub t_ms: i64,
+    pub scheduled: i64,
     pub pending: i64,
     pub claimed: i64,
     pub dispatched: i64,
     pub done: i64,
     pub failed: i64,
+    pub cancelled: i64,
+    pub expired: i64,
 }
 
 impl HistoryPoint {
     fn of(s: &OpsSnapshot) -> Self {
         HistoryPoint {
             t_ms: s.db_now_ms,
+            scheduled: s.state(ActionState::Scheduled),
             pending: s.state(ActionState::Pending),
             claimed: s.state(ActionState::Claimed),
             dispatched: s.state(ActionState::Dispatched),
             done: s.state(ActionState::Done),
             failed: s.state(ActionState::Failed),
+            cancelled: s.state(ActionState::Cancelled),
+            expired: s.state(ActionState::Expired),
         }
     }
 }
@@ -485,5 +493,30 @@ impl Sampler {
             h.push_back(HistoryPoint::of(&snap));
         }
         *self.inner.latest.lock().expect("sampler lock") = Some((Instant::now(), Arc::new(snap)));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_history_point_has_one_field_per_state() {
+        let snap = OpsSnapshot {
+            db_now_ms: 7,
+            by_state: ActionState::ALL
+                .iter()
+                .zip(1..)
+                .map(|(s, n)| (*s, n))
+                .collect(),
+            ..Default::default()
+        };
+        let v = serde_json::to_value(HistoryPoint::of(&snap)).unwrap();
+        let fields = v.as_object().unwrap();
+        assert_eq!(fields.len(), 1 + ActionState::ALL.len(), "{v}");
+        assert_eq!(v["t_ms"], 7);
+        for (s, n) in ActionState::ALL.iter().zip(1..) {
+            assert_eq!(v[s.as_str()], n, "{s}: {v}");
+        }
     }
 }

@@ -8,6 +8,7 @@ pub mod db;
 pub mod db_ha;
 pub mod demo;
 pub mod enqueue;
+pub mod intent;
 pub mod lesson;
 pub mod provider;
 #[cfg(feature = "relay")]

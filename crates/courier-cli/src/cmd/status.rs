@@ -1,8 +1,9 @@
-//! `courier status`: counts by state, per-store backlog, oldest open intent,
+//! `courier status`: counts by state (every state of `ActionState::ALL`,
+//! in that order, zeros included), per-store backlog, oldest open intent,
 //! the node written to and its standbys' lag.
 
 use super::common::DbArgs;
-use courier_core::Limits;
+use courier_core::{ActionState, Limits};
 use std::process::ExitCode;
 
 #[derive(clap::Args)]
@@ -26,15 +27,20 @@ pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
     let alert_s = args.key_retention_s * u64::from(args.intent_age_alert_percent) / 100;
     let s = store.summary(alert_s).await?;
     let r = store.replication().await?;
+    let by_state: Vec<(ActionState, i64)> = ActionState::ALL
+        .iter()
+        .map(|st| (*st, s.state(st)))
+        .collect();
     if args.json {
         let mut v = serde_json::to_value(&s)?;
+        v["by_state"] = serde_json::to_value(&by_state)?;
         v["replication"] = serde_json::to_value(&r)?;
         println!("{}", serde_json::to_string_pretty(&v)?);
         return Ok(ExitCode::SUCCESS);
     }
     print_replication(&r);
     println!("actions by state:");
-    for (k, v) in &s.by_state {
+    for (k, v) in &by_state {
         println!("  {k:<12} {v:>8}");
     }
     println!("messages by status:");
