@@ -174,6 +174,11 @@ async fn courier_status_lists_every_state_in_life_order_with_zeros() {
     let store = &db.store;
     enqueue(store, fixtures::new_action("s1", 0)).await;
     enqueue(store, scheduled_in_an_hour(1)).await;
+    let soon = NewAction {
+        not_before: Some(Utc::now() + Span::seconds(30)),
+        ..fixtures::new_action("s1", 3)
+    };
+    enqueue(store, soon).await;
     let cancelled = enqueue(store, fixtures::new_action("s1", 2)).await;
     let out = courier(&db.url, Some("ops"), &["cancel", &cancelled.to_string()]);
     assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
@@ -196,13 +201,20 @@ async fn courier_status_lists_every_state_in_life_order_with_zeros() {
         .iter()
         .map(|s| {
             let n = match s {
-                ActionState::Scheduled | ActionState::Pending | ActionState::Cancelled => 1,
+                ActionState::Scheduled => 2,
+                ActionState::Pending | ActionState::Cancelled => 1,
                 _ => 0,
             };
             (s.as_str().to_string(), n)
         })
         .collect();
     assert_eq!(rows, expected, "{shown}");
+    // The one due in 30 s is due within a minute; both within the hour (the
+    // other's time, an hour after its enqueue, is before the status's hour).
+    assert!(
+        shown.contains("scheduled due: 1 within a minute, 2 within an hour"),
+        "{shown}"
+    );
 
     let out = courier(&db.url, None, &["status", "--json"]);
     let json: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
@@ -214,4 +226,6 @@ async fn courier_status_lists_every_state_in_life_order_with_zeros() {
         .collect();
     let all: Vec<&str> = ActionState::ALL.iter().map(|s| s.as_str()).collect();
     assert_eq!(names, all, "{json}");
+    assert_eq!(json["scheduled_due"]["within_minute"], 1, "{json}");
+    assert_eq!(json["scheduled_due"]["within_hour"], 2, "{json}");
 }

@@ -626,21 +626,21 @@ async fn cancel_action(
 
 /// 409: why an action cannot be cancelled, and what to do instead.
 fn cancel_refused(id: i64, now: ActionState) -> ApiError {
+    let wait = format!("wait for its final status (GET /v1/actions/{id})");
     let (code, why) = match now {
         ActionState::Claimed => (
             "claimed",
-            "a worker holds it: its first attempt is counted and a request may be on the wire",
+            format!(
+                "a worker holds it: its first attempt is counted and a request may be on the wire; {wait}"
+            ),
         ),
-        ActionState::Dispatched => ("dispatched", "the provider has the message"),
-        _ => ("final", "it has ended"),
+        ActionState::Dispatched => ("dispatched", format!("the provider has the message; {wait}")),
+        _ => ("final", "it has ended".to_string()),
     };
     ApiError::new(
         StatusCode::CONFLICT,
         code,
-        format!(
-            "action {id} is {now} and cannot be cancelled: {why}; \
-             wait for its final status (GET /v1/actions/{id})"
-        ),
+        format!("action {id} is {now} and cannot be cancelled: {why}"),
     )
 }
 

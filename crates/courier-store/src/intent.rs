@@ -45,6 +45,13 @@ pub enum RedriveOutcome {
     },
 }
 
+/// Scheduled actions due soon ([`PgStore::scheduled_due`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
+pub struct ScheduledDue {
+    pub within_minute: i64,
+    pub within_hour: i64,
+}
+
 /// What one tick of the schedule did.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct ScheduleTick {
@@ -103,6 +110,30 @@ impl PgStore {
                 state: parse_state(row.get(2))?,
                 reason: row.get(3),
             },
+        })
+    }
+
+    /// Scheduled actions due within a minute and within an hour, each
+    /// counted up to `cap`: a walk of `actions_scheduled`'s time index from
+    /// its start that stops at the hour or the cap, whatever the number of
+    /// actions scheduled for later.
+    pub async fn scheduled_due(&self, cap: i64) -> Result<ScheduledDue, StoreError> {
+        let client = self.pool.get().await?;
+        let row = client
+            .query_one(
+                "SELECT count(*) FILTER (WHERE s.not_before <= t.at + interval '1 minute'),
+                        count(*)
+                 FROM (SELECT coalesce($1::timestamptz, now()) AS at) t
+                 CROSS JOIN LATERAL (
+                     SELECT not_before FROM actions_scheduled
+                     WHERE not_before <= t.at + interval '1 hour'
+                     ORDER BY not_before LIMIT $2) s",
+                &[&self.clock.now(), &cap],
+            )
+            .await?;
+        Ok(ScheduledDue {
+            within_minute: row.get(0),
+            within_hour: row.get(1),
         })
     }
 

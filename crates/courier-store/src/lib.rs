@@ -121,7 +121,7 @@ pub use action::*;
 pub use clock::Clock;
 pub use counts::Counts;
 pub use error::StoreError;
-pub use intent::{CancelOutcome, RedriveOutcome, ScheduleTick};
+pub use intent::{CancelOutcome, RedriveOutcome, ScheduleTick, ScheduledDue};
 pub use lease::*;
 pub use merge::*;
 pub use outbox::*;

@@ -22,11 +22,15 @@ pub struct Args {
     json: bool,
 }
 
+/// The most scheduled actions `courier status` counts as due soon.
+const SCHEDULED_DUE_COUNTED_MAX: i64 = 10_000;
+
 pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
     let store = args.db.connect(2).await?;
     let alert_s = args.key_retention_s * u64::from(args.intent_age_alert_percent) / 100;
     let s = store.summary(alert_s).await?;
     let r = store.replication().await?;
+    let due = store.scheduled_due(SCHEDULED_DUE_COUNTED_MAX).await?;
     let by_state: Vec<(ActionState, i64)> = ActionState::ALL
         .iter()
         .map(|st| (*st, s.state(st)))
@@ -35,6 +39,7 @@ pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
         let mut v = serde_json::to_value(&s)?;
         v["by_state"] = serde_json::to_value(&by_state)?;
         v["replication"] = serde_json::to_value(&r)?;
+        v["scheduled_due"] = serde_json::to_value(due)?;
         println!("{}", serde_json::to_string_pretty(&v)?);
         return Ok(ExitCode::SUCCESS);
     }
@@ -43,6 +48,18 @@ pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
     for (k, v) in &by_state {
         println!("  {k:<12} {v:>8}");
     }
+    let counted = |n: i64| {
+        if n >= SCHEDULED_DUE_COUNTED_MAX {
+            format!("{n} or more")
+        } else {
+            n.to_string()
+        }
+    };
+    println!(
+        "scheduled due: {} within a minute, {} within an hour",
+        counted(due.within_minute),
+        counted(due.within_hour)
+    );
     println!("messages by status:");
     for (k, v) in &s.by_status {
         println!("  {k:<12} {v:>8}");
