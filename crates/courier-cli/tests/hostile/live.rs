@@ -115,7 +115,8 @@ pub async fn db_state(store: &PgStore) -> String {
     );
     for r in client
         .query(
-            "SELECT a.id, a.state, a.epoch, coalesce(o.status, '-') FROM actions a
+            "SELECT a.id, a.state, a.epoch, coalesce(o.status, '-') || ' '
+                    || coalesce(a.redriven_as::text, '-') FROM actions a
              LEFT JOIN outbox o ON o.action_id = a.id ORDER BY a.id",
             &[],
         )
