@@ -1,42 +1,51 @@
 //! The chaos run in small: real worker processes SIGKILLed, PostgreSQL
-//! crash-restarted, a worker frozen past its lease; the verifier must pass.
-//! And its negative controls: broken workers (blind resends, new keys) must
-//! make the same verifier fail, or a green table would prove nothing. They
-//! need the binary built with the `negative-controls` feature, as
-//! scripts/test.sh builds it (`cargo nextest run -p courier-cli --features
-//! negative-controls --test chaos`).
+//! crash-restarted, a worker frozen past its lease, a share of the actions
+//! scheduled, expiring or cancelled; the verifier must pass. And its
+//! negative controls: broken workers (blind resends, new keys, sends past
+//! expires_at) must make the same verifier fail, or a green table would
+//! prove nothing. They need the binary built with the `negative-controls`
+//! feature, as scripts/test.sh builds it (`cargo nextest run -p courier-cli
+//! --features negative-controls --test chaos`).
 
 use serde_json::Value;
 use std::process::Command;
 
+/// The small run's flags, then `extra`.
 fn chaos(extra: &[&str], tag: &str) -> (bool, Value, String) {
+    let small = [
+        "--actions",
+        "300",
+        "--stores",
+        "30",
+        "--workers",
+        "3",
+        "--kills",
+        "30",
+        "--pg-restarts",
+        "1",
+        "--freezes",
+        "1",
+        "--duration-s",
+        "12",
+        "--seed",
+        "7",
+        "--timeout-s",
+        "240",
+    ];
+    let args: Vec<&str> = small.iter().chain(extra).copied().collect();
+    chaos_with(&args, tag)
+}
+
+/// `courier chaos` with `args` and a report: whether it exited 0, the
+/// report, and its stdout.
+fn chaos_with(args: &[&str], tag: &str) -> (bool, Value, String) {
     let dir = tempfile::tempdir().unwrap();
     let report = dir.path().join(format!("chaos-{tag}.json"));
     let out = Command::new(env!("CARGO_BIN_EXE_courier"))
-        .args([
-            "chaos",
-            "--actions",
-            "300",
-            "--stores",
-            "30",
-            "--workers",
-            "3",
-            "--kills",
-            "30",
-            "--pg-restarts",
-            "1",
-            "--freezes",
-            "1",
-            "--duration-s",
-            "12",
-            "--seed",
-            "7",
-            "--timeout-s",
-            "240",
-            "--report",
-        ])
+        .arg("chaos")
+        .args(args)
+        .arg("--report")
         .arg(&report)
-        .args(extra)
         .output()
         .expect("run courier chaos");
     let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
@@ -53,6 +62,50 @@ fn chaos(extra: &[&str], tag: &str) -> (bool, Value, String) {
     )
 }
 
+fn count(v: &Value) -> u64 {
+    v.as_u64()
+        .or_else(|| v["count"].as_u64())
+        .unwrap_or_else(|| panic!("not a count: {v}"))
+}
+
+/// One worker working two actions at a time, 150 actions enqueued within a
+/// second, half of them expiring 0.2 to 0.6 s after their enqueue, no
+/// faults but the provider's own: a backlog of seconds, so most expiring
+/// actions are still pending past their deadline plus the verifier's clock
+/// margin.
+const BACKLOG: [&str; 30] = [
+    "--actions",
+    "150",
+    "--stores",
+    "10",
+    "--workers",
+    "1",
+    "--concurrency",
+    "2",
+    "--kills",
+    "0",
+    "--pg-restarts",
+    "0",
+    "--freezes",
+    "0",
+    "--duration-s",
+    "1",
+    "--seed",
+    "7",
+    "--timeout-s",
+    "120",
+    "--scheduled-share",
+    "0",
+    "--expiring-share",
+    "0.5",
+    "--cancel-share",
+    "0",
+    "--expires-min-ms",
+    "200",
+    "--expires-max-ms",
+    "600",
+];
+
 #[test]
 fn a_small_chaos_run_passes_from_the_providers_log() {
     let (ok, r, stdout) = chaos(&[], "safe");
@@ -68,9 +121,78 @@ fn a_small_chaos_run_passes_from_the_providers_log() {
     assert_eq!(done["pg_restarts"], 1);
     assert_eq!(done["freezes"], 1);
     let v = &r["verify"];
-    assert_eq!(v["actions"], 300);
-    assert_eq!(v["exactly_one"], 300);
     assert_eq!(v["violations"], 0);
+    assert_eq!(v["exactly_one"], v["actions"]);
+    // The intent rows are judged (not left to the database) and pass.
+    for row in [
+        "cancelled_with_effect",
+        "sent_before_not_before",
+        "sent_after_expires_at",
+    ] {
+        assert_eq!(count(&v[row]), 0, "{row}: {v}");
+    }
+    assert_eq!(v["expiry_clock_margin_ms"], 1000);
+    for row in [
+        "cancelled actions the provider created anyway | 0 |",
+        "actions sent before their not_before | 0 |",
+        "actions sent more than 1000 ms after their expires_at | 0 |",
+    ] {
+        assert!(stdout.contains(row), "{row}: {stdout}");
+    }
+    // The load asked for each kind, and the verifier saw what the
+    // database ended.
+    let intent = &done["intent"];
+    let asked = |k: &str| count(&intent[k]);
+    assert!(asked("scheduled") > 0 && asked("expiring") > 0, "{intent}");
+    assert!(asked("cancels_sent") > 0, "{intent}");
+    assert_eq!(
+        asked("cancels_sent"),
+        asked("cancels_accepted") + asked("cancels_refused"),
+        "each cancel was answered 200 or 409: {intent}"
+    );
+    let stats = &v["stats"];
+    assert_eq!(count(&stats["actions_cancelled"]), asked("cancelled"));
+    assert_eq!(count(&stats["actions_expired"]), asked("expired"));
+    assert!(asked("cancelled") >= asked("cancels_accepted"), "{intent}");
+    assert_eq!(count(&stats["actions_scheduled"]), asked("scheduled"));
+}
+
+/// The backlog with correct workers: expiring actions still pending past
+/// their deadline end expired, unsent, and the run passes. The same load
+/// is the expiry's negative control below.
+#[test]
+fn a_backlog_of_expiring_actions_ends_them_expired_and_unsent() {
+    let (ok, r, stdout) = chaos_with(&BACKLOG, "backlog");
+    assert!(ok, "{stdout}");
+    let v = &r["verify"];
+    assert_eq!(v["violations"], 0, "{v}");
+    assert_eq!(count(&v["sent_after_expires_at"]), 0);
+    let expired = count(&r["done"]["intent"]["expired"]);
+    assert!(expired > 0, "the backlog expired nothing: {}", r["done"]);
+    assert_eq!(count(&v["stats"]["actions_expired_unsent"]), expired);
+}
+
+#[cfg(feature = "negative-controls")]
+#[test]
+fn the_verifier_catches_sends_after_expires_at_of_a_worker_that_ignores_it() {
+    let mut args = BACKLOG.to_vec();
+    args.push("--unsafe-ignore-expiry");
+    let (ok, r, stdout) = chaos_with(&args, "ignore-expiry");
+    assert!(!ok, "a broken worker must fail the run:\n{stdout}");
+    assert_eq!(r["passed"], false);
+    assert_eq!(r["unsafe_ignore_expiry"], true);
+    let v = &r["verify"];
+    let late = count(&v["sent_after_expires_at"]);
+    assert!(late > 0, "{v}");
+    assert_eq!(
+        count(&v["violations"]),
+        late,
+        "the late sends are the only violation: {v}"
+    );
+    assert_eq!(count(&r["done"]["intent"]["expired"]), 0, "{}", r["done"]);
+    assert!(stdout.contains(&format!(
+        "| actions sent more than 1000 ms after their expires_at | {late} |"
+    )));
 }
 
 #[cfg(feature = "negative-controls")]

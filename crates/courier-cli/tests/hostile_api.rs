@@ -531,6 +531,8 @@ async fn bad_stores_and_bodies_are_400(live: &Live) {
         to: "+15551234567".into(),
         body: "hi".into(),
         key: None,
+        not_before: None,
+        expires_at: None,
     };
     let store = |v: &str| EnqueueRequest {
         store: v.to_string(),

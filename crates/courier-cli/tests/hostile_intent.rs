@@ -7,7 +7,7 @@
 mod live;
 
 use courier_core::Status;
-use courier_store::{NewAction, PgStore};
+use courier_store::PgStore;
 use courier_testkit::fixtures;
 use live::{db_state, fresh_db, Service};
 use serde_json::{json, Value};

@@ -48,6 +48,18 @@ pub fn classify_get(status: u16, body: &[u8]) -> Result<Option<Action>, ClientEr
     }
 }
 
+/// Classifies an answer to `POST /v1/actions/{id}/cancel`: `None` for the
+/// API's own 404, and a 409 (the action is claimed, dispatched or final,
+/// and nothing changed) is a definite refusal, not an unknown outcome.
+pub fn classify_cancel(status: u16, body: &[u8]) -> Result<Option<Action>, ClientError> {
+    match status {
+        200 => read_action(status, body).map(Some),
+        404 if error_body(body).is_some_and(|e| e.error == "not_found") => Ok(None),
+        409 => Err(refused(status, body)),
+        _ => Err(failure(status, body)),
+    }
+}
+
 /// A success we cannot read tells us nothing definite.
 fn read_action(status: u16, body: &[u8]) -> Result<Action, ClientError> {
     serde_json::from_slice(body)
@@ -56,34 +68,67 @@ fn read_action(status: u16, body: &[u8]) -> Result<Action, ClientError> {
 
 /// Any answer that is not the route's success.
 fn failure(status: u16, body: &[u8]) -> ClientError {
-    let e = error_body(body);
-    let reason = e
-        .as_ref()
-        .map_or_else(|| format!("http_{status}"), |e| e.error.clone());
-    let message = match &e {
-        Some(e) => e.message.clone(),
-        None => String::from_utf8_lossy(&body[..body.len().min(200)]).into_owned(),
-    };
     match status {
-        401 => ClientError::Unauthorized { message },
-        403 => ClientError::Forbidden { reason, message },
+        401 => ClientError::Unauthorized {
+            message: described(status, body).message,
+        },
+        403 => {
+            let d = described(status, body);
+            ClientError::Forbidden {
+                reason: d.reason,
+                message: d.message,
+            }
+        }
         // The request ran out of time (perhaps after its commit), conflicts
         // with one in progress, was shed, or met a server fault: unknown.
         408 | 409 | 429 | 500..=599 => {
-            ClientError::Unknown(format!("server answered {status} {reason}: {message}"))
+            let d = described(status, body);
+            ClientError::Unknown(format!(
+                "server answered {status} {}: {}",
+                d.reason, d.message
+            ))
         }
-        400..=499 => {
-            let (field, index) = e.map_or((None, None), |e| (e.field, e.index));
-            ClientError::Refused {
-                status,
-                reason,
-                message,
-                field,
-                index,
-            }
-        }
+        400..=499 => refused(status, body),
         // 1xx, 3xx, another 2xx: nothing we can rely on.
         other => ClientError::Unknown(format!("unexpected answer {other}")),
+    }
+}
+
+/// A definite no, with the API's error code, field and index when it gave them.
+fn refused(status: u16, body: &[u8]) -> ClientError {
+    let d = described(status, body);
+    ClientError::Refused {
+        status,
+        reason: d.reason,
+        message: d.message,
+        field: d.field,
+        index: d.index,
+    }
+}
+
+/// What an error answer says: the API's error body, or (any other body)
+/// `http_<status>` and the body's first 200 bytes.
+struct Described {
+    reason: String,
+    message: String,
+    field: Option<String>,
+    index: Option<usize>,
+}
+
+fn described(status: u16, body: &[u8]) -> Described {
+    match error_body(body) {
+        Some(e) => Described {
+            reason: e.error,
+            message: e.message,
+            field: e.field,
+            index: e.index,
+        },
+        None => Described {
+            reason: format!("http_{status}"),
+            message: String::from_utf8_lossy(&body[..body.len().min(200)]).into_owned(),
+            field: None,
+            index: None,
+        },
     }
 }
 
@@ -233,6 +278,33 @@ mod tests {
             Err(ClientError::Refused { status: 404, .. })
         ));
         assert_eq!(classify_get(200, ACTION).unwrap().unwrap().id, 7);
+    }
+
+    #[test]
+    fn a_cancels_409_is_a_refusal_and_its_404_is_none() {
+        let body =
+            br#"{"error":"claimed","message":"action 7 is claimed and cannot be cancelled"}"#;
+        let e = classify_cancel(409, body).unwrap_err();
+        assert!(
+            matches!(&e, ClientError::Refused { status: 409, reason, field: None, index: None, .. }
+                if reason == "claimed"),
+            "{e:?}"
+        );
+        assert!(!e.is_unknown());
+        // An enqueue's 409 is still an unknown outcome.
+        assert!(classify_enqueue(409, body).unwrap_err().is_unknown());
+        assert_eq!(
+            classify_cancel(404, br#"{"error":"not_found","message":"no action 9"}"#),
+            Ok(None)
+        );
+        assert_eq!(classify_cancel(200, ACTION).unwrap().unwrap().id, 7);
+        for status in [408, 429, 503] {
+            assert!(
+                classify_cancel(status, body).unwrap_err().is_unknown(),
+                "{status}"
+            );
+        }
+        assert!(classify_cancel(200, b"not json").unwrap_err().is_unknown());
     }
 
     #[test]

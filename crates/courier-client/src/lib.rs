@@ -1,5 +1,6 @@
 //! A typed client of the courier's HTTP API (`courier serve`, described at
-//! `/openapi.json`): enqueue one action or a batch, and read an action.
+//! `/openapi.json`): enqueue one action or a batch, read an action, and
+//! cancel one.
 //!
 //! Answers are classified by what the caller does next, as the provider
 //! client classifies the provider's (`courier_provider::client`):
@@ -9,6 +10,7 @@
 //! | [`Enqueued::Created`] | nothing: the action exists |
 //! | [`Enqueued::Repeat`] | nothing: the same `(store, key)` and content was enqueued before; that action |
 //! | [`ClientError::Refused`] | fix the request (`reason`, `field`, `index` say what); sending it again gets the same answer |
+//! | [`ClientError::Refused`] with status 409, from [`Client::cancel`] | nothing: the action can no longer be cancelled (`reason`: `claimed`, `dispatched` or `final`); wait for its final status |
 //! | [`ClientError::Unauthorized`] | fix the token |
 //! | [`ClientError::Forbidden`] | use a token that covers the store |
 //! | [`ClientError::Unknown`] | send the same request again, with the same key: the action may exist |
@@ -18,13 +20,17 @@
 //!   a success whose body cannot be read are [`ClientError::Unknown`], never
 //!   a refusal: the enqueue may have committed. With a key, sending the same
 //!   request again is safe (the server answers [`Enqueued::Repeat`]).
+//! - The one exception is a cancel's 409: the server answers it only after
+//!   reading the action's state, and changed nothing. A cancel sent again
+//!   after an unknown outcome may find the action `cancelled` by the first,
+//!   which it refuses as `final`: read the action to know.
 //! - The token is sent only as `Authorization: Bearer`, marked sensitive,
 //!   and never printed (the client's `Debug` says only whether it has one).
 
 mod classify;
 mod wire;
 
-pub use classify::{classify_batch, classify_enqueue, classify_get};
+pub use classify::{classify_batch, classify_cancel, classify_enqueue, classify_get};
 pub use wire::{Action, EnqueueRequest, Enqueued, EnqueuedItem};
 
 use reqwest::header::{HeaderValue, AUTHORIZATION};
@@ -189,6 +195,19 @@ impl Client {
         let get = self.http.get(self.url(&format!("/v1/actions/{id}")));
         let (status, body) = self.exchange(get).await?;
         classify_get(status, &body)
+    }
+
+    /// `POST /v1/actions/{id}/cancel`: cancels an action no worker holds.
+    /// The cancelled action, or `None` when the server has no action with
+    /// this id that the token may cancel; a 409 is
+    /// [`ClientError::Refused`] with the reason (`claimed`, `dispatched`,
+    /// `final`) and nothing changed.
+    pub async fn cancel(&self, id: i64) -> Result<Option<Action>, ClientError> {
+        let post = self
+            .http
+            .post(self.url(&format!("/v1/actions/{id}/cancel")));
+        let (status, body) = self.exchange(post).await?;
+        classify_cancel(status, &body)
     }
 
     fn url(&self, path: &str) -> String {

@@ -3,6 +3,7 @@
 //! answers leniently: a field it does not know is ignored, so a server with
 //! more to say does not turn a success into an unknown outcome.
 
+use chrono::{DateTime, Utc};
 use courier_core::{ActionState, Status};
 use serde::{Deserialize, Serialize};
 
@@ -21,10 +22,19 @@ pub struct EnqueueRequest {
     /// cannot be retried safely: a retry may enqueue a second action.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub key: Option<String>,
+    /// Not sent before this time: the action is `scheduled` until then.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub not_before: Option<DateTime<Utc>>,
+    /// Never sent after this time: an action not sent by then ends
+    /// `expired`. The server refuses one already past or before
+    /// `not_before`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub expires_at: Option<DateTime<Utc>>,
 }
 
 impl EnqueueRequest {
-    /// A request with the idempotency key `key`.
+    /// A request with the idempotency key `key`, due at once, with no
+    /// deadline.
     pub fn new(
         store: impl Into<String>,
         to: impl Into<String>,
@@ -36,7 +46,21 @@ impl EnqueueRequest {
             to: to.into(),
             body: body.into(),
             key: Some(key.into()),
+            not_before: None,
+            expires_at: None,
         }
+    }
+
+    /// The same request, not sent before `at`.
+    pub fn with_not_before(mut self, at: DateTime<Utc>) -> Self {
+        self.not_before = Some(at);
+        self
+    }
+
+    /// The same request, never sent after `at`.
+    pub fn with_expires_at(mut self, at: DateTime<Utc>) -> Self {
+        self.expires_at = Some(at);
+        self
     }
 }
 
@@ -60,6 +84,18 @@ pub struct Action {
     pub fail_reason: Option<String>,
     /// UTC, RFC 3339 with milliseconds.
     pub enqueued_at: String,
+    /// Not sent before this time (UTC, RFC 3339 with milliseconds).
+    #[serde(default)]
+    pub not_before: Option<String>,
+    /// Never sent after this time (UTC, RFC 3339 with milliseconds).
+    #[serde(default)]
+    pub expires_at: Option<String>,
+    /// The action this one re-drives.
+    #[serde(default)]
+    pub redrive_of: Option<i64>,
+    /// The action that re-drove this one.
+    #[serde(default)]
+    pub redriven_as: Option<i64>,
 }
 
 /// The answer to an enqueue the server took.

@@ -205,14 +205,21 @@ fn the_types_have_the_fields_of_the_documents_schemas() {
         message_id: None,
         fail_reason: None,
         enqueued_at: "2026-01-01T00:00:00.000Z".into(),
+        not_before: None,
+        expires_at: None,
+        redrive_of: None,
+        redriven_as: None,
     };
+    let timed = order("k")
+        .with_not_before("2026-12-24T09:00:00Z".parse().unwrap())
+        .with_expires_at("2026-12-24T09:10:00Z".parse().unwrap());
     let item = EnqueuedItem {
         id: 1,
         created: true,
     };
     for (name, ours) in [
         ("Action", serde_json::to_value(&action).unwrap()),
-        ("EnqueueRequest", serde_json::to_value(order("k")).unwrap()),
+        ("EnqueueRequest", serde_json::to_value(timed).unwrap()),
         ("EnqueuedItem", serde_json::to_value(item).unwrap()),
     ] {
         assert_eq!(keys(&ours), schema(name), "{name}");
@@ -237,4 +244,40 @@ async fn a_store_token_is_forbidden_other_stores_and_does_not_see_their_actions(
     };
     assert_eq!(tenant.get(theirs.id).await.unwrap(), None);
     assert_eq!(actions_in(&live.store).await, 2);
+}
+
+#[tokio::test]
+async fn a_scheduled_action_shows_its_times_and_is_cancelled_once() {
+    let live = live::start().await;
+    let c = client(&live.url);
+    let now = chrono::Utc::now();
+    let not_before = now + chrono::TimeDelta::hours(1);
+    let expires_at = now + chrono::TimeDelta::hours(2);
+    let req = order("k1")
+        .with_not_before(not_before)
+        .with_expires_at(expires_at);
+    let a = c.enqueue(&req).await.unwrap().into_action();
+    assert_eq!(a.state, ActionState::Scheduled);
+    let ms =
+        |t: chrono::DateTime<chrono::Utc>| t.to_rfc3339_opts(chrono::SecondsFormat::Millis, true);
+    assert_eq!(a.not_before, Some(ms(not_before)));
+    assert_eq!(a.expires_at, Some(ms(expires_at)));
+
+    let cancelled = c.cancel(a.id).await.unwrap().expect("the action exists");
+    assert_eq!(
+        (cancelled.id, cancelled.state),
+        (a.id, ActionState::Cancelled)
+    );
+    // A second cancel finds it ended: a definite refusal, nothing changed.
+    let e = c.cancel(a.id).await.unwrap_err();
+    assert!(
+        matches!(&e, ClientError::Refused { status: 409, reason, .. } if reason == "final"),
+        "{e:?}"
+    );
+    assert_eq!(
+        c.get(a.id).await.unwrap().unwrap().state,
+        ActionState::Cancelled
+    );
+    assert_eq!(c.cancel(a.id + 1_000).await.unwrap(), None);
+    assert_eq!(actions_in(&live.store).await, 1);
 }

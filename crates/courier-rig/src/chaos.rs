@@ -10,6 +10,13 @@
 //! lease. Then it stops everything and verifies the provider's log
 //! ([`judge::verify_against`]).
 //!
+//! A share of the actions is scheduled, a share expiring, and a share
+//! cancelled shortly after its enqueue ([`IntentMix`]); the verdict's rows
+//! of cancelled actions with an effect and of sends outside an action's
+//! `not_before`/`expires_at` are then about real traffic, and the report
+//! counts what the load asked and what the courier ended
+//! ([`IntentDone`]).
+//!
 //! With a failover spec (`courier chaos --failover`) the database is a
 //! local HA cluster ([`crate::ha`]: 3 etcd members, Patroni with a primary
 //! and two standbys) reached through its multi-host URL, and the plan adds
@@ -26,6 +33,7 @@ use crate::database::{Database, DatabaseSpec};
 use crate::failover::{self, FailoverDone};
 use crate::fleet::{spawn_service, Fleet, Proc};
 use crate::ha::{HaCluster, HaSettings};
+use crate::load::{IntentCounts, IntentMix, IntentSnapshot, Load};
 use crate::plan::{FailoverCounts, FaultCounts, FaultKind, FaultPlan, Planned};
 use crate::progress::{status_line, Bars};
 use crate::spec::{
@@ -39,6 +47,8 @@ use rand::{rngs::StdRng, Rng, SeedableRng};
 use serde::Serialize;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 pub const API_KEY: &str = "chaos-api-key";
@@ -74,6 +84,12 @@ pub struct ChaosConfig {
     /// DEMONSTRATION ONLY: broken workers, for a negative control (always
     /// `None` without the `negative-controls` feature).
     pub unsafe_resend: Option<UnsafeResend>,
+    /// DEMONSTRATION ONLY: workers that ignore every action's `expires_at`
+    /// (`courier worker --unsafe-ignore-expiry`), for the negative control
+    /// of the expiry; refused without the `negative-controls` feature.
+    pub unsafe_ignore_expiry: bool,
+    /// The shares of scheduled, expiring and cancelled actions.
+    pub intent: IntentMix,
     /// `None`: the run starts the fake provider.
     pub provider: Option<ExternalProvider>,
     pub database: DatabaseSpec,
@@ -138,6 +154,8 @@ impl ChaosConfig {
             lease_ttl_ms: 2_000,
             duration_s: 60,
             unsafe_resend: None,
+            unsafe_ignore_expiry: false,
+            intent: IntentMix::chaos(),
             provider: None,
             database: DatabaseSpec::Throwaway,
             timeout_s: 900,
@@ -154,6 +172,12 @@ impl ChaosConfig {
         if self.stores == 0 || self.noisy_factor == 0 {
             return bad("stores and noisy_factor must be at least 1");
         }
+        if self.unsafe_ignore_expiry && !cfg!(feature = "negative-controls") {
+            return bad("unsafe_ignore_expiry needs a build with the negative-controls feature");
+        }
+        self.intent
+            .validate()
+            .map_err(|e| RigError::Settings(format!("intent mix: {e}")))?;
         if self.faults.pg_restarts > 0 && self.database != DatabaseSpec::Throwaway {
             return bad("PostgreSQL restarts need the run's own cluster (no database URL)");
         }
@@ -200,6 +224,21 @@ pub struct Done {
     pub reclaims: i64,
     /// The HA cluster's faults and rows (a failover run only).
     pub failover: Option<FailoverDone>,
+    /// What the load asked about time and intent, and how the actions ended.
+    pub intent: IntentDone,
+}
+
+/// The time and intent of a run: what the load asked
+/// ([`IntentSnapshot`]), and how many actions the courier ended expired
+/// or cancelled.
+#[derive(Debug, Default, Clone, Serialize)]
+pub struct IntentDone {
+    #[serde(flatten)]
+    pub asked: IntentSnapshot,
+    /// Actions the courier ended `expired`.
+    pub expired: i64,
+    /// Actions the courier ended `cancelled`.
+    pub cancelled: i64,
 }
 
 /// The JSON report of a run (`courier chaos --report`).
@@ -212,6 +251,8 @@ struct ChaosReport<'a> {
     stores: usize,
     workers: usize,
     unsafe_resend: Option<UnsafeResend>,
+    unsafe_ignore_expiry: bool,
+    intent: IntentMix,
     done: &'a Done,
     verify: serde_json::Value,
 }
@@ -283,6 +324,7 @@ impl Chaos {
             limits: chaos_limits(cfg.lease_ttl_ms, cfg.concurrency),
             retention: chaos_retention(),
             unsafe_resend: cfg.unsafe_resend,
+            unsafe_ignore_expiry: cfg.unsafe_ignore_expiry,
         };
         let seeds: Vec<u64> = (0..cfg.workers).map(|_| rng.random()).collect();
         let fleet = Fleet::start(exe, worker, &dir, seeds)?;
@@ -327,15 +369,21 @@ impl Chaos {
     /// or the run stalls); then stops the processes and judges.
     pub async fn run(mut self) -> Result<ChaosOutcome, RigError> {
         let cfg = self.cfg.clone();
+        let counts = Arc::new(IntentCounts::default());
+        let shape = Load {
+            actions: cfg.actions,
+            stores: cfg.stores,
+            noisy_factor: cfg.noisy_factor,
+            span: cfg.span(),
+            seed: self.load_seed,
+        };
         let enqueue = tokio::spawn(load::enqueue_weighted(
             load::client(&self.api)?,
-            cfg.actions,
-            cfg.stores,
-            cfg.noisy_factor,
-            cfg.span(),
-            self.load_seed,
+            shape,
+            cfg.intent,
+            counts.clone(),
         ));
-        let mut live = Live::new(&cfg, std::mem::take(&mut self.plan.faults));
+        let mut live = Live::new(&cfg, std::mem::take(&mut self.plan.faults), counts.clone());
         if let Some(f) = &cfg.failover {
             live.done.failover = Some(FailoverDone::planned(&f.counts));
         }
@@ -359,6 +407,11 @@ impl Chaos {
         let report = judge::verify_against(&self.store, &self.log).await?;
         let s = self.store.summary(1800).await?;
         let mut done = absorbed(live.done, &s, &report, judge::resends(&self.log)?);
+        done.intent = IntentDone {
+            asked: counts.snapshot(),
+            expired: s.state("expired"),
+            cancelled: s.state("cancelled"),
+        };
         if let Some(f) = done.failover.as_mut() {
             f.acked = acked.len();
             f.acked_missing = failover::acked_missing(&self.store, &acked).await?;
@@ -452,7 +505,10 @@ struct Live {
     span: Duration,
     deadline: Instant,
     stall: Duration,
+    /// Actions the load enqueues (some may be refused as already expired:
+    /// `intent` counts them).
     total: i64,
+    intent: Arc<IntentCounts>,
     /// Faults not yet applied, by time.
     pending: Vec<Planned>,
     done: Done,
@@ -479,7 +535,7 @@ enum Verdict {
 }
 
 impl Live {
-    fn new(cfg: &ChaosConfig, pending: Vec<Planned>) -> Live {
+    fn new(cfg: &ChaosConfig, pending: Vec<Planned>, intent: Arc<IntentCounts>) -> Live {
         let mp = MultiProgress::new();
         let bars = Bars::add_to(&mp, cfg.actions);
         let faults_bar = status_line(&mp, "faults");
@@ -490,6 +546,7 @@ impl Live {
             deadline: now + Duration::from_secs(cfg.timeout_s),
             stall: cfg.stall(),
             total: cfg.actions as i64,
+            intent,
             pending,
             done: Done::default(),
             freeze_misses: 0,
@@ -513,7 +570,7 @@ impl Live {
     }
 
     fn judge(&mut self, s: &Summary, frozen: bool) -> Verdict {
-        let final_count = s.state("done") + s.state("failed");
+        let final_count = crate::progress::final_count(s);
         // No action may be able to finish while the cluster heals (a strict
         // synchronous primary without a standby holds every commit): the
         // stall clock restarts when it is healthy again.
@@ -524,7 +581,10 @@ impl Live {
         {
             return Verdict::Stalled;
         }
-        let all_final = final_count >= self.total && s.total() >= self.total;
+        // An enqueue refused as already expired made no action.
+        let refused = self.intent.expired_at_enqueue.load(Ordering::Relaxed) as i64;
+        let total = self.total - refused;
+        let all_final = final_count >= total && s.total() >= total;
         if all_final && !frozen && self.faults_done() {
             return Verdict::Finished;
         }
@@ -721,7 +781,8 @@ impl ChaosOutcome {
     /// The table of what was done to the system and what it absorbed.
     pub fn done_table(&self) -> String {
         let d = &self.done;
-        let rows: [(&str, String); 10] = [
+        let i = &d.intent;
+        let rows: [(&str, String); 17] = [
             (
                 "workers SIGKILLed (confirmed by wait status)",
                 format!("{} of {}", d.kills_confirmed, d.kills_sent),
@@ -752,6 +813,28 @@ impl ChaosOutcome {
             (
                 "backward (out-of-order) reports ignored",
                 d.backward_reports_ignored.to_string(),
+            ),
+            (
+                "actions enqueued with a not_before ahead (scheduled)",
+                i.asked.scheduled.to_string(),
+            ),
+            (
+                "actions enqueued with an expires_at ahead (expiring)",
+                i.asked.expiring.to_string(),
+            ),
+            ("actions the courier ended expired", i.expired.to_string()),
+            (
+                "expiring enqueues refused as already expired",
+                i.asked.expired_at_enqueue.to_string(),
+            ),
+            ("cancels sent", i.asked.cancels_sent.to_string()),
+            (
+                "actions the courier ended cancelled",
+                i.cancelled.to_string(),
+            ),
+            (
+                "cancels refused with 409 (claimed, dispatched or final)",
+                i.asked.cancels_refused.to_string(),
             ),
         ];
         let mut t = String::from("| what was done to it | count |\n|---|---|\n");
@@ -790,6 +873,8 @@ impl ChaosOutcome {
             stores: self.cfg.stores,
             workers: self.cfg.workers,
             unsafe_resend: self.cfg.unsafe_resend,
+            unsafe_ignore_expiry: self.cfg.unsafe_ignore_expiry,
+            intent: self.cfg.intent,
             done: &self.done,
             verify: self.report.to_json(),
         }

@@ -94,6 +94,7 @@ impl Demo {
             limits: Limits::default(),
             retention: courier_core::retention::Retention::default(),
             unsafe_resend: None,
+            unsafe_ignore_expiry: false,
         };
         let seeds = (0..cfg.workers as u64).map(|i| cfg.seed.wrapping_mul(1000).wrapping_add(i));
         let fleet = Fleet::start(exe, worker, &dir, seeds)?;

@@ -20,7 +20,8 @@
 //! - [`plan`]: the fault plan, seeded and pure (kills, PostgreSQL
 //!   crash-restarts, freezes, each at a time within the span).
 //! - [`load`]: the actions enqueued through the API (all at once, or spread
-//!   over a span with one noisy store).
+//!   over a span with one noisy store, a seeded share scheduled, expiring or
+//!   cancelled).
 //! - [`progress`]: progress bars by action state.
 //! - [`judge`]: the courier's database in the verifier's terms
 //!   ([`judge::expectations`]) and the verdict on a provider's log
@@ -73,6 +74,9 @@ pub enum RigError {
     },
     #[error("enqueue: {0}")]
     Enqueue(String),
+    /// The database holds what the judge cannot read as expectations.
+    #[error("the courier's database as expectations: {0}")]
+    Expectations(String),
     #[error("cannot verify the provider log {path}: {detail}")]
     Verify { path: PathBuf, detail: String },
     #[error("{path}: {source}")]

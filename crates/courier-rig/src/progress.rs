@@ -6,7 +6,26 @@ use indicatif::{MultiProgress, ProgressBar, ProgressStyle};
 use std::time::{Duration, Instant};
 
 /// The action states the bars show, in the order an action passes them.
-const STATES: [&str; 5] = ["pending", "claimed", "dispatched", "done", "failed"];
+const STATES: [&str; 8] = [
+    "scheduled",
+    "pending",
+    "claimed",
+    "dispatched",
+    "done",
+    "failed",
+    "cancelled",
+    "expired",
+];
+
+/// Actions in a state nothing changes any more (done, failed, cancelled,
+/// expired).
+pub fn final_count(s: &Summary) -> i64 {
+    s.by_state
+        .iter()
+        .filter(|(state, _)| state.is_final())
+        .map(|(_, n)| n)
+        .sum()
+}
 
 /// Progress bars, one per action state.
 pub struct Bars {
@@ -78,7 +97,7 @@ pub async fn watch(store: &PgStore, total: usize, timeout: Duration) -> (bool, O
         match store.summary(1800).await {
             Ok(s) => {
                 bars.update(&s);
-                let final_count = s.state("done") + s.state("failed");
+                let final_count = final_count(&s);
                 finished = s.total() as usize >= total && final_count as usize >= total;
                 last = Some(s);
                 if finished {

@@ -101,6 +101,10 @@ pub struct WorkerSpec {
     /// DEMONSTRATION ONLY: the broken resend mode of a negative control
     /// (always `None` without the `negative-controls` feature).
     pub unsafe_resend: Option<UnsafeResend>,
+    /// DEMONSTRATION ONLY: the worker ignores every action's `expires_at`
+    /// (`--unsafe-ignore-expiry`, a flag only a `negative-controls` build
+    /// has).
+    pub unsafe_ignore_expiry: bool,
 }
 
 /// The limit flags of `courier worker`, in the order [`WorkerSpec::args`]
@@ -172,6 +176,9 @@ impl WorkerSpec {
             // The workers build the broken provider wrapper (courier_dispatch::broken).
             a.extend(flag("unsafe-resend", mode.as_flag()));
         }
+        if self.unsafe_ignore_expiry {
+            a.push("--unsafe-ignore-expiry".to_string());
+        }
         a
     }
 }
@@ -240,6 +247,7 @@ mod tests {
                 prune_interval_ms: 16,
             },
             unsafe_resend: None,
+            unsafe_ignore_expiry: false,
         };
         let a = spec.args(42);
         for (i, name) in WORKER_LIMIT_FLAGS.iter().enumerate() {
@@ -252,6 +260,7 @@ mod tests {
         }
         assert!(!a.contains(&"--callback-url".to_string()));
         assert!(!a.contains(&"--unsafe-resend".to_string()));
+        assert!(!a.contains(&"--unsafe-ignore-expiry".to_string()));
         let seed_at = a.iter().position(|x| x == "--seed").unwrap();
         assert_eq!(a[seed_at + 1], "42");
     }
@@ -269,9 +278,29 @@ mod tests {
             limits: Limits::default(),
             retention: Retention::default(),
             unsafe_resend: Some(UnsafeResend::NewKey),
+            unsafe_ignore_expiry: false,
         };
         let a = spec.args(42);
         assert_eq!(a[a.len() - 2..], ["--unsafe-resend", "new-key"]);
+    }
+
+    #[test]
+    fn a_worker_that_ignores_the_expiry_is_told_so_last() {
+        let spec = WorkerSpec {
+            database_url: "postgres://db".into(),
+            provider: ProviderTarget {
+                url: "http://p".into(),
+                api_key: "k".into(),
+                callback_url: None,
+            },
+            limits: Limits::default(),
+            retention: Retention::default(),
+            unsafe_resend: None,
+            unsafe_ignore_expiry: true,
+        };
+        let a = spec.args(42);
+        assert_eq!(a.last().map(String::as_str), Some("--unsafe-ignore-expiry"));
+        assert!(!a.contains(&"--unsafe-resend".to_string()));
     }
 
     #[test]

@@ -14,12 +14,29 @@
 //!   line with `final: true`, not the first one and not the highest ranked.
 //! - Keys are reported in the order they first appear (log order, or the
 //!   expectations' order), so the same input gives the same report.
+//! - The time rules are about `send` lines whatever their result: an
+//!   action's key has no `send` line earlier than its `not_before`, and none
+//!   later than its `expires_at` plus [`EXPIRY_CLOCK_MARGIN_MS`]. A line's
+//!   `at` stands for the whole unit of its last digit (`…:01.5Z` for
+//!   1.500 to 1.599 s; milliseconds at the finest), and a line counts only
+//!   when every instant it may stand for breaks the rule. Each action
+//!   breaking a rule counts once.
 
 use crate::read::Expectation;
 use crate::report::{Check, Report, Stats};
+use chrono::{DateTime, SecondsFormat, Utc};
 use courier_core::Status;
 use courier_provider::wire::{LogEntry, LogOp, LookupResult, SendResult};
 use std::collections::HashMap;
+
+/// How much later than an action's `expires_at` a `send` line may be logged
+/// before it counts as a send after the deadline. The worker stops sending
+/// its send margin before the deadline, but the provider logs a line when
+/// it handles the request, on its own clock: the margin covers the request's
+/// way to the provider and the difference between the provider's clock and
+/// the database's. `not_before` has no margin: the provider logs a request
+/// after it left, never before.
+pub const EXPIRY_CLOCK_MARGIN_MS: u64 = 1_000;
 
 /// Verifies a log held in memory.
 pub fn verify(entries: &[LogEntry], expected: Option<&[Expectation]>) -> Report {
@@ -47,6 +64,13 @@ struct KeyState {
     provider_final: Option<Status>,
     /// Two different final statuses were logged for this key.
     finals_disagree: bool,
+    /// Of this key's `send` lines, the earliest of the latest instants
+    /// each may stand for, and the latest `at`, in milliseconds since the
+    /// Unix epoch.
+    first_send_ms: Option<i64>,
+    last_send_ms: Option<i64>,
+    /// `send` lines of this key whose `at` is not RFC 3339.
+    untimed_sends: u64,
 }
 
 /// A streaming verifier: feed it entries in log order, then [`finish`](Self::finish).
@@ -94,7 +118,7 @@ impl Verifier {
                 key,
                 result,
                 message_id: _,
-            } => self.observe_send(key.as_deref(), *result),
+            } => self.observe_send(key.as_deref(), *result, &e.at),
             LogOp::Lookup { key, result, .. } => {
                 self.stats.lookup_lines += 1;
                 match result {
@@ -158,8 +182,14 @@ impl Verifier {
         }
     }
 
-    fn observe_send(&mut self, key: Option<&str>, result: SendResult) {
+    fn observe_send(&mut self, key: Option<&str>, result: SendResult, at: &str) {
         self.stats.send_lines += 1;
+        let at_ms = DateTime::parse_from_rfc3339(at)
+            .ok()
+            .map(|t| (t.timestamp_millis(), unit_ms(at)));
+        if at_ms.is_none() {
+            self.stats.send_lines_without_time += 1;
+        }
         match result {
             SendResult::Created => self.stats.sends_created += 1,
             SendResult::Replayed => self.stats.sends_replayed += 1,
@@ -181,6 +211,14 @@ impl Verifier {
             st.sends > 0 && st.looked_up_since_send && st.last_lookup_faulted;
         st.sends += 1;
         st.looked_up_since_send = false;
+        match at_ms {
+            Some((ms, unit)) => {
+                let latest = ms + unit - 1;
+                st.first_send_ms = Some(st.first_send_ms.map_or(latest, |f| f.min(latest)));
+                st.last_send_ms = Some(st.last_send_ms.map_or(ms, |l| l.max(ms)));
+            }
+            None => st.untimed_sends += 1,
+        }
         if result == SendResult::Created {
             st.created += 1;
         }
@@ -208,6 +246,10 @@ impl Verifier {
             blind_resends: self.blind,
             outcomes_differ: None,
             refused_with_effect: None,
+            cancelled_with_effect: None,
+            sent_before_not_before: None,
+            sent_after_expires_at: None,
+            expiry_clock_margin_ms: EXPIRY_CLOCK_MARGIN_MS,
             effects_for_unknown_keys: Check::default(),
             seq_out_of_order: self.seq,
             stats: self.stats,
@@ -271,6 +313,7 @@ fn judge_against(
 ) {
     let mut outcomes = Check::default();
     let mut refused = Check::default();
+    let mut times = TimeChecks::default();
     let mut expected_keys: HashMap<&str, &str> = HashMap::new();
     let no_state = KeyState::default();
     for e in expected {
@@ -283,6 +326,21 @@ fn judge_against(
         let st = index.get(&e.key).map_or(&no_state, |&i| &keys[i].1);
         if st.created > 1 {
             report.more_than_one.add_key(&e.key);
+        }
+        times.judge(e, st, &mut report.stats);
+        if e.cancelled {
+            report.stats.actions_cancelled += 1;
+            if st.created > 0 {
+                times.cancelled.add_key(&e.key);
+            }
+            continue;
+        }
+        if e.expired {
+            report.stats.actions_expired += 1;
+            if st.created == 0 {
+                report.stats.actions_expired_unsent += 1;
+                continue;
+            }
         }
         if e.refused {
             report.stats.actions_refused += 1;
@@ -313,6 +371,79 @@ fn judge_against(
             }
         }
     }
+    if times.untimed > 0 {
+        report.warnings.push(format!(
+            "{} send lines of actions with a not_before or an expires_at have no RFC 3339 `at`: \
+             they were not checked against those times",
+            times.untimed
+        ));
+    }
     report.outcomes_differ = Some(outcomes);
     report.refused_with_effect = Some(refused);
+    report.cancelled_with_effect = Some(times.cancelled);
+    report.sent_before_not_before = Some(times.early);
+    report.sent_after_expires_at = Some(times.late);
+}
+
+/// The rows of the courier's intent: cancelled actions with an effect, and
+/// actions sent outside their time window.
+#[derive(Default)]
+struct TimeChecks {
+    cancelled: Check,
+    early: Check,
+    late: Check,
+    /// Untimed `send` lines of keys with a time to check.
+    untimed: u64,
+}
+
+impl TimeChecks {
+    /// Checks the times of one expected action's `send` lines.
+    fn judge(&mut self, e: &Expectation, st: &KeyState, stats: &mut Stats) {
+        if let Some(nb) = e.not_before {
+            stats.actions_scheduled += 1;
+            let nb_ms = nb.timestamp_millis();
+            if let Some(first) = st.first_send_ms.filter(|&f| f < nb_ms) {
+                self.early.add(format!(
+                    "{} (first send by {}, not_before {})",
+                    e.key,
+                    ms_text(first),
+                    ms_text(nb_ms)
+                ));
+            }
+        }
+        if let Some(ea) = e.expires_at {
+            stats.actions_expiring += 1;
+            let ea_ms = ea.timestamp_millis();
+            let margin_ms = EXPIRY_CLOCK_MARGIN_MS as i64;
+            if let Some(last) = st.last_send_ms.filter(|&l| l > ea_ms + margin_ms) {
+                self.late.add(format!(
+                    "{} (last send {}, expires_at {})",
+                    e.key,
+                    ms_text(last),
+                    ms_text(ea_ms)
+                ));
+            }
+        }
+        if e.not_before.is_some() || e.expires_at.is_some() {
+            self.untimed += st.untimed_sends;
+        }
+    }
+}
+
+/// The unit of an RFC 3339 time's last digit, in milliseconds: 1000 for
+/// whole seconds, 100 for tenths, 10 for hundredths, 1 for milliseconds or
+/// finer.
+fn unit_ms(at: &str) -> i64 {
+    let digits = at
+        .split_once('.')
+        .map_or(0, |(_, f)| f.bytes().take_while(u8::is_ascii_digit).count());
+    10_i64.pow(3 - digits.min(3) as u32)
+}
+
+/// Milliseconds since the Unix epoch as RFC 3339, for samples.
+fn ms_text(ms: i64) -> String {
+    DateTime::<Utc>::from_timestamp_millis(ms).map_or_else(
+        || ms.to_string(),
+        |t| t.to_rfc3339_opts(SecondsFormat::Millis, true),
+    )
 }

@@ -19,6 +19,13 @@
 //!   that key since the previous `send`, the last `status` line with
 //!   `final: true` per key, and entries whose `seq` is not the previous one
 //!   plus one.
+//! - With the courier's expectations, the intent of each action is checked
+//!   too: a cancelled action has no effect, and no `send` line of a key is
+//!   earlier than its action's `not_before` or later than its `expires_at`
+//!   plus [`EXPIRY_CLOCK_MARGIN_MS`] (the `at` of each `send` line against
+//!   the expectation's times, at the precision of that `at`). An action
+//!   the courier ended expired expects no effect; one it has anyway is
+//!   judged like any action.
 //! - The verifier can fail: every check has a test with a hand-made log that
 //!   breaks it and the exact count it must report
 //!   (`tests/verify.rs`, `tests/verify_props.rs`).
@@ -31,7 +38,7 @@ pub mod check;
 pub mod read;
 pub mod report;
 
-pub use check::{verify, Verifier};
+pub use check::{verify, Verifier, EXPIRY_CLOCK_MARGIN_MS};
 pub use read::{
     read_expectations, read_log, read_log_with, validate_expectations, Expectation, LogReader,
     ProviderLog, ReadLimits,

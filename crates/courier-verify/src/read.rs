@@ -16,6 +16,7 @@
 //!   ([`validate_expectations`]).
 
 use crate::VerifyError;
+use chrono::{DateTime, Utc};
 use courier_core::{validate_key, Status};
 use courier_provider::wire::LogEntry;
 use serde::{Deserialize, Deserializer, Serialize};
@@ -194,6 +195,24 @@ pub struct Expectation {
     /// refused it (a 400 or 422): no effect is expected for it.
     #[serde(default)]
     pub refused: bool,
+    /// The action's `not_before` (RFC 3339), when it had one: no `send`
+    /// line of its key may be earlier.
+    #[serde(default)]
+    pub not_before: Option<DateTime<Utc>>,
+    /// The action's `expires_at` (RFC 3339), when it had one: no `send`
+    /// line of its key may be later, beyond
+    /// [`EXPIRY_CLOCK_MARGIN_MS`](crate::EXPIRY_CLOCK_MARGIN_MS).
+    #[serde(default)]
+    pub expires_at: Option<DateTime<Utc>>,
+    /// The courier cancelled the action before any worker claimed it: no
+    /// effect is expected for it.
+    #[serde(default)]
+    pub cancelled: bool,
+    /// The courier ended the action expired: no effect is expected for it,
+    /// and one that the provider has anyway is judged like any action's
+    /// (its outcomes compared).
+    #[serde(default)]
+    pub expired: bool,
 }
 
 fn id_text<'de, D: Deserializer<'de>>(d: D) -> Result<String, D::Error> {
@@ -231,7 +250,9 @@ pub fn read_expectations(
 }
 
 /// Checks that every key is a contract key, that no key or action id
-/// appears twice, and that each courier status given is a final one.
+/// appears twice, that each courier status given is a final one, that at
+/// most one of `refused`, `cancelled` and `expired` is set, and that no
+/// `expires_at` is before its `not_before`.
 pub fn validate_expectations(expected: &[Expectation]) -> Result<(), VerifyError> {
     let mut keys = HashSet::with_capacity(expected.len());
     let mut ids = HashSet::with_capacity(expected.len());
@@ -248,6 +269,18 @@ pub fn validate_expectations(expected: &[Expectation]) -> Result<(), VerifyError
                 return fail(format!(
                     "courier_final is {s}, which is not final (give delivered, failed or null)"
                 ));
+            }
+        }
+        let endings = [e.refused, e.cancelled, e.expired];
+        if endings.iter().filter(|set| **set).count() > 1 {
+            return fail(
+                "more than one of refused, cancelled and expired is set (an action ends one way)"
+                    .to_string(),
+            );
+        }
+        if let (Some(nb), Some(ea)) = (e.not_before, e.expires_at) {
+            if ea < nb {
+                return fail(format!("expires_at {ea} is before not_before {nb}"));
             }
         }
         if !keys.insert(e.key.as_str()) {

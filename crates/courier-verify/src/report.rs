@@ -43,6 +43,7 @@ impl Check {
 
 /// Counts that describe the log; none of them is a violation.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
 pub struct Stats {
     pub send_lines: u64,
     pub sends_created: u64,
@@ -74,6 +75,19 @@ pub struct Stats {
     pub keys_only_rejected: u64,
     /// With expectations: actions the courier marked refused.
     pub actions_refused: u64,
+    /// `send` lines whose `at` is not RFC 3339 (their time is not checked).
+    pub send_lines_without_time: u64,
+    /// With expectations: actions with a `not_before`.
+    pub actions_scheduled: u64,
+    /// With expectations: actions with an `expires_at`.
+    pub actions_expiring: u64,
+    /// With expectations: actions the courier cancelled.
+    pub actions_cancelled: u64,
+    /// With expectations: actions the courier ended expired.
+    pub actions_expired: u64,
+    /// Of [`actions_expired`](Self::actions_expired), those with no effect,
+    /// as expected: they are not counted in [`Report::actions`].
+    pub actions_expired_unsent: u64,
 }
 
 /// The verifier's verdict on one log.
@@ -84,7 +98,8 @@ pub struct Report {
     /// Log entries read.
     pub entries: u64,
     /// Actions that should have exactly one effect: the expected actions not
-    /// refused, or without expectations every key seen in a `send` line.
+    /// refused, not cancelled and not expired without an effect, or without
+    /// expectations every key seen in a `send` line.
     pub actions: u64,
     /// Of [`actions`](Self::actions), those with exactly one `created` send.
     pub exactly_one: u64,
@@ -101,6 +116,20 @@ pub struct Report {
     /// Actions the courier marked refused that the provider created anyway;
     /// `None` without expectations.
     pub refused_with_effect: Option<Check>,
+    /// Actions the courier cancelled that the provider created anyway;
+    /// `None` without expectations.
+    pub cancelled_with_effect: Option<Check>,
+    /// Actions with a `send` line earlier than their `not_before`; `None`
+    /// without expectations.
+    pub sent_before_not_before: Option<Check>,
+    /// Actions with a `send` line later than their `expires_at` plus
+    /// [`expiry_clock_margin_ms`](Self::expiry_clock_margin_ms); `None`
+    /// without expectations.
+    pub sent_after_expires_at: Option<Check>,
+    /// The clock margin of [`sent_after_expires_at`](Self::sent_after_expires_at)
+    /// (`crate::EXPIRY_CLOCK_MARGIN_MS`).
+    #[serde(default)]
+    pub expiry_clock_margin_ms: u64,
     /// `created` sends for keys of no expected action (or with no key at all).
     pub effects_for_unknown_keys: Check,
     /// Entries whose `seq` is not the previous one plus one (gaps, repeats).
@@ -117,6 +146,9 @@ impl Report {
             + self.blind_resends.count
             + self.outcomes_differ.as_ref().map_or(0, |c| c.count)
             + self.refused_with_effect.as_ref().map_or(0, |c| c.count)
+            + self.cancelled_with_effect.as_ref().map_or(0, |c| c.count)
+            + self.sent_before_not_before.as_ref().map_or(0, |c| c.count)
+            + self.sent_after_expires_at.as_ref().map_or(0, |c| c.count)
             + self.effects_for_unknown_keys.count
             + self.seq_out_of_order.count
     }
@@ -126,12 +158,16 @@ impl Report {
     }
 
     /// The rows of the table, each with its check's samples.
-    fn rows(&self) -> Vec<(&'static str, String, Option<&Check>)> {
+    fn rows(&self) -> Vec<(String, String, Option<&Check>)> {
         let optional = |c: &Option<Check>| match c {
             Some(c) => c.count.to_string(),
             None => NEEDS_DATABASE.to_string(),
         };
-        vec![
+        let late = format!(
+            "actions sent more than {} ms after their expires_at",
+            self.expiry_clock_margin_ms
+        );
+        let rows: Vec<(&str, String, Option<&Check>)> = vec![
             (
                 "actions with exactly one provider effect",
                 format!("{} of {}", self.exactly_one, self.actions),
@@ -163,6 +199,21 @@ impl Report {
                 self.refused_with_effect.as_ref(),
             ),
             (
+                "cancelled actions the provider created anyway",
+                optional(&self.cancelled_with_effect),
+                self.cancelled_with_effect.as_ref(),
+            ),
+            (
+                "actions sent before their not_before",
+                optional(&self.sent_before_not_before),
+                self.sent_before_not_before.as_ref(),
+            ),
+            (
+                &late,
+                optional(&self.sent_after_expires_at),
+                self.sent_after_expires_at.as_ref(),
+            ),
+            (
                 "effects for unknown keys",
                 self.effects_for_unknown_keys.count.to_string(),
                 Some(&self.effects_for_unknown_keys),
@@ -172,7 +223,10 @@ impl Report {
                 self.seq_out_of_order.count.to_string(),
                 Some(&self.seq_out_of_order),
             ),
-        ]
+        ];
+        rows.into_iter()
+            .map(|(name, result, c)| (name.to_string(), result, c))
+            .collect()
     }
 
     /// The markdown table of the checks.
@@ -264,6 +318,23 @@ impl fmt::Display for Report {
                 f,
                 "- actions refused by the provider: {}",
                 s.actions_refused
+            )?;
+            writeln!(
+                f,
+                "- actions with a not_before: {}; with an expires_at: {}; cancelled: {}; \
+                 expired: {} ({} with no effect, as expected)",
+                s.actions_scheduled,
+                s.actions_expiring,
+                s.actions_cancelled,
+                s.actions_expired,
+                s.actions_expired_unsent
+            )?;
+        }
+        if s.send_lines_without_time > 0 {
+            writeln!(
+                f,
+                "- send lines without an RFC 3339 time: {}",
+                s.send_lines_without_time
             )?;
         }
         for w in &self.warnings {

@@ -58,7 +58,24 @@ fn expect(key: &str, id: u32, courier_final: Option<Status>) -> Expectation {
         action_id: id.to_string(),
         courier_final,
         refused: false,
+        not_before: None,
+        expires_at: None,
+        cancelled: false,
+        expired: false,
     }
+}
+
+/// Joins line bodies into a log from seq 1, each with its own `at`.
+fn log_at(lines: &[(&str, String)]) -> String {
+    lines
+        .iter()
+        .enumerate()
+        .map(|(i, (at, b))| format!(r#"{{"seq":{},"at":"{at}",{b}}}"#, i + 1) + "\n")
+        .collect()
+}
+
+fn time(text: &str) -> Option<chrono::DateTime<chrono::Utc>> {
+    Some(text.parse().expect("an RFC 3339 time"))
 }
 
 #[test]
@@ -80,6 +97,9 @@ fn verify_clean_log_passes_and_prints_the_table() {
              | sends after an earlier send with no lookup in between | 0 |\n\
              | outcomes that differ from the provider's final status | {NEEDS_DATABASE} |\n\
              | refused actions the provider created anyway | {NEEDS_DATABASE} |\n\
+             | cancelled actions the provider created anyway | {NEEDS_DATABASE} |\n\
+             | actions sent before their not_before | {NEEDS_DATABASE} |\n\
+             | actions sent more than 1000 ms after their expires_at | {NEEDS_DATABASE} |\n\
              | effects for unknown keys | 0 |\n\
              | log lines out of sequence (seq gaps or repeats) | 0 |\n"
         )
@@ -490,4 +510,262 @@ fn verify_json_carries_the_verdict() {
     assert_eq!(v["outcomes_differ"], serde_json::Value::Null);
     let back: Report = serde_json::from_value(v).unwrap();
     assert_eq!(back, r);
+}
+
+#[test]
+fn verify_old_expectations_without_intent_fields_still_read() {
+    let text = r#"[{"key":"courier-a","action_id":1,"courier_final":"delivered","refused":false}]"#;
+    let e = read_expectations(text.as_bytes(), &ReadLimits::default()).unwrap();
+    assert_eq!(e, vec![expect("courier-a", 1, Some(Status::Delivered))]);
+    let text = r#"[{"key":"courier-a","action_id":1,"not_before":"2026-01-01T00:00:01Z",
+        "expires_at":"2026-01-01T02:00:05.250+01:00","cancelled":true,"expired":false}]"#;
+    let e = read_expectations(text.as_bytes(), &ReadLimits::default()).unwrap();
+    assert_eq!(e[0].not_before, time("2026-01-01T00:00:01Z"));
+    assert_eq!(e[0].expires_at, time("2026-01-01T01:00:05.250Z"));
+    assert!(e[0].cancelled && !e[0].expired);
+}
+
+#[test]
+fn verify_intent_expectations_that_contradict_themselves_are_refused() {
+    let limits = ReadLimits::default();
+    let bad = [
+        (
+            r#"[{"key":"k","action_id":"1","refused":true,"cancelled":true}]"#,
+            "more than one of refused, cancelled and expired",
+        ),
+        (
+            r#"[{"key":"k","action_id":"1","cancelled":true,"expired":true}]"#,
+            "more than one of refused, cancelled and expired",
+        ),
+        (
+            r#"[{"key":"k","action_id":"1","not_before":"2026-01-01T00:00:02Z","expires_at":"2026-01-01T00:00:01Z"}]"#,
+            "is before not_before",
+        ),
+        (
+            r#"[{"key":"k","action_id":"1","not_before":"tomorrow"}]"#,
+            "JSON array of expectations",
+        ),
+    ];
+    for (text, why) in bad {
+        match read_expectations(text.as_bytes(), &limits) {
+            Err(VerifyError::Expectations(m)) => assert!(m.contains(why), "{text}: {m}"),
+            other => panic!("{text}: expected an error, got {other:?}"),
+        }
+    }
+}
+
+/// A log where every action keeps to its intent: the scheduled one is sent
+/// at its not_before, the expiring one before its deadline, the cancelled
+/// one never, and the expired one never.
+fn well_behaved_intent() -> (String, Vec<Expectation>) {
+    let text = log_at(&[
+        ("2026-01-01T00:00:01.000Z", send("courier-s", "created")),
+        ("2026-01-01T00:00:01.500Z", send("courier-e", "faulted")),
+        ("2026-01-01T00:00:01.600Z", lookup("courier-e", "not_found")),
+        // The deadline plus the whole margin: still within it.
+        ("2026-01-01T00:00:03.000Z", send("courier-e", "created")),
+        ("2026-01-01T00:00:03.100Z", status("courier-s", "delivered")),
+        ("2026-01-01T00:00:03.200Z", status("courier-e", "delivered")),
+    ]);
+    let mut scheduled = expect("courier-s", 1, Some(Status::Delivered));
+    scheduled.not_before = time("2026-01-01T00:00:01.000Z");
+    let mut expiring = expect("courier-e", 2, Some(Status::Delivered));
+    expiring.not_before = time("2026-01-01T00:00:00.500Z");
+    expiring.expires_at = time("2026-01-01T00:00:02.000Z");
+    let mut cancelled = expect("courier-c", 3, None);
+    cancelled.cancelled = true;
+    let mut expired = expect("courier-x", 4, None);
+    expired.expires_at = time("2026-01-01T00:00:02.000Z");
+    expired.expired = true;
+    (text, vec![scheduled, expiring, cancelled, expired])
+}
+
+#[test]
+fn verify_actions_that_keep_to_their_intent_pass_the_intent_rows() {
+    let (text, expected) = well_behaved_intent();
+    let r = check(&text, Some(&expected));
+    assert_eq!(r.cancelled_with_effect.as_ref().map(|c| c.count), Some(0));
+    assert_eq!(r.sent_before_not_before.as_ref().map(|c| c.count), Some(0));
+    assert_eq!(r.sent_after_expires_at.as_ref().map(|c| c.count), Some(0));
+    assert_eq!(
+        (r.exactly_one, r.actions),
+        (2, 2),
+        "neither the cancelled nor the expired action expects an effect"
+    );
+    assert_eq!(r.no_effect.count, 0);
+    let s = &r.stats;
+    assert_eq!(
+        (
+            s.actions_scheduled,
+            s.actions_expiring,
+            s.actions_cancelled,
+            s.actions_expired,
+            s.actions_expired_unsent
+        ),
+        (2, 2, 1, 1, 1)
+    );
+    assert_eq!(
+        r.expiry_clock_margin_ms,
+        courier_verify::EXPIRY_CLOCK_MARGIN_MS
+    );
+    assert!(r.passed(), "{r}");
+    assert!(r
+        .table()
+        .contains("| actions sent more than 1000 ms after their expires_at | 0 |"));
+    assert!(r.to_string().contains("cancelled: 1"), "{r}");
+}
+
+#[test]
+fn verify_cancelled_action_with_an_effect_is_a_violation() {
+    let (mut text, expected) = well_behaved_intent();
+    text.push_str(
+        &log_at(&[("2026-01-01T00:00:04Z", send("courier-c", "created"))])
+            .replace(r#""seq":1,"#, r#""seq":7,"#),
+    );
+    let r = check(&text, Some(&expected));
+    let c = r.cancelled_with_effect.as_ref().unwrap();
+    assert_eq!(
+        (c.count, c.samples.clone()),
+        (1, vec!["courier-c".to_string()])
+    );
+    assert_eq!(r.violations(), 1, "{r}");
+    assert_eq!(
+        r.actions, 2,
+        "a cancelled action is never counted as one to deliver"
+    );
+    assert!(r
+        .table()
+        .contains("| cancelled actions the provider created anyway | 1 |"));
+}
+
+#[test]
+fn verify_send_before_not_before_is_a_violation_whatever_its_result() {
+    let text = log_at(&[
+        // One millisecond early, and only faulted: still a send.
+        ("2026-01-01T00:00:00.999Z", send("courier-a", "faulted")),
+        ("2026-01-01T00:00:01.000Z", lookup("courier-a", "not_found")),
+        ("2026-01-01T00:00:01.000Z", send("courier-a", "created")),
+        // Exactly at its not_before: allowed.
+        ("2026-01-01T00:00:01.000Z", send("courier-b", "created")),
+    ]);
+    let mut a = expect("courier-a", 1, None);
+    a.not_before = time("2026-01-01T00:00:01.000Z");
+    let mut b = expect("courier-b", 2, None);
+    // Sub-millisecond parts are below the log's precision.
+    b.not_before = time("2026-01-01T00:00:01.000900Z");
+    let r = check(&text, Some(&[a, b]));
+    let early = r.sent_before_not_before.as_ref().unwrap();
+    assert_eq!(early.count, 1, "{r}");
+    assert_eq!(
+        early.samples,
+        vec![
+            "courier-a (first send by 2026-01-01T00:00:00.999Z, not_before 2026-01-01T00:00:01.000Z)"
+                .to_string()
+        ]
+    );
+    assert_eq!(r.violations(), 1);
+}
+
+#[test]
+fn verify_a_coarse_time_counts_only_when_all_it_may_stand_for_is_outside() {
+    let text = log_at(&[
+        // Whole seconds: 00:00:00 to 00:00:00.999, all before 00:00:01.
+        ("2026-01-01T00:00:00Z", send("courier-a", "created")),
+        // Tenths: 00:00:00.9 may stand for 00:00:00.950, not early.
+        ("2026-01-01T00:00:00.9Z", send("courier-b", "created")),
+        // Whole seconds: may stand for 00:00:01.400, not early.
+        ("2026-01-01T00:00:01Z", send("courier-c", "created")),
+    ]);
+    let expected: Vec<Expectation> = [
+        ("courier-a", "2026-01-01T00:00:01.000Z"),
+        ("courier-b", "2026-01-01T00:00:00.950Z"),
+        ("courier-c", "2026-01-01T00:00:01.400Z"),
+    ]
+    .iter()
+    .zip(1..)
+    .map(|((k, nb), id)| {
+        let mut e = expect(k, id, None);
+        e.not_before = time(nb);
+        e
+    })
+    .collect();
+    let r = check(&text, Some(&expected));
+    let early = r.sent_before_not_before.as_ref().unwrap();
+    assert_eq!(early.count, 1, "{r}");
+    assert!(early.samples[0].starts_with("courier-a (first send by 2026-01-01T00:00:00.999Z"));
+}
+
+#[test]
+fn verify_send_after_expires_at_beyond_the_margin_is_a_violation() {
+    let text = log_at(&[
+        // The deadline plus the margin plus one millisecond.
+        ("2026-01-01T00:00:03.001Z", send("courier-a", "created")),
+        // A replay is a send too.
+        ("2026-01-01T00:00:01.000Z", send("courier-b", "created")),
+        ("2026-01-01T00:00:01.100Z", lookup("courier-b", "found")),
+        ("2026-01-01T00:00:09.000Z", send("courier-b", "replayed")),
+        // At the deadline plus the whole margin: allowed.
+        ("2026-01-01T00:00:03.000Z", send("courier-c", "created")),
+    ]);
+    let mut expected: Vec<Expectation> = ["courier-a", "courier-b", "courier-c"]
+        .iter()
+        .zip(1..)
+        .map(|(k, id)| {
+            let mut e = expect(k, id, None);
+            e.expires_at = time("2026-01-01T00:00:02.000Z");
+            e
+        })
+        .collect();
+    let r = check(&text, Some(&expected));
+    let late = r.sent_after_expires_at.as_ref().unwrap();
+    assert_eq!(late.count, 2, "{r}");
+    assert_eq!(
+        late.samples[0],
+        "courier-a (last send 2026-01-01T00:00:03.001Z, expires_at 2026-01-01T00:00:02.000Z)"
+    );
+    assert!(late.samples[1].starts_with("courier-b "), "{late:?}");
+    assert_eq!(r.violations(), 2);
+    assert!(r
+        .table()
+        .contains("| actions sent more than 1000 ms after their expires_at | 2 |"));
+    // The courier's end state does not excuse a late send.
+    expected[0].expired = true;
+    let r = check(&text, Some(&expected));
+    assert_eq!(r.sent_after_expires_at.map(|c| c.count), Some(2));
+}
+
+#[test]
+fn verify_expired_action_with_an_effect_is_judged_like_any_action() {
+    let text = log_at(&[
+        ("2026-01-01T00:00:01.000Z", send("courier-a", "created")),
+        ("2026-01-01T00:00:01.100Z", status("courier-a", "delivered")),
+    ]);
+    let mut a = expect("courier-a", 1, None);
+    a.expires_at = time("2026-01-01T00:00:02.000Z");
+    a.expired = true;
+    let r = check(&text, Some(&[a]));
+    assert_eq!((r.exactly_one, r.actions), (1, 1));
+    assert_eq!(r.stats.actions_expired_unsent, 0);
+    let differ = r.outcomes_differ.as_ref().unwrap();
+    assert_eq!(
+        differ.samples,
+        vec!["courier-a (courier: none, provider: delivered)".to_string()]
+    );
+    assert_eq!(r.violations(), 1, "{r}");
+}
+
+#[test]
+fn verify_send_lines_without_a_time_are_counted_and_not_judged() {
+    let text = log_at(&[("yesterday", send("courier-a", "created"))]);
+    let mut a = expect("courier-a", 1, None);
+    a.not_before = time("2026-01-01T00:00:01.000Z");
+    let r = check(&text, Some(&[a]));
+    assert_eq!(r.stats.send_lines_without_time, 1);
+    assert_eq!(r.sent_before_not_before.as_ref().map(|c| c.count), Some(0));
+    assert!(
+        r.warnings
+            .iter()
+            .any(|w| w.contains("not checked against those times")),
+        "{r}"
+    );
 }

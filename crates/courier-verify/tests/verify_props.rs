@@ -144,8 +144,47 @@ fn expectations(hs: &[KeyHistory]) -> Vec<Expectation> {
             action_id: i.to_string(),
             courier_final: Some(h.provider_final),
             refused: false,
+            not_before: None,
+            expires_at: None,
+            cancelled: false,
+            expired: false,
         })
         .collect()
+}
+
+/// The time of line `i` (0-based) of [`timed`]: 10 ms apart.
+fn line_ms(i: usize) -> i64 {
+    1_767_225_600_000 + 10 * i as i64
+}
+
+/// As [`numbered`], each line 10 ms after the previous one.
+fn timed(ops: &[LogOp]) -> Vec<LogEntry> {
+    let mut entries = numbered(ops);
+    for (i, e) in entries.iter_mut().enumerate() {
+        e.at = ms_time(line_ms(i)).to_rfc3339_opts(chrono::SecondsFormat::Millis, true);
+    }
+    entries
+}
+
+fn ms_time(ms: i64) -> chrono::DateTime<chrono::Utc> {
+    chrono::DateTime::from_timestamp_millis(ms).unwrap()
+}
+
+/// Each key's window: `not_before` at its first `send` line, `expires_at`
+/// at its last one (so each send is inside it, on the edges).
+fn windows(hs: &[KeyHistory], ops: &[LogOp]) -> Vec<Expectation> {
+    let mut expected = expectations(hs);
+    for e in &mut expected {
+        let sends: Vec<i64> = ops
+            .iter()
+            .enumerate()
+            .filter(|(_, op)| matches!(op, LogOp::Send { key: Some(k), .. } if *k == e.key))
+            .map(|(i, _)| line_ms(i))
+            .collect();
+        e.not_before = sends.first().copied().map(ms_time);
+        e.expires_at = sends.last().copied().map(ms_time);
+    }
+    expected
 }
 
 /// Text round trip: what the verifier reads is what a provider writes.
@@ -211,6 +250,42 @@ proptest! {
         ops.insert(after + 1, send(&key, SendResult::Faulted));
         let r = verify(&numbered(&ops), Some(&expectations(&hs)));
         prop_assert_eq!(r.blind_resends.count, 1, "{}", r);
+        prop_assert_eq!(r.violations(), 1);
+    }
+
+    #[test]
+    fn verify_sends_inside_their_windows_pass_and_one_shifted_edge_is_caught_once(
+        (hs, ops) in histories(),
+        which in any::<prop::sample::Index>(),
+        early in any::<bool>(),
+    ) {
+        let entries = through_text(&timed(&ops));
+        let mut expected = windows(&hs, &ops);
+        let r = verify(&entries, Some(&expected));
+        prop_assert!(r.passed(), "{}", r);
+        prop_assert_eq!(r.sent_before_not_before.as_ref().map(|c| c.count), Some(0));
+        prop_assert_eq!(r.sent_after_expires_at.as_ref().map(|c| c.count), Some(0));
+        // One key's window narrowed by a millisecond past its edge: on the
+        // late side, past the clock margin too.
+        let e = &mut expected[which.index(hs.len())];
+        let margin = chrono::TimeDelta::milliseconds(
+            courier_verify::EXPIRY_CLOCK_MARGIN_MS as i64 + 1,
+        );
+        if early {
+            e.not_before = e.not_before.map(|t| t + chrono::TimeDelta::milliseconds(1));
+            e.expires_at = None;
+        } else {
+            e.expires_at = e.expires_at.map(|t| t - margin);
+            e.not_before = None;
+        }
+        let r = verify(&entries, Some(&expected));
+        let (hit, other) = if early {
+            (&r.sent_before_not_before, &r.sent_after_expires_at)
+        } else {
+            (&r.sent_after_expires_at, &r.sent_before_not_before)
+        };
+        prop_assert_eq!(hit.as_ref().map(|c| c.count), Some(1), "{}", r);
+        prop_assert_eq!(other.as_ref().map(|c| c.count), Some(0));
         prop_assert_eq!(r.violations(), 1);
     }
 

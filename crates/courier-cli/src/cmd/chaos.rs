@@ -8,6 +8,7 @@ use anyhow::Context;
 use courier_dispatch::broken::UnsafeResend;
 use courier_rig::chaos::{Chaos, ChaosConfig, ExternalProvider, FailoverSpec};
 use courier_rig::database::DatabaseSpec;
+use courier_rig::load::IntentMix;
 use courier_rig::plan::FaultCounts;
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -44,6 +45,24 @@ pub struct Args {
     /// Actions arrive, and faults land, spread over this many seconds.
     #[arg(long, default_value_t = 60)]
     duration_s: u64,
+    /// Share of the actions enqueued with a not_before 1 to 4 s ahead.
+    #[arg(long, default_value_t = IntentMix::chaos().scheduled_share)]
+    scheduled_share: f64,
+    /// Share of the actions enqueued with an expires_at ahead (see
+    /// --expires-min-ms, --expires-max-ms); an action is scheduled or
+    /// expiring, not both.
+    #[arg(long, default_value_t = IntentMix::chaos().expiring_share)]
+    expiring_share: f64,
+    /// Share of the actions cancelled up to 100 ms after their enqueue is
+    /// acknowledged (a 409 because a worker claimed it first is expected).
+    #[arg(long, default_value_t = IntentMix::chaos().cancel_share)]
+    cancel_share: f64,
+    /// The soonest an expiring action's expires_at is, after its enqueue.
+    #[arg(long, default_value_t = IntentMix::chaos().expires_min_ms)]
+    expires_min_ms: u64,
+    /// The latest an expiring action's expires_at is, after its enqueue.
+    #[arg(long, default_value_t = IntentMix::chaos().expires_max_ms)]
+    expires_max_ms: u64,
     /// Write everything (table, counts, seed, timings) as JSON.
     #[arg(long)]
     report: Option<PathBuf>,
@@ -53,6 +72,12 @@ pub struct Args {
     #[cfg(feature = "negative-controls")]
     #[arg(long)]
     unsafe_resend: Option<UnsafeResend>,
+    /// DEMONSTRATION ONLY: run workers that ignore every action's
+    /// expires_at, to show that the verifier catches sends after the
+    /// deadline. Only in a build with the `negative-controls` feature.
+    #[cfg(feature = "negative-controls")]
+    #[arg(long)]
+    unsafe_ignore_expiry: bool,
     /// Use a provider that chaos did not start (any implementation of the contract).
     #[arg(long, requires_all = ["provider_log", "provider_api_key", "webhook_secret"])]
     provider_url: Option<String>,
@@ -144,6 +169,17 @@ impl Args {
             unsafe_resend: self.unsafe_resend,
             #[cfg(not(feature = "negative-controls"))]
             unsafe_resend: None,
+            #[cfg(feature = "negative-controls")]
+            unsafe_ignore_expiry: self.unsafe_ignore_expiry,
+            #[cfg(not(feature = "negative-controls"))]
+            unsafe_ignore_expiry: false,
+            intent: IntentMix {
+                scheduled_share: self.scheduled_share,
+                expiring_share: self.expiring_share,
+                cancel_share: self.cancel_share,
+                expires_min_ms: self.expires_min_ms,
+                expires_max_ms: self.expires_max_ms,
+            },
             provider,
             database: DatabaseSpec::Throwaway,
             timeout_s: self.timeout_s,
@@ -162,6 +198,10 @@ pub async fn run(a: Args) -> anyhow::Result<ExitCode> {
     #[cfg(feature = "negative-controls")]
     if let Some(mode) = a.unsafe_resend {
         println!("WARNING: --unsafe-resend {mode:?}: the workers are broken on purpose; the verifier must fail");
+    }
+    #[cfg(feature = "negative-controls")]
+    if a.unsafe_ignore_expiry {
+        println!("WARNING: --unsafe-ignore-expiry: the workers send past expires_at on purpose; the verifier must fail");
     }
     let exe = std::env::current_exe().context("locating the courier binary")?;
     let chaos = Chaos::start(&exe, a.config(seed)?).await?;

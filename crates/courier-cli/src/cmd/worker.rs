@@ -43,6 +43,13 @@ pub struct Args {
     #[cfg(feature = "negative-controls")]
     #[arg(long)]
     unsafe_resend: Option<UnsafeResend>,
+    /// DEMONSTRATION ONLY, BROKEN ON PURPOSE: ignore every action's
+    /// expires_at (send it whenever it is claimed, never expire it), so the
+    /// verifier's row of sends after expires_at has something to catch.
+    /// Only in a build with the `negative-controls` feature.
+    #[cfg(feature = "negative-controls")]
+    #[arg(long)]
+    unsafe_ignore_expiry: bool,
     /// Serve this worker's Prometheus metrics at http://ADDR/metrics (port 0
     /// picks a free one; stderr says which).
     #[arg(long, value_name = "ADDR")]
@@ -112,11 +119,25 @@ pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
     if let Some(mode) = args.unsafe_resend {
         eprintln!("WARNING: --unsafe-resend {mode:?}: this worker is broken on purpose (a demonstration for the verifier)");
         let broken = UnsafeProvider::new(client, mode, seed);
-        run_worker(Worker::new(store, broken, cfg), shutdown).await;
+        let worker = ignoring_expiry(&args, Worker::new(store, broken, cfg));
+        run_worker(worker, shutdown).await;
         return Ok(ExitCode::SUCCESS);
     }
-    run_worker(Worker::new(store, client, cfg), shutdown).await;
+    let worker = ignoring_expiry(&args, Worker::new(store, client, cfg));
+    run_worker(worker, shutdown).await;
     Ok(ExitCode::SUCCESS)
+}
+
+/// The worker, made to ignore the expiry when `--unsafe-ignore-expiry` says
+/// so (a `negative-controls` build only; otherwise the worker as it is).
+#[cfg_attr(not(feature = "negative-controls"), allow(unused_variables))]
+fn ignoring_expiry<P: Provider>(args: &Args, worker: Worker<P>) -> Worker<P> {
+    #[cfg(feature = "negative-controls")]
+    if args.unsafe_ignore_expiry {
+        eprintln!("WARNING: --unsafe-ignore-expiry: this worker sends actions past their expires_at on purpose (a demonstration for the verifier)");
+        return worker.with_unsafe_ignore_expiry();
+    }
+    worker
 }
 
 /// The database may be restarting while this worker starts (a replacement
@@ -222,10 +243,12 @@ mod tests {
             limits,
             retention: courier_rig::spec::chaos_retention(),
             unsafe_resend: None,
+            unsafe_ignore_expiry: false,
         };
         #[cfg(feature = "negative-controls")]
         {
             spec.unsafe_resend = Some(UnsafeResend::NoLookup);
+            spec.unsafe_ignore_expiry = true;
         }
         let a = parse(spec.args(99));
         assert_eq!(a.limits.limits().unwrap(), spec.limits);
@@ -241,8 +264,11 @@ mod tests {
         #[cfg(feature = "negative-controls")]
         {
             assert_eq!(a.unsafe_resend, spec.unsafe_resend);
+            assert!(a.unsafe_ignore_expiry);
             spec.unsafe_resend = None;
-            assert_eq!(parse(spec.args(1)).unsafe_resend, None);
+            spec.unsafe_ignore_expiry = false;
+            let a = parse(spec.args(1));
+            assert_eq!((a.unsafe_resend, a.unsafe_ignore_expiry), (None, false));
         }
         // The flags left out keep the worker's defaults.
         spec.provider.callback_url = None;
@@ -256,6 +282,8 @@ mod tests {
     #[test]
     fn without_the_negative_controls_there_is_no_unsafe_resend() {
         let argv = ["courier", "worker", "--unsafe-resend", "no-lookup"];
+        assert!(crate::Cli::try_parse_from(argv).is_err());
+        let argv = ["courier", "worker", "--unsafe-ignore-expiry"];
         assert!(crate::Cli::try_parse_from(argv).is_err());
     }
 }
