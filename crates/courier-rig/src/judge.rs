@@ -6,69 +6,32 @@
 //! outcomes to [`Expectation`]s.
 
 use crate::RigError;
-use chrono::{DateTime, Utc};
 use courier_core::ActionState;
 use courier_store::PgStore;
 use courier_verify::{verify_reader, Expectation, ReadLimits, Report};
-use futures::{StreamExt, TryStreamExt};
 use std::collections::HashSet;
 use std::io::BufRead;
 use std::path::Path;
 
-/// An action's `not_before` and `expires_at`.
-type Times = (Option<DateTime<Utc>>, Option<DateTime<Utc>>);
-
-/// Reads of single actions in flight at once while the times are read.
-const TIMES_READS_IN_FLIGHT_MAX: usize = 8;
-
 /// What the courier's database says about each action: its key, id, final
 /// message status, whether the provider refused it, whether it was
 /// cancelled or expired, and its `not_before` and `expires_at`. Only reads.
-///
-/// The times come from one read per action (`PgStore::action_get`), as
-/// [`courier_store::ActionOutcome`] does not carry them.
 pub async fn expectations(store: &PgStore) -> Result<Vec<Expectation>, RigError> {
-    let outcomes = store.action_outcomes().await?;
-    let times: Vec<Times> =
-        futures::stream::iter(outcomes.iter().map(|o| action_times(store, o.action_id)))
-            .buffered(TIMES_READS_IN_FLIGHT_MAX)
-            .try_collect()
-            .await?;
-    Ok(outcomes
+    Ok(store
+        .action_outcomes()
+        .await?
         .into_iter()
-        .zip(times)
-        .map(|(o, (not_before, expires_at))| Expectation {
+        .map(|o| Expectation {
             key: courier_core::action_key(&o.uid),
             action_id: o.action_id.to_string(),
             courier_final: o.final_status,
             refused: o.state == ActionState::Failed,
-            not_before,
-            expires_at,
+            not_before: o.not_before,
+            expires_at: o.expires_at,
             cancelled: o.state == ActionState::Cancelled,
             expired: o.state == ActionState::Expired,
         })
         .collect())
-}
-
-/// An action's `not_before` and `expires_at`; none for an action pruned
-/// since the outcomes were read.
-async fn action_times(store: &PgStore, id: i64) -> Result<Times, RigError> {
-    let Some(view) = store.action_get(id).await? else {
-        return Ok((None, None));
-    };
-    let not_before = time(id, "not_before", view.not_before.as_deref())?;
-    let expires_at = time(id, "expires_at", view.expires_at.as_deref())?;
-    Ok((not_before, expires_at))
-}
-
-/// The store's RFC 3339 text of an action's time, as a time.
-fn time(id: i64, field: &str, text: Option<&str>) -> Result<Option<DateTime<Utc>>, RigError> {
-    text.map(|t| {
-        DateTime::parse_from_rfc3339(t)
-            .map(|t| t.with_timezone(&Utc))
-            .map_err(|e| RigError::Expectations(format!("action {id}: {field} {t:?}: {e}")))
-    })
-    .transpose()
 }
 
 /// Verifies a provider log against the courier's database.

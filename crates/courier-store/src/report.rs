@@ -17,6 +17,8 @@ pub struct ActionOutcome {
     pub uid: String,
     pub state: ActionState,
     pub final_status: Option<Status>,
+    pub not_before: Option<chrono::DateTime<chrono::Utc>>,
+    pub expires_at: Option<chrono::DateTime<chrono::Utc>>,
 }
 
 /// Stores a summary lists (the busiest first; only stores with work).
@@ -86,6 +88,8 @@ impl PgStore {
                     uid: r.get::<_, uuid::Uuid>("uid").simple().to_string(),
                     state: state_col(r, "state")?,
                     final_status: opt_status_col(r, "final_status")?,
+                    not_before: r.get("not_before"),
+                    expires_at: r.get("expires_at"),
                 })
             })
             .collect()
