@@ -12,7 +12,7 @@
 
 use courier_adapter::emit::{EVENT_INDEXES, EVENT_TABLES, REQUIRED_METRICS};
 use courier_adapter::judge::judge;
-use courier_bench::stub::StubRecord;
+use courier_inproc::StubRecord;
 use serde_json::Value;
 use std::collections::BTreeMap;
 use std::io::BufRead;

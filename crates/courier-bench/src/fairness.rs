@@ -21,6 +21,7 @@
 //! - Every action enqueued is accepted before a run is measured, or the run
 //!   fails with a time-out: a percentile never silently leaves out the slow tail.
 
+use crate::harness::bench_worker;
 use crate::schedule::{arrivals, spread_latencies, Arrival, Scenario, Shape};
 use crate::stats::{
     calibrate, latency_mean_ms, median, ratio, thirds_p95, timeline_p95, trend_ratio, Calibration,
@@ -28,8 +29,8 @@ use crate::stats::{
 };
 use crate::{bar, cpu, run_dir, BenchError};
 use courier_core::Limits;
-use courier_dispatch::worker::{Worker, WorkerConfig};
 use courier_fake::{FakeConfig, FaultRates, Latency, LatencySubject};
+use courier_inproc::WorkerPool;
 use courier_provider::{ClientConfig, ProviderClient};
 use courier_store::bench_views::{
     statements_enable, statements_reset, statements_top, StatementStat,
@@ -1191,6 +1192,41 @@ fn summarise(
     })
 }
 
+/// Starts the plan's workers on `url`, each with its own provider client.
+async fn start_workers(
+    ctx: &Ctx<'_>,
+    plan: &Plan,
+    claim: ClaimMode,
+    url: &str,
+) -> Result<WorkerPool<ProviderClient>, BenchError> {
+    let n = plan.calibration.workers;
+    let clients = (0..n)
+        .map(|_| {
+            ProviderClient::new(ClientConfig {
+                base_url: ctx.provider_url.clone(),
+                api_key: API_KEY.into(),
+                status_callback: None,
+                timeout: Duration::from_millis(plan.limits.request_timeout_ms),
+            })
+            .map_err(|e| BenchError::Settings(e.to_string()))
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    let mut wc = StoreConfig::new(url);
+    wc.migrate = false;
+    wc.pool_size_max = (plan.calibration.concurrency as usize + 2).min(16);
+    let worker = bench_worker(
+        plan.limits.clone(),
+        claim,
+        courier_dispatch::owner_name(),
+        ctx.cfg.idle_poll_ms,
+        ctx.cfg.seed,
+    );
+    // A clone of a client shares its connections; each worker gets its own
+    // client, and the originals are dropped with `clients`.
+    let provider = |i: u32| clients[i as usize].clone();
+    Ok(WorkerPool::start(n, &wc, provider, &worker).await?)
+}
+
 /// One scenario with one claim mode, on a fresh database.
 async fn run_one(
     ctx: &Ctx<'_>,
@@ -1209,40 +1245,7 @@ async fn run_one(
     }
 
     // The workers, each with its own pool and provider client, like processes.
-    let shutdown = CancellationToken::new();
-    let mut workers = Vec::new();
-    let mut worker_tasks = tokio::task::JoinSet::new();
-    for i in 0..plan.calibration.workers {
-        let mut wc = StoreConfig::new(&url);
-        wc.migrate = false;
-        wc.pool_size_max = (plan.calibration.concurrency as usize + 2).min(16);
-        let wstore = PgStore::connect(&wc).await?;
-        let client = ProviderClient::new(ClientConfig {
-            base_url: ctx.provider_url.clone(),
-            api_key: API_KEY.into(),
-            status_callback: None,
-            timeout: Duration::from_millis(plan.limits.request_timeout_ms),
-        })
-        .map_err(|e| BenchError::Settings(e.to_string()))?;
-        let worker = Arc::new(Worker::new(
-            wstore,
-            client,
-            WorkerConfig {
-                limits: plan.limits.clone(),
-                claim_mode: claim,
-                owner: format!("{}-w{i}", courier_dispatch::owner_name()),
-                idle_poll_ms: cfg.idle_poll_ms,
-                reconcile: false,
-                // No maintenance: the figures measure the protocol alone.
-                pruner: None,
-                seed: cfg.seed.wrapping_add(u64::from(i)),
-            },
-        ));
-        workers.push(worker.clone());
-        let token = shutdown.clone();
-        worker_tasks.spawn(async move { worker.run(token).await });
-    }
-
+    let mut pool = start_workers(ctx, plan, claim, &url).await?;
     let bar = bar(
         cfg.progress,
         plan.duration_s,
@@ -1250,12 +1253,7 @@ async fn run_one(
     );
     bar.set_prefix(title.to_string());
     let enqueued = Arc::new(AtomicU64::new(0));
-    let accepted = || -> u64 {
-        workers
-            .iter()
-            .map(|w| w.stats().settled.load(Ordering::Relaxed))
-            .sum()
-    };
+    let accepted = || pool.settled();
 
     // The open-loop load, with the sequential scans of `actions` polled
     // while it lasts (not while the queue drains: the drain's own progress
@@ -1300,8 +1298,7 @@ async fn run_one(
     let lag_max_ms = match generated {
         Ok(v) => v,
         Err(e) => {
-            shutdown.cancel();
-            while worker_tasks.join_next().await.is_some() {}
+            let _ = pool.stop().await;
             bar.abandon();
             return Err(e);
         }
@@ -1333,11 +1330,8 @@ async fn run_one(
     drop(watch_guard);
     let cpu_readings = cpu_watch.await?;
     let late = late_watch.await?;
-    shutdown.cancel();
-    while let Some(r) = worker_tasks.join_next().await {
-        r?;
-    }
-    bar.finish_with_message(format!("done · accepted {}", accepted()));
+    pool.stop().await?;
+    bar.finish_with_message(format!("done · accepted {}", pool.settled()));
     drained?;
 
     let statements = if ctx.statements {

@@ -26,12 +26,12 @@
 //!   [`crate::soak::STEAL_MAX_CORES`].
 
 use crate::cpu::{self, AutovacuumTicks, PgKind, Roles, Ticks};
+use crate::harness::bench_worker;
 use crate::soak::STEAL_MAX_CORES;
-use crate::stub::StubProvider;
 use crate::{bar, run_dir, BenchError};
 use courier_core::{Limits, Status};
 use courier_dispatch::metrics::SamplerConfig;
-use courier_dispatch::worker::{Worker, WorkerConfig};
+use courier_inproc::{StubProvider, WorkerPool};
 use courier_store::bench_views::{
     server_checkpoint, server_counters, statements_enable, statements_reset, statements_top,
     ServerCounters, StatementStat,
@@ -40,7 +40,6 @@ use courier_store::cluster::{Cluster, StopMode};
 use courier_store::{ClaimMode, PgStore, StoreConfig, WebhookIn};
 use serde::Serialize;
 use std::path::PathBuf;
-use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio_util::sync::CancellationToken;
@@ -673,60 +672,42 @@ async fn measure(
     let autovacuum_before = store.autovacuum_passes().await?;
     let counters_before = server_counters(server_url, db).await?;
     let stub = StubProvider::new();
-    let shutdown = CancellationToken::new();
-    let mut workers = Vec::new();
-    let mut tasks = tokio::task::JoinSet::new();
     let watch = PhaseWatch::start(postmaster);
     let t = Instant::now();
-    for i in 0..cfg.workers {
-        let ws = PgStore::connect(&store_config(url, cfg.pool_size_max)).await?;
-        let w = Arc::new(Worker::new(
-            ws,
-            stub.clone(),
-            WorkerConfig {
-                limits: limits.clone(),
-                claim_mode: ClaimMode::Fair,
-                owner: format!("hist-{round}-w{i}"),
-                idle_poll_ms: 20,
-                reconcile: false,
-                // No maintenance: the figures measure the protocol alone.
-                pruner: None,
-                seed: u64::from(i),
-            },
-        ));
-        workers.push(w.clone());
-        let token = shutdown.clone();
-        tasks.spawn(async move { w.run(token).await });
-    }
-    let settled = || -> u64 {
-        workers
-            .iter()
-            .map(|w| w.stats().settled.load(Ordering::Relaxed))
-            .sum()
-    };
+    let mut pool = WorkerPool::start(
+        cfg.workers,
+        &store_config(url, cfg.pool_size_max),
+        |_| stub.clone(),
+        &bench_worker(
+            limits.clone(),
+            ClaimMode::Fair,
+            format!("hist-{round}"),
+            20,
+            0,
+        ),
+    )
+    .await?;
     let deadline = t + Duration::from_secs(cfg.timeout_s);
-    while settled() < u64::from(cfg.backlog) && Instant::now() < deadline {
+    while pool.settled() < u64::from(cfg.backlog) && Instant::now() < deadline {
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
     let c2s = t.elapsed();
     let claim_to_settle_cpu = watch.finish(u64::from(cfg.backlog)).await?;
-    shutdown.cancel();
-    while let Some(r) = tasks.join_next().await {
-        r?;
-    }
-    if settled() < u64::from(cfg.backlog) || stub.messages() != cfg.backlog as usize {
+    pool.stop().await?;
+    let settled = pool.settled();
+    if settled < u64::from(cfg.backlog) || stub.messages() != cfg.backlog as usize {
         return Err(BenchError::Timeout {
             what: format!("claim to settle on {db}"),
             limit: Duration::from_secs(cfg.timeout_s),
             detail: format!(
                 "{} settled, {} messages of {}",
-                settled(),
+                settled,
                 stub.messages(),
                 cfg.backlog
             ),
         });
     }
-    drop(workers);
+    drop(pool);
     let (merges, merges_cpu) = merge_all(cfg, &store, round, postmaster).await?;
     let autovacuum_passes = store.autovacuum_passes().await? - autovacuum_before;
     // Every backend publishes its counts as it exits.

@@ -27,9 +27,7 @@
 //!
 //! The pure parts (arrival schedules, percentiles, calibration) are in
 //! [`schedule`] and [`stats`]; everything else drives real servers:
-//! [`pgbench`] runs PostgreSQL's own benchmark tool, [`stub`] is the
-//! in-process provider of the claim-to-settle path (and of `courier-adapter`,
-//! the public queue benchmark's adapter), [`memory`] reads the
+//! [`pgbench`] runs PostgreSQL's own benchmark tool, [`memory`] reads the
 //! process's resident memory, [`cpu`] the CPU time of a run's processes by
 //! role, and [`chart`] draws the fairness chart.
 //!
@@ -45,6 +43,7 @@ pub mod chart;
 pub mod cpu;
 pub mod enqueue;
 pub mod fairness;
+pub(crate) mod harness;
 pub mod history;
 pub mod live_migration;
 pub mod matrix;
@@ -56,7 +55,6 @@ pub mod schedule;
 pub mod soak;
 pub mod soak_chart;
 pub mod stats;
-pub mod stub;
 pub mod throughput;
 
 use std::path::PathBuf;

@@ -20,17 +20,15 @@
 //! - The claims measured are the workers' own statements (`claim_us_max`),
 //!   over the whole time the migration ran and the backlog drained.
 
-use crate::stub::StubProvider;
+use crate::harness::bench_worker;
 use crate::BenchError;
 use courier_core::Limits;
-use courier_dispatch::worker::{Worker, WorkerConfig};
+use courier_inproc::{StubProvider, WorkerPool};
 use courier_store::migrate::{self, MIGRATIONS};
 use courier_store::{ClaimMode, PgStore, StoreConfig};
 use serde::Serialize;
 use std::sync::atomic::Ordering;
-use std::sync::Arc;
 use std::time::{Duration, Instant};
-use tokio_util::sync::CancellationToken;
 
 #[derive(Debug, Clone)]
 pub struct LiveMigrationConfig {
@@ -213,8 +211,7 @@ pub async fn run(cfg: &LiveMigrationConfig, url: &str) -> Result<LiveMigrationRe
     store.actions_enqueue_bulk(&stores, cfg.backlog).await?;
 
     let stub = StubProvider::new();
-    let shutdown = CancellationToken::new();
-    let (workers, mut tasks) = start_workers(cfg, url, &stub, &shutdown).await?;
+    let mut pool = start_workers(cfg, url, &stub).await?;
     let enqueuer = tokio::spawn(enqueue_slowly(store.clone(), cfg.enqueued_during));
     tokio::time::sleep(Duration::from_millis(500)).await;
     let t = Instant::now();
@@ -222,22 +219,14 @@ pub async fn run(cfg: &LiveMigrationConfig, url: &str) -> Result<LiveMigrationRe
     let migration_s = t.elapsed().as_secs_f64();
     let enqueue_ms_max = enqueuer.await??;
     let expected = u64::from(cfg.backlog) + u64::from(cfg.enqueued_during);
-    let settled = || -> u64 {
-        workers
-            .iter()
-            .map(|w| w.stats().settled.load(Ordering::Relaxed))
-            .sum()
-    };
     let deadline = Instant::now() + Duration::from_secs(cfg.timeout_s);
-    while settled() < expected && Instant::now() < deadline {
+    while pool.settled() < expected && Instant::now() < deadline {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
-    shutdown.cancel();
-    while let Some(r) = tasks.join_next().await {
-        r?;
-    }
+    pool.stop().await?;
     let migration_error = applied.err().map(|e| e.to_string());
-    let claim_ms_max = workers
+    let claim_ms_max = pool
+        .workers()
         .iter()
         .map(|w| w.stats().claim_us_max.load(Ordering::Relaxed))
         .max()
@@ -245,7 +234,7 @@ pub async fn run(cfg: &LiveMigrationConfig, url: &str) -> Result<LiveMigrationRe
         / 1e3;
     let c = store.client().await?;
     let schema_current = migrate::status(&c).await?.is_current();
-    let (settled, messages) = (settled(), stub.messages());
+    let (settled, messages) = (pool.settled(), stub.messages());
     let migration = live_migrations()?
         .iter()
         .map(|(v, name, _)| format!("{v} ({name})"))
@@ -271,45 +260,24 @@ pub async fn run(cfg: &LiveMigrationConfig, url: &str) -> Result<LiveMigrationRe
     })
 }
 
-type Workers = (Vec<Arc<Worker<StubProvider>>>, tokio::task::JoinSet<()>);
-
 /// Starts `cfg.workers` in-process workers on `url` with the stub.
 async fn start_workers(
     cfg: &LiveMigrationConfig,
     url: &str,
     stub: &StubProvider,
-    shutdown: &CancellationToken,
-) -> Result<Workers, BenchError> {
-    let mut workers = Vec::new();
-    let mut tasks = tokio::task::JoinSet::new();
-    for i in 0..cfg.workers {
-        let mut wc = StoreConfig::new(url);
-        wc.pool_size_max = 4;
-        wc.migrate = false;
-        let w = Arc::new(Worker::new(
-            PgStore::connect(&wc).await?,
-            stub.clone(),
-            WorkerConfig {
-                limits: Limits {
-                    claim_batch_max: 32,
-                    worker_concurrency_max: 64,
-                    store_in_flight_max: 16,
-                    ..Limits::default()
-                },
-                claim_mode: ClaimMode::Fair,
-                owner: format!("live-w{i}"),
-                idle_poll_ms: 20,
-                reconcile: false,
-                // No maintenance: the figures measure the migration alone.
-                pruner: None,
-                seed: u64::from(i),
-            },
-        ));
-        workers.push(w.clone());
-        let token = shutdown.clone();
-        tasks.spawn(async move { w.run(token).await });
-    }
-    Ok((workers, tasks))
+) -> Result<WorkerPool<StubProvider>, BenchError> {
+    let mut wc = StoreConfig::new(url);
+    wc.pool_size_max = 4;
+    wc.migrate = false;
+    let limits = Limits {
+        claim_batch_max: 32,
+        worker_concurrency_max: 64,
+        store_in_flight_max: 16,
+        ..Limits::default()
+    };
+    // No maintenance: the figures measure the migration alone.
+    let worker = bench_worker(limits, ClaimMode::Fair, "live".into(), 20, 0);
+    Ok(WorkerPool::start(cfg.workers, &wc, |_| stub.clone(), &worker).await?)
 }
 
 /// Enqueues `n` actions one by one through the enqueue statement; answers

@@ -24,14 +24,15 @@
 //! - A path is measured only when every action of its backlog reached the
 //!   state it measures; otherwise the run fails with a time-out.
 
+use crate::harness::bench_worker;
 use crate::memory;
 use crate::pgbench::{self, PgbenchResult, PgbenchRun};
-use crate::stub::StubProvider;
 use crate::{bar, run_dir, BenchError};
 use courier_core::Limits;
 use courier_dispatch::server::{router, ServerConfig};
-use courier_dispatch::worker::{Provider, Worker, WorkerConfig};
+use courier_dispatch::worker::{Provider, WorkerConfig};
 use courier_fake::{FakeConfig, FaultRates, Latency, MsRange};
+use courier_inproc::{StubProvider, WorkerPool};
 use courier_provider::{ClientConfig, ProviderClient};
 use courier_store::bench_views::{
     database_backends, database_synchronous_commit_set, database_xact_counts, statements_enable,
@@ -41,8 +42,6 @@ use courier_store::cluster::{find_binary, Cluster, StopMode};
 use courier_store::{ClaimMode, PgStore, StoreConfig};
 use serde::Serialize;
 use std::path::Path;
-use std::sync::atomic::Ordering;
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio_util::sync::CancellationToken;
 
@@ -575,37 +574,26 @@ async fn ceiling(ctx: &Ctx<'_>, sync: bool) -> Result<(PgbenchResult, bool), Ben
     Ok((result, done >= i64::from(jobs)))
 }
 
-/// Starts `workers` in-process workers on `url` with `provider`.
-async fn start_workers<P: Provider + Clone>(
+/// Starts `workers` in-process workers on `url` with `provider`; the first
+/// also reconciles when `reconcile_one` asks.
+async fn start_workers<P: Provider + Clone + Send + Sync + 'static>(
     ctx: &Ctx<'_>,
     url: &str,
     provider: P,
     reconcile_one: bool,
-    shutdown: &CancellationToken,
-) -> Result<(Vec<Arc<Worker<P>>>, tokio::task::JoinSet<()>), BenchError> {
-    let mut workers = Vec::new();
-    let mut tasks = tokio::task::JoinSet::new();
-    for i in 0..ctx.cfg.workers {
-        let store = PgStore::connect(&store_config(url, ctx.cfg.pool_size_max, false)).await?;
-        let worker = Arc::new(Worker::new(
-            store,
-            provider.clone(),
-            WorkerConfig {
-                limits: ctx.limits.clone(),
-                claim_mode: ctx.cfg.claim,
-                owner: format!("{}-w{i}", courier_dispatch::owner_name()),
-                idle_poll_ms: 20,
-                reconcile: reconcile_one && i == 0,
-                // No maintenance: the figures measure the protocol alone.
-                pruner: None,
-                seed: ctx.cfg.seed.wrapping_add(u64::from(i)),
-            },
-        ));
-        workers.push(worker.clone());
-        let token = shutdown.clone();
-        tasks.spawn(async move { worker.run(token).await });
-    }
-    Ok((workers, tasks))
+) -> Result<WorkerPool<P>, BenchError> {
+    let worker = WorkerConfig {
+        reconcile: reconcile_one,
+        ..bench_worker(
+            ctx.limits.clone(),
+            ctx.cfg.claim,
+            courier_dispatch::owner_name(),
+            20,
+            ctx.cfg.seed,
+        )
+    };
+    let store = store_config(url, ctx.cfg.pool_size_max, false);
+    Ok(WorkerPool::start(ctx.cfg.workers, &store, |_| provider.clone(), &worker).await?)
 }
 
 /// Counters and statement statistics around one path.
@@ -720,25 +708,15 @@ async fn claim_to_settle(ctx: &Ctx<'_>, sync: bool) -> Result<PathResult, BenchE
         sync_name(sync)
     ));
     let stub = StubProvider::new();
-    let shutdown = CancellationToken::new();
     let started = Instant::now();
-    let (workers, mut tasks) = start_workers(ctx, &url, stub.clone(), false, &shutdown).await?;
-    let settled = || -> u64 {
-        workers
-            .iter()
-            .map(|w| w.stats().settled.load(Ordering::Relaxed))
-            .sum()
-    };
-    let finished = until_all(ctx, "claim to settle", &b, async || Ok(settled())).await;
-    shutdown.cancel();
-    while let Some(r) = tasks.join_next().await {
-        r?;
-    }
+    let mut pool = start_workers(ctx, &url, stub.clone(), false).await?;
+    let finished = until_all(ctx, "claim to settle", &b, async || Ok(pool.settled())).await;
+    pool.stop().await?;
     let peak = memory::peak_kib();
     b.finish();
     let finished = finished?;
-    let actions = settled();
-    drop(workers);
+    let actions = pool.settled();
+    drop(pool);
     let result = meter
         .finish(ctx, actions, finished - started, 0, peak)
         .await?;
@@ -814,8 +792,7 @@ async fn end_to_end(ctx: &Ctx<'_>, sync: bool) -> Result<PathResult, BenchError>
     .map_err(|e| BenchError::Settings(e.to_string()))?;
 
     let started = Instant::now();
-    let workers_shutdown = CancellationToken::new();
-    let (workers, mut tasks) = start_workers(ctx, &url, client, true, &workers_shutdown).await?;
+    let mut pool = start_workers(ctx, &url, client, true).await?;
     let probe = PgStore::connect(&store_config(&url, 1, false)).await?;
     let total = u64::from(ctx.cfg.actions);
     let mut reads = 0i64;
@@ -824,10 +801,7 @@ async fn end_to_end(ctx: &Ctx<'_>, sync: bool) -> Result<PathResult, BenchError>
         // Until every action is settled the workers' own counters tell
         // progress; after that the database (done needs the webhooks),
         // read at most ten times a second so the reads cost little.
-        let settled: u64 = workers
-            .iter()
-            .map(|w| w.stats().settled.load(Ordering::Relaxed))
-            .sum();
+        let settled = pool.settled();
         if settled < total || last_read.is_some_and(|t| t.elapsed() < Duration::from_millis(100)) {
             return Ok(settled.min(total.saturating_sub(1)));
         }
@@ -836,10 +810,7 @@ async fn end_to_end(ctx: &Ctx<'_>, sync: bool) -> Result<PathResult, BenchError>
         Ok(probe.actions_progress().await?.done.max(0) as u64)
     })
     .await;
-    workers_shutdown.cancel();
-    while let Some(r) = tasks.join_next().await {
-        r?;
-    }
+    pool.stop().await?;
     let peak = memory::peak_kib();
     b.finish();
     provider.shutdown().await?;
@@ -848,7 +819,7 @@ async fn end_to_end(ctx: &Ctx<'_>, sync: bool) -> Result<PathResult, BenchError>
         .await?
         .map_err(|e| BenchError::Task(format!("webhook server: {e}")))?;
     let finished = finished?;
-    drop(workers);
+    drop(pool);
     drop(probe);
     meter
         .finish(

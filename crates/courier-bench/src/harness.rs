@@ -1,0 +1,32 @@
+//! The harness every benchmark runs on: how it starts its in-process
+//! workers ([`bench_worker`] with `courier_inproc::WorkerPool`).
+//!
+//! # Invariants
+//! - A benchmark's workers run no maintenance (no pruner, no reconciler
+//!   unless the benchmark turns it on for one worker): the figures measure
+//!   the protocol alone.
+
+use courier_core::Limits;
+use courier_dispatch::worker::WorkerConfig;
+use courier_store::ClaimMode;
+
+/// The settings of a benchmark's workers, for `WorkerPool::start`, which
+/// names worker `i` `{owner}-w{i}` and seeds it with `seed + i`.
+pub(crate) fn bench_worker(
+    limits: Limits,
+    claim_mode: ClaimMode,
+    owner: String,
+    idle_poll_ms: u64,
+    seed: u64,
+) -> WorkerConfig {
+    WorkerConfig {
+        limits,
+        claim_mode,
+        owner,
+        idle_poll_ms,
+        reconcile: false,
+        // No maintenance: the figures measure the protocol alone.
+        pruner: None,
+        seed,
+    }
+}
