@@ -27,14 +27,13 @@ use crate::stats::{
     calibrate, latency_mean_ms, median, ratio, thirds_p95, timeline_p95, trend_ratio, Calibration,
     Percentiles, ThirdP95,
 };
+use crate::views::BenchViews;
+use crate::views::{statements_enable, statements_reset, statements_top, StatementStat};
 use crate::{bar, cpu, run_dir, BenchError};
 use courier_core::Limits;
 use courier_fake::{FakeConfig, FaultRates, Latency, LatencySubject};
 use courier_inproc::WorkerPool;
 use courier_provider::{ClientConfig, ProviderClient};
-use courier_store::bench_views::{
-    statements_enable, statements_reset, statements_top, StatementStat,
-};
 use courier_store::cluster::{Cluster, StopMode};
 use courier_store::{ClaimMode, NewAction, PgStore, StoreConfig};
 use serde::Serialize;

@@ -27,15 +27,17 @@
 
 use crate::cpu::{self, AutovacuumTicks, PgKind, Roles, Ticks};
 use crate::harness::bench_worker;
+use crate::history_views::HistoryViews;
 use crate::soak::STEAL_MAX_CORES;
+use crate::views::BenchViews;
+use crate::views::{
+    server_checkpoint, server_counters, statements_enable, statements_reset, statements_top,
+    ServerCounters, StatementStat,
+};
 use crate::{bar, run_dir, BenchError};
 use courier_core::{Limits, Status};
 use courier_dispatch::metrics::SamplerConfig;
 use courier_inproc::{StubProvider, WorkerPool};
-use courier_store::bench_views::{
-    server_checkpoint, server_counters, statements_enable, statements_reset, statements_top,
-    ServerCounters, StatementStat,
-};
 use courier_store::cluster::{Cluster, StopMode};
 use courier_store::{ClaimMode, PgStore, StoreConfig, WebhookIn};
 use serde::Serialize;

@@ -29,7 +29,8 @@
 //! [`schedule`] and [`stats`]; everything else drives real servers:
 //! [`pgbench`] runs PostgreSQL's own benchmark tool, [`memory`] reads the
 //! process's resident memory, [`cpu`] the CPU time of a run's processes by
-//! role, and [`chart`] draws the fairness chart.
+//! role, and [`chart`] draws the fairness chart. The benchmarks' own SQL,
+//! which the courier never runs, is in [`views`] and [`history_views`].
 //!
 //! # Invariants
 //! - Figures are compared within one run, never across runs: every run
@@ -45,6 +46,7 @@ pub mod enqueue;
 pub mod fairness;
 pub(crate) mod harness;
 pub mod history;
+pub mod history_views;
 pub mod live_migration;
 pub mod matrix;
 pub mod memory;
@@ -56,6 +58,7 @@ pub mod soak;
 pub mod soak_chart;
 pub mod stats;
 pub mod throughput;
+pub mod views;
 
 use std::path::PathBuf;
 use std::time::Duration;

@@ -21,6 +21,7 @@
 //!   over the whole time the migration ran and the backlog drained.
 
 use crate::harness::bench_worker;
+use crate::history_views::HistoryViews;
 use crate::BenchError;
 use courier_core::Limits;
 use courier_inproc::{StubProvider, WorkerPool};

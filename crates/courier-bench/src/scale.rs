@@ -38,12 +38,11 @@
 //! - Ratios compare rows of one run.
 
 use crate::stats::{ratio, Percentiles};
+use crate::views::BenchViews;
+use crate::views::{statements_enable, statements_reset, statements_top, StatementStat};
 use crate::{bar, run_dir, BenchError};
 use courier_core::Status;
 use courier_dispatch::worker::pacing::ReclaimPacing;
-use courier_store::bench_views::{
-    statements_enable, statements_reset, statements_top, StatementStat,
-};
 use courier_store::cluster::{Cluster, StopMode};
 use courier_store::{ClaimMode, ClaimReq, PgStore, SettleReq, StoreConfig};
 use serde::Serialize;

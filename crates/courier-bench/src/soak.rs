@@ -26,11 +26,10 @@
 //!   one sample interval.
 
 use crate::cpu::{Cores, Roles, Ticks};
+use crate::history_views::HistoryViews;
+use crate::views::{statements_enable, statements_reset, statements_top, StatementStat};
 use crate::{bar, run_dir, BenchError};
 use courier_fake::{FakeConfig, FaultRates, Latency};
-use courier_store::bench_views::{
-    statements_enable, statements_reset, statements_top, StatementStat,
-};
 use courier_store::cluster::{Cluster, StopMode};
 use courier_store::{PgStore, StoreConfig};
 use serde::Serialize;

@@ -27,6 +27,11 @@
 use crate::harness::bench_worker;
 use crate::memory;
 use crate::pgbench::{self, PgbenchResult, PgbenchRun};
+use crate::views::BenchViews;
+use crate::views::{
+    database_backends, database_synchronous_commit_set, database_xact_counts, statements_enable,
+    statements_reset, statements_top, StatementStat, PGBENCH_JOB_CLAIM_SCRIPT,
+};
 use crate::{bar, run_dir, BenchError};
 use courier_core::Limits;
 use courier_dispatch::server::{router, ServerConfig};
@@ -34,10 +39,6 @@ use courier_dispatch::worker::{Provider, WorkerConfig};
 use courier_fake::{FakeConfig, FaultRates, Latency, MsRange};
 use courier_inproc::{StubProvider, WorkerPool};
 use courier_provider::{ClientConfig, ProviderClient};
-use courier_store::bench_views::{
-    database_backends, database_synchronous_commit_set, database_xact_counts, statements_enable,
-    statements_reset, statements_top, StatementStat, PGBENCH_JOB_CLAIM_SCRIPT,
-};
 use courier_store::cluster::{find_binary, Cluster, StopMode};
 use courier_store::{ClaimMode, PgStore, StoreConfig};
 use serde::Serialize;
