@@ -23,12 +23,12 @@
 //!   starts inside a round is counted, with PostgreSQL's CPU per action and
 //!   the host's steal, so a round's rate can be told from the machine's.
 //! - A run counts only if no round's phase saw more steal than
-//!   [`crate::soak::STEAL_MAX_CORES`].
+//!   [`crate::cpu::STEAL_MAX_CORES`].
 
 use crate::cpu::{self, AutovacuumTicks, PgKind, Roles, Ticks};
+use crate::cpu::{load_average, STEAL_MAX_CORES};
 use crate::harness::bench_worker;
 use crate::history_views::HistoryViews;
-use crate::soak::STEAL_MAX_CORES;
 use crate::views::BenchViews;
 use crate::views::{
     server_checkpoint, server_counters, statements_enable, statements_reset, statements_top,
@@ -468,13 +468,6 @@ impl HistoryReport {
             .flat_map(|r| [r.claim_to_settle_cpu.steal_cores, r.merges_cpu.steal_cores])
             .fold(0.0, f64::max)
     }
-}
-
-/// The machine's load average (`/proc/loadavg`, first three fields).
-pub fn load_average() -> String {
-    std::fs::read_to_string("/proc/loadavg")
-        .map(|s| s.split_whitespace().take(3).collect::<Vec<_>>().join(" "))
-        .unwrap_or_else(|_| "?".into())
 }
 
 fn store_config(url: &str, pool: usize) -> StoreConfig {

@@ -187,14 +187,6 @@ pub struct MatrixReport {
     pub chart: Option<std::path::PathBuf>,
 }
 
-/// The machine's 1-minute load average (NaN where /proc has none).
-fn load_average() -> f64 {
-    std::fs::read_to_string("/proc/loadavg")
-        .ok()
-        .and_then(|s| s.split_whitespace().next().and_then(|x| x.parse().ok()))
-        .unwrap_or(f64::NAN)
-}
-
 /// Runs every cell in order.
 pub async fn run(m: &MatrixConfig) -> Result<MatrixReport, BenchError> {
     m.validate().map_err(BenchError::Settings)?;
@@ -241,7 +233,7 @@ async fn one_cell(
     offered: f64,
 ) -> Result<CellResult, BenchError> {
     let started = Instant::now();
-    let load_before = load_average();
+    let load_before = crate::cpu::load_average_1m();
     let mut result = CellResult {
         cell,
         rate_per_store_hz: cfg.rate_per_store_hz,
@@ -274,7 +266,7 @@ async fn one_cell(
             Err(e) => return Err(e),
         }
     }
-    result.load_after = load_average();
+    result.load_after = crate::cpu::load_average_1m();
     result.wall_s = started.elapsed().as_secs_f64();
     Ok(result)
 }

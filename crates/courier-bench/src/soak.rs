@@ -25,7 +25,7 @@
 //!   statements cover its own span. Over a 30-minute run the two differ by
 //!   one sample interval.
 
-use crate::cpu::{Cores, Roles, Ticks};
+use crate::cpu::{Cores, Roles, Ticks, STEAL_MAX_CORES};
 use crate::history_views::HistoryViews;
 use crate::views::{statements_enable, statements_reset, statements_top, StatementStat};
 use crate::{bar, run_dir, BenchError};
@@ -184,14 +184,6 @@ pub struct SoakSample {
 /// to 161,887 pending at 703/s; webhooks 10 s late also set the reconciler
 /// looking up what they would have merged, `final_overdue_ms`.)
 pub const KEPT_UP_S: f64 = 10.0;
-
-/// A run compares its thirds on the same machine only while the host gives
-/// it the same CPU: no third's mean steal (time the hypervisor ran something
-/// else while this machine wanted its CPUs) may exceed this many cores.
-/// (Session 17's eighth run: steal 0.01 cores in the first third, 0.09 in
-/// the last, up to 0.55 over 10 s from t = 1,500 s on, and the claim p99 of
-/// a 10 s interval rose from 25-40 ms to 56-77 ms with it.)
-pub const STEAL_MAX_CORES: f64 = 0.05;
 
 /// A third of the measured span.
 #[derive(Debug, Clone, Serialize)]
@@ -672,7 +664,7 @@ async fn sample(
         actions,
         pending: counts.get("actions.pending"),
         open_intents: counts.open_intents(),
-        load_average: crate::history::load_average(),
+        load_average: crate::cpu::load_average(),
         claim_buckets: buckets,
         cores: None,
         ticks,
