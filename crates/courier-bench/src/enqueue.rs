@@ -21,11 +21,12 @@
 //!   database holds exactly the actions counted (checked after each path).
 //! - Every call's latency is recorded; a failed call fails the run.
 
+use crate::harness::server::{with_cluster, Statements};
 use crate::stats::Percentiles;
 use crate::{run_dir, BenchError};
 use courier_core::Limits;
 use courier_dispatch::server::ServerConfig;
-use courier_store::cluster::{Cluster, StopMode};
+use courier_store::cluster::Cluster;
 use courier_store::{NewAction, PgStore, StoreConfig};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
@@ -218,20 +219,14 @@ pub async fn run(cfg: &EnqueueConfig, paths: &[Path]) -> Result<EnqueueReport, B
     let started = Instant::now();
     let dir = run_dir("courier-bench-enqueue-")?;
     let cluster = Cluster::new(dir.path().join("pg")).setting("synchronous_commit", "on");
-    let c = cluster.clone();
-    let server_url = tokio::task::spawn_blocking(move || c.start()).await??;
-    let mut rates = Vec::new();
-    let result = async {
+    let rates = with_cluster(cluster, Statements::Off, async |server| {
+        let mut rates = Vec::new();
         for &path in paths {
-            rates.push(one_path(cfg, &server_url, path).await?);
+            rates.push(one_path(cfg, &server.url, path).await?);
         }
-        Ok::<_, BenchError>(())
-    }
-    .await;
-    let c = cluster.clone();
-    let stopped = tokio::task::spawn_blocking(move || c.stop(StopMode::Fast)).await?;
-    result?;
-    stopped?;
+        Ok::<_, BenchError>(rates)
+    })
+    .await?;
     let batch_best_per_s = rates
         .iter()
         .filter(|r| r.path.batched())

@@ -28,6 +28,8 @@
 use crate::cpu::{self, AutovacuumTicks, PgKind, Roles, Ticks};
 use crate::cpu::{load_average, STEAL_MAX_CORES};
 use crate::harness::bench_worker;
+use crate::harness::drain::{drain, Progress};
+use crate::harness::server::{with_cluster, Statements};
 use crate::history_views::HistoryViews;
 use crate::views::BenchViews;
 use crate::views::{
@@ -38,7 +40,7 @@ use crate::{bar, run_dir, BenchError};
 use courier_core::{Limits, Status};
 use courier_dispatch::metrics::SamplerConfig;
 use courier_inproc::{StubProvider, WorkerPool};
-use courier_store::cluster::{Cluster, StopMode};
+use courier_store::cluster::Cluster;
 use courier_store::{ClaimMode, PgStore, StoreConfig, WebhookIn};
 use serde::Serialize;
 use std::path::PathBuf;
@@ -486,28 +488,20 @@ pub async fn run(cfg: &HistoryConfig) -> Result<HistoryReport, BenchError> {
     // would be: with the default 128 MB the seeding's inserts into the
     // random-key indexes (uid, idempotency keys) evict each other's pages,
     // and a small max_wal_size checkpoints every few seconds.
-    let mut cluster = Cluster::new(pg_dir)
+    let cluster = Cluster::new(pg_dir)
         .setting("synchronous_commit", "off")
         .setting("shared_buffers", "1GB")
         .setting("max_wal_size", "8GB")
         // Each round starts after a checkpoint of its own (`measure`); the
         // server's timed ones come no oftener than a pair of rounds lasts.
         .setting("checkpoint_timeout", "15min");
-    if crate::throughput::statements_library_present() {
-        // Every level: the merges' and settles' work is mostly in trigger
-        // functions, whose statements a top-level count would hide.
-        cluster = cluster
-            .setting("shared_preload_libraries", "pg_stat_statements")
-            .setting("pg_stat_statements.track", "all")
-            .setting("pg_stat_statements.track_planning", "on");
-    }
-    let c = cluster.clone();
-    let server_url = tokio::task::spawn_blocking(move || c.start()).await??;
-    let result = run_on(cfg, &server_url, cluster.postmaster_pid()).await;
-    let c = cluster.clone();
-    let stopped = tokio::task::spawn_blocking(move || c.stop(StopMode::Fast)).await?;
-    let mut report = result?;
-    stopped?;
+    // Every level: the merges' and settles' work is mostly in trigger
+    // functions, whose statements a top-level count would hide.
+    let track = Statements::All { planning: true };
+    let mut report = with_cluster(cluster, track, async |server| {
+        run_on(cfg, &server.url, server.postmaster).await
+    })
+    .await?;
     report.load_average_start = load_average_start;
     report.load_average_end = load_average();
     report.wall_time_s = started.elapsed().as_secs_f64();
@@ -682,10 +676,20 @@ async fn measure(
         ),
     )
     .await?;
-    let deadline = t + Duration::from_secs(cfg.timeout_s);
-    while pool.settled() < u64::from(cfg.backlog) && Instant::now() < deadline {
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+    // Timed out or not, the workers stop first; the check below names what
+    // was missing.
+    let _ = drain(
+        "claim to settle",
+        Duration::from_secs(cfg.timeout_s).saturating_sub(t.elapsed()),
+        Duration::from_millis(10),
+        async || {
+            Ok(Progress {
+                done: pool.settled(),
+                total: u64::from(cfg.backlog),
+            })
+        },
+    )
+    .await;
     let c2s = t.elapsed();
     let claim_to_settle_cpu = watch.finish(u64::from(cfg.backlog)).await?;
     pool.stop().await?;

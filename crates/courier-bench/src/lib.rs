@@ -44,7 +44,7 @@ pub mod chart;
 pub mod cpu;
 pub mod enqueue;
 pub mod fairness;
-pub(crate) mod harness;
+pub mod harness;
 pub mod history;
 pub mod history_views;
 pub mod live_migration;

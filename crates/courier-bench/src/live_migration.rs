@@ -21,6 +21,8 @@
 //!   over the whole time the migration ran and the backlog drained.
 
 use crate::harness::bench_worker;
+use crate::harness::drain::{drain, Progress};
+use crate::harness::server::{with_cluster, Statements};
 use crate::history_views::HistoryViews;
 use crate::BenchError;
 use courier_core::Limits;
@@ -220,10 +222,19 @@ pub async fn run(cfg: &LiveMigrationConfig, url: &str) -> Result<LiveMigrationRe
     let migration_s = t.elapsed().as_secs_f64();
     let enqueue_ms_max = enqueuer.await??;
     let expected = u64::from(cfg.backlog) + u64::from(cfg.enqueued_during);
-    let deadline = Instant::now() + Duration::from_secs(cfg.timeout_s);
-    while pool.settled() < expected && Instant::now() < deadline {
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    // Timed out or not, the workers stop; the report says what settled.
+    let _ = drain(
+        "the backlog",
+        Duration::from_secs(cfg.timeout_s),
+        Duration::from_millis(20),
+        async || {
+            Ok(Progress {
+                done: pool.settled(),
+                total: expected,
+            })
+        },
+    )
+    .await;
     pool.stop().await?;
     let migration_error = applied.err().map(|e| e.to_string());
     let claim_ms_max = pool
@@ -319,19 +330,12 @@ async fn enqueue_slowly(store: PgStore, n: u32) -> Result<f64, BenchError> {
 /// The run on a PostgreSQL cluster of its own (a temporary directory),
 /// stopped afterwards.
 pub async fn run_own_cluster(cfg: &LiveMigrationConfig) -> Result<LiveMigrationReport, BenchError> {
-    use courier_store::cluster::{Cluster, StopMode};
+    use courier_store::cluster::Cluster;
     let dir = crate::run_dir("courier-bench-live-migration-")?;
     let cluster = Cluster::new(dir.path().join("pg")).setting("synchronous_commit", "off");
-    let c = cluster.clone();
-    let server_url = tokio::task::spawn_blocking(move || c.start()).await??;
-    let result = async {
-        let url = courier_store::database_recreate(&server_url, "courier_live").await?;
+    with_cluster(cluster, Statements::Off, async |server| {
+        let url = courier_store::database_recreate(&server.url, "courier_live").await?;
         run(cfg, &url).await
-    }
-    .await;
-    let c = cluster.clone();
-    let stopped = tokio::task::spawn_blocking(move || c.stop(StopMode::Fast)).await?;
-    let report = result?;
-    stopped?;
-    Ok(report)
+    })
+    .await
 }

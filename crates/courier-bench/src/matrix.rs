@@ -17,6 +17,7 @@
 //! - A cell's ratios are measured within that cell's run.
 
 use crate::fairness::{self, FairnessConfig, FairnessReport, FairnessRun};
+use crate::harness::probe::Probes;
 use crate::schedule::Scenario;
 use crate::BenchError;
 use courier_store::ClaimMode;
@@ -100,6 +101,13 @@ impl MatrixConfig {
                 calibration_s: 5,
                 drain_timeout_s: 60,
                 fifo_steady: false,
+                // A cell is judged overloaded by the machine's CPU too, and
+                // its row shows the sequential scans.
+                probes: Probes {
+                    cpu: true,
+                    scans: true,
+                    lateness: false,
+                },
                 ..FairnessConfig::new(seed)
             },
             cells,
@@ -395,7 +403,8 @@ fn row(c: &CellResult) -> String {
             x(ratio(Scenario::Bulk, ClaimMode::Fair)),
             x(ratio(Scenario::Bulk, ClaimMode::Fifo)),
             x(v.fair_trend_worst),
-            format!("{:.1}", v.fair_seq_scans_per_s_max),
+            v.fair_seq_scans
+                .map_or("-".to_string(), |s| format!("{:.1}", s.per_s_max)),
         ];
         if c.overloaded.is_none() {
             verdict = if v.within_targets { "met" } else { "NOT met" }.to_string();

@@ -26,11 +26,12 @@
 //!   one sample interval.
 
 use crate::cpu::{Cores, Roles, Ticks, STEAL_MAX_CORES};
+use crate::harness::server::{with_cluster, Statements};
 use crate::history_views::HistoryViews;
 use crate::views::{statements_enable, statements_reset, statements_top, StatementStat};
 use crate::{bar, run_dir, BenchError};
 use courier_fake::{FakeConfig, FaultRates, Latency};
-use courier_store::cluster::{Cluster, StopMode};
+use courier_store::cluster::Cluster;
 use courier_store::{PgStore, StoreConfig};
 use serde::Serialize;
 use std::path::{Path, PathBuf};
@@ -308,19 +309,16 @@ pub async fn run(cfg: &SoakConfig) -> Result<SoakReport, BenchError> {
     cfg.validate().map_err(BenchError::Settings)?;
     let started = Instant::now();
     let dir = run_dir("courier-bench-soak-")?;
-    let mut cluster = Cluster::new(dir.path().join("pg")).setting("synchronous_commit", "off");
-    if cfg.statements && crate::throughput::statements_library_present() {
-        cluster = cluster
-            .setting("shared_preload_libraries", "pg_stat_statements")
-            .setting("pg_stat_statements.track", "all");
-    }
-    let c = cluster.clone();
-    let server_url = tokio::task::spawn_blocking(move || c.start()).await??;
-    let result = run_on(cfg, &server_url, dir.path(), cluster.postmaster_pid()).await;
-    let c = cluster.clone();
-    let stopped = tokio::task::spawn_blocking(move || c.stop(StopMode::Fast)).await?;
-    let mut report = result?;
-    stopped?;
+    let cluster = Cluster::new(dir.path().join("pg")).setting("synchronous_commit", "off");
+    let track = if cfg.statements {
+        Statements::All { planning: false }
+    } else {
+        Statements::Off
+    };
+    let mut report = with_cluster(cluster, track, async |server| {
+        run_on(cfg, &server.url, dir.path(), server.postmaster).await
+    })
+    .await?;
     report.wall_time_s = started.elapsed().as_secs_f64();
     Ok(report)
 }

@@ -25,6 +25,8 @@
 //!   state it measures; otherwise the run fails with a time-out.
 
 use crate::harness::bench_worker;
+use crate::harness::drain::{drain, Progress};
+use crate::harness::server::{with_cluster, Statements};
 use crate::memory;
 use crate::pgbench::{self, PgbenchResult, PgbenchRun};
 use crate::views::BenchViews;
@@ -39,7 +41,7 @@ use courier_dispatch::worker::{Provider, WorkerConfig};
 use courier_fake::{FakeConfig, FaultRates, Latency, MsRange};
 use courier_inproc::{StubProvider, WorkerPool};
 use courier_provider::{ClientConfig, ProviderClient};
-use courier_store::cluster::{find_binary, Cluster, StopMode};
+use courier_store::cluster::Cluster;
 use courier_store::{ClaimMode, PgStore, StoreConfig};
 use serde::Serialize;
 use std::path::Path;
@@ -368,23 +370,12 @@ pub async fn run(cfg: &ThroughputConfig) -> Result<ThroughputReport, BenchError>
     let limits = cfg.limits().map_err(BenchError::Settings)?;
     let started = Instant::now();
     let dir = run_dir("courier-bench-throughput-")?;
-    let stat_statements = statements_library_present();
-    let mut cluster = Cluster::new(dir.path().join("pg"));
-    if stat_statements {
-        cluster = cluster
-            .setting("shared_preload_libraries", "pg_stat_statements")
-            .setting("pg_stat_statements.track", "all");
-    }
-    let c = cluster.clone();
-    let server_url = tokio::task::spawn_blocking(move || c.start()).await??;
-    let result = async {
-        let port = {
-            let c = cluster.clone();
-            tokio::task::spawn_blocking(move || c.running_port())
-                .await??
-                .ok_or_else(|| BenchError::Task("the cluster stopped".into()))?
-        };
-        let statements = stat_statements && statements_enable(&server_url).await?;
+    let cluster = Cluster::new(dir.path().join("pg"));
+    let track = Statements::All { planning: false };
+    let (results, statements) = with_cluster(cluster, track, async |server| {
+        let server_url = server.url.clone();
+        let port = server.port().await?;
+        let statements = server.statements_loaded && statements_enable(&server_url).await?;
         let ctx = Ctx {
             cfg,
             limits,
@@ -420,12 +411,8 @@ pub async fn run(cfg: &ThroughputConfig) -> Result<ThroughputReport, BenchError>
             });
         }
         Ok::<_, BenchError>((results, statements))
-    }
-    .await;
-    let c = cluster.clone();
-    let stopped = tokio::task::spawn_blocking(move || c.stop(StopMode::Fast)).await?;
-    let (results, statements) = result?;
-    stopped?;
+    })
+    .await?;
 
     let on = results.iter().find(|r| r.synchronous_commit);
     let c2s_on = on.map(|r| r.claim_to_settle.actions_per_s);
@@ -470,17 +457,6 @@ pub async fn run(cfg: &ThroughputConfig) -> Result<ThroughputReport, BenchError>
         peak_rss_kib_run,
         wall_time_s: started.elapsed().as_secs_f64(),
     })
-}
-
-/// True when this PostgreSQL has pg_stat_statements (a server that cannot
-/// load a preloaded library does not start, so look before asking for it).
-pub(crate) fn statements_library_present() -> bool {
-    // Follow a symlink on PATH to the versioned directory (bin/ next to lib/).
-    find_binary("postgres")
-        .ok()
-        .and_then(|p| std::fs::canonicalize(p).ok())
-        .and_then(|p| p.parent().and_then(|b| b.parent()).map(|d| d.join("lib")))
-        .is_some_and(|lib| lib.join("pg_stat_statements.so").is_file())
 }
 
 struct Ctx<'a> {
@@ -677,22 +653,12 @@ async fn until_all(
 ) -> Result<Instant, BenchError> {
     let total = u64::from(ctx.cfg.actions);
     let limit = Duration::from_secs(ctx.cfg.timeout_s);
-    let deadline = Instant::now() + limit;
-    loop {
-        let n = reached().await?;
-        bar.set_position(n.min(total));
-        if n >= total {
-            return Ok(Instant::now());
-        }
-        if Instant::now() >= deadline {
-            return Err(BenchError::Timeout {
-                what: what.to_string(),
-                limit,
-                detail: format!("{n} of {total}"),
-            });
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    drain(what, limit, Duration::from_millis(20), async || {
+        let done = reached().await?;
+        bar.set_position(done.min(total));
+        Ok(Progress { done, total })
+    })
+    .await
 }
 
 async fn claim_to_settle(ctx: &Ctx<'_>, sync: bool) -> Result<PathResult, BenchError> {

@@ -6,6 +6,10 @@
 //!   unless the benchmark turns it on for one worker): the figures measure
 //!   the protocol alone.
 
+pub(crate) mod drain;
+pub mod probe;
+pub(crate) mod server;
+
 use courier_core::Limits;
 use courier_dispatch::worker::WorkerConfig;
 use courier_store::ClaimMode;
