@@ -337,7 +337,28 @@ pub async fn run(cfg: &FairnessConfig) -> Result<FairnessReport, BenchError> {
         runs
     })
     .await?;
-    let settings = FairnessSettings {
+    let settings = settings(cfg, assumed, calibration, service_ms_measured);
+    let verdict = verdict(&runs);
+    let mut report = FairnessReport {
+        seed: cfg.seed,
+        settings,
+        runs,
+        verdict,
+        chart: None,
+        wall_time_s: 0.0,
+    };
+    report.wall_time_s = started.elapsed().as_secs_f64();
+    Ok(report)
+}
+
+/// The settings a report was produced with.
+fn settings(
+    cfg: &FairnessConfig,
+    assumed: Calibration,
+    calibration: Calibration,
+    service_ms_measured: Option<f64>,
+) -> FairnessSettings {
+    FairnessSettings {
         stores: cfg.stores,
         noisy_stores: cfg.noisy_stores,
         noise_factor: cfg.noise_factor,
@@ -359,18 +380,7 @@ pub async fn run(cfg: &FairnessConfig) -> Result<FairnessReport, BenchError> {
             cfg.calibration_s
         },
         calibration,
-    };
-    let verdict = verdict(&runs);
-    let mut report = FairnessReport {
-        seed: cfg.seed,
-        settings,
-        runs,
-        verdict,
-        chart: None,
-        wall_time_s: 0.0,
-    };
-    report.wall_time_s = started.elapsed().as_secs_f64();
-    Ok(report)
+    }
 }
 
 struct Ctx<'a> {

@@ -190,6 +190,14 @@ impl FairnessReport {
 
     /// The results as a text table.
     pub fn table(&self) -> String {
+        let mut out = self.settings_lines();
+        out.push_str(&self.runs_lines());
+        out.push_str(&self.verdict_lines());
+        out
+    }
+
+    /// The capacity and the settings the runs had.
+    fn settings_lines(&self) -> String {
         let mut out = String::new();
         let s = &self.settings;
         let c = &s.calibration;
@@ -215,6 +223,12 @@ impl FairnessReport {
              ratios the median of each round's ratio to that round's fair baseline\n\n",
             s.rounds, s.duration_s
         ));
+        out
+    }
+
+    /// One row per scenario and claim mode.
+    fn runs_lines(&self) -> String {
+        let mut out = String::new();
         out.push_str(&format!(
             "{:<26} {:<5} {:>9} {:>9} {:>9} {:>8} {:>11} {:>10} {:>9} {:>6}\n",
             "scenario",
@@ -251,6 +265,12 @@ impl FairnessReport {
                 r.utilisation_measured * 100.0
             ));
         }
+        out
+    }
+
+    /// The verdict, the trends and the statements.
+    fn verdict_lines(&self) -> String {
+        let mut out = String::new();
         let v = &self.verdict;
         if v.overloaded {
             out.push_str(
@@ -559,6 +579,60 @@ pub(super) fn summarise(
         .first()
         .map(|r| timeline_p95(&r.quiet_timeline, bin_ms, 5))
         .unwrap_or_default();
+    let pooled = pool_percentiles(&label, claim, &rounds)?;
+    let actions: u64 = rounds.iter().map(|r| r.actions).sum();
+    let hold_us: u64 = rounds.iter().map(|r| r.hold_us_total).sum();
+    let window_ms: f64 = rounds.iter().map(|r| r.window_ms).sum::<f64>().max(1.0);
+    let load_s = (plan.duration_s * rounds.len().max(1) as u64) as f64;
+    Ok(FairnessRun {
+        scenario,
+        label,
+        claim,
+        quiet: pooled.quiet,
+        quiet_wait: pooled.quiet_wait,
+        statements: rounds
+            .first()
+            .map(|r| r.statements.clone())
+            .unwrap_or_default(),
+        quiet_p95_ratio: f64::NAN,
+        quiet_by_round: pooled.quiet_by_round,
+        ratio_by_round: Vec::new(),
+        trend_by_round: rounds.iter().map(|r| r.trend).collect(),
+        thirds_by_round: rounds.iter().map(|r| r.thirds.clone()).collect(),
+        seq_scans_per_s_by_round: rounds
+            .iter()
+            .filter_map(|r| r.seq_scans_per_s.clone())
+            .collect(),
+        cpu_by_round: rounds.iter().filter_map(|r| r.cpu.clone()).collect(),
+        stalls_by_round: rounds.iter().filter_map(|r| r.stalls.clone()).collect(),
+        noisy: pooled.noisy,
+        actions,
+        offered_per_s: actions as f64 / load_s,
+        throughput_per_s: actions as f64 * 1000.0 / window_ms,
+        utilisation_measured: hold_us as f64
+            / 1000.0
+            / (f64::from(plan.calibration.slots) * window_ms),
+        hold_mean_ms: hold_us as f64 / 1000.0 / actions.max(1) as f64,
+        enqueue_lag_max_ms: rounds.iter().map(|r| r.lag_max_ms).fold(0.0, f64::max),
+        timeline,
+        bursts_s: bursts_s(cfg, scenario),
+    })
+}
+
+/// The rounds' percentiles, each figure the median over the rounds.
+struct Pooled {
+    quiet_by_round: Vec<Percentiles>,
+    quiet: Percentiles,
+    quiet_wait: Option<Percentiles>,
+    noisy: Option<Percentiles>,
+}
+
+/// Pools the rounds' percentiles; a round without a quiet action fails.
+fn pool_percentiles(
+    label: &str,
+    claim: ClaimMode,
+    rounds: &[Samples],
+) -> Result<Pooled, BenchError> {
     let quiet_by_round = rounds
         .iter()
         .map(|r| Percentiles::from_us(r.quiet_us.iter().copied()))
@@ -582,49 +656,22 @@ pub(super) fn summarise(
         .filter_map(|r| Percentiles::from_us(r.noisy_us.iter().copied()))
         .collect();
     let noisy = Percentiles::median_of(&noisy_by_round);
-    let actions: u64 = rounds.iter().map(|r| r.actions).sum();
-    let hold_us: u64 = rounds.iter().map(|r| r.hold_us_total).sum();
-    let window_ms: f64 = rounds.iter().map(|r| r.window_ms).sum::<f64>().max(1.0);
-    let load_s = (plan.duration_s * rounds.len().max(1) as u64) as f64;
-    let bursts_s = if scenario == Scenario::Bulk {
+    Ok(Pooled {
+        quiet_by_round,
+        quiet,
+        quiet_wait,
+        noisy,
+    })
+}
+
+/// When the bursts were enqueued (the bulk scenario), seconds after the start.
+fn bursts_s(cfg: &FairnessConfig, scenario: Scenario) -> Vec<f64> {
+    if scenario == Scenario::Bulk {
         (0..cfg.noisy_stores)
             .flat_map(|i| cfg.shape().bursts(i))
             .map(|(at, _)| at / 1000.0)
             .collect()
     } else {
         Vec::new()
-    };
-    Ok(FairnessRun {
-        scenario,
-        label,
-        claim,
-        quiet,
-        quiet_wait,
-        statements: rounds
-            .first()
-            .map(|r| r.statements.clone())
-            .unwrap_or_default(),
-        quiet_p95_ratio: f64::NAN,
-        quiet_by_round,
-        ratio_by_round: Vec::new(),
-        trend_by_round: rounds.iter().map(|r| r.trend).collect(),
-        thirds_by_round: rounds.iter().map(|r| r.thirds.clone()).collect(),
-        seq_scans_per_s_by_round: rounds
-            .iter()
-            .filter_map(|r| r.seq_scans_per_s.clone())
-            .collect(),
-        cpu_by_round: rounds.iter().filter_map(|r| r.cpu.clone()).collect(),
-        stalls_by_round: rounds.iter().filter_map(|r| r.stalls.clone()).collect(),
-        noisy,
-        actions,
-        offered_per_s: actions as f64 / load_s,
-        throughput_per_s: actions as f64 * 1000.0 / window_ms,
-        utilisation_measured: hold_us as f64
-            / 1000.0
-            / (f64::from(plan.calibration.slots) * window_ms),
-        hold_mean_ms: hold_us as f64 / 1000.0 / actions.max(1) as f64,
-        enqueue_lag_max_ms: rounds.iter().map(|r| r.lag_max_ms).fold(0.0, f64::max),
-        timeline,
-        bursts_s,
-    })
+    }
 }
