@@ -253,6 +253,22 @@ pub async fn run(cfg: &EnqueueConfig, paths: &[Path]) -> Result<EnqueueReport, B
     })
 }
 
+/// What one client answers: the actions acknowledged, and each call's time
+/// in us.
+type Calls = Result<(u64, Vec<u64>), BenchError>;
+
+/// The clients' actions acknowledged, and every call's time in us.
+async fn collect_calls(tasks: Vec<tokio::task::JoinHandle<Calls>>) -> Calls {
+    let mut actions = 0u64;
+    let mut calls_us = Vec::new();
+    for t in tasks {
+        let (n, us) = t.await??;
+        actions += n;
+        calls_us.extend(us);
+    }
+    Ok((actions, calls_us))
+}
+
 /// One path on a fresh database: its clients for `cfg.seconds`, then the
 /// count checked against the database.
 async fn one_path(
@@ -301,13 +317,7 @@ async fn one_path(
     if let Some(storm) = storm {
         storm.await??;
     }
-    let mut actions = 0u64;
-    let mut calls_us = Vec::new();
-    for t in tasks {
-        let (n, us) = t.await??;
-        actions += n;
-        calls_us.extend(us);
-    }
+    let (actions, calls_us) = collect_calls(tasks).await?;
     let seconds = started.elapsed().as_secs_f64();
     let held = store.summary(3_600).await?.total();
     if held != actions as i64 {

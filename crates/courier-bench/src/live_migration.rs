@@ -197,21 +197,28 @@ async fn apply(store: &PgStore, blocking: bool) -> Result<(), BenchError> {
     Ok(())
 }
 
-/// The run on a migrated database at `url` (seeded here).
-pub async fn run(cfg: &LiveMigrationConfig, url: &str) -> Result<LiveMigrationReport, BenchError> {
-    let mut sc = StoreConfig::new(url);
-    sc.pool_size_max = 4;
-    let store = PgStore::connect(&sc).await?;
+/// Seeds the finished history, rolls the live migrations back, and
+/// enqueues the backlog.
+async fn seed(cfg: &LiveMigrationConfig, store: &PgStore) -> Result<(), BenchError> {
     let mut first = 0;
     while first < cfg.actions {
         let n = 500_000.min(cfg.actions - first);
         store.history_seed(first, n, 100, 3_600.0).await?;
         first += n;
     }
-    roll_back(&store).await?;
+    roll_back(store).await?;
     store.tables_vacuum_analyze().await?;
     let stores: Vec<String> = (0..100).map(|i| format!("store-{i:03}")).collect();
     store.actions_enqueue_bulk(&stores, cfg.backlog).await?;
+    Ok(())
+}
+
+/// The run on a migrated database at `url` (seeded here).
+pub async fn run(cfg: &LiveMigrationConfig, url: &str) -> Result<LiveMigrationReport, BenchError> {
+    let mut sc = StoreConfig::new(url);
+    sc.pool_size_max = 4;
+    let store = PgStore::connect(&sc).await?;
+    seed(cfg, &store).await?;
 
     let stub = StubProvider::new();
     let mut pool = start_workers(cfg, url, &stub).await?;
