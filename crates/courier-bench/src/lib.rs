@@ -25,6 +25,14 @@
 //! - [`soak`]: a long run at a steady share of capacity with pruning on:
 //!   table sizes, claim p99 and worker memory, first third against last.
 //!
+//! Every benchmark is config -> rounds -> samples -> a pure verdict over
+//! one [`harness`]: `with_cluster` sets up its PostgreSQL cluster (with
+//! `pg_stat_statements` as it asks), `courier_inproc::WorkerPool` starts its
+//! in-process workers, `drain` waits for its work with a deadline, and the
+//! [`harness::probe`]s (CPU and stalls, the runtime's lateness, sequential
+//! scans) run only when a run asks for them, its report carrying what was
+//! asked for.
+//!
 //! The pure parts (arrival schedules, percentiles, calibration) are in
 //! [`schedule`] and [`stats`]; everything else drives real servers:
 //! [`pgbench`] runs PostgreSQL's own benchmark tool, [`memory`] reads the

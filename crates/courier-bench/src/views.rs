@@ -145,7 +145,7 @@ pub async fn database_synchronous_commit_set(
 /// around a measured span: what happened on the server meanwhile that a
 /// rate alone does not show (a checkpoint, autovacuum, reads that missed
 /// shared buffers). Autovacuum's passes are counted per database by
-/// [`PgStore::autovacuum_passes`].
+/// `BenchViews::autovacuum_passes`.
 #[derive(Debug, Clone, Copy, Default, Serialize)]
 pub struct ServerCounters {
     /// WAL written (`pg_stat_wal.wal_bytes`) and its full-page images.

@@ -4,7 +4,7 @@
 //! `synchronous_commit=off`: it measures the scheduler, not the disk), the
 //! fake provider in-process (faults off, log-normal latency, which each
 //! message states, spread evenly over the run: [`spread_latencies`]), and in-process
-//! workers ([`Worker`] with the real [`ProviderClient`]) sized so the
+//! workers (`Worker` with the real [`ProviderClient`]) sized so the
 //! baseline keeps them about 60% busy: headroom is part of fairness.
 //!
 //! Three scenarios, each with fair and with FIFO claiming, each on a fresh

@@ -1,10 +1,17 @@
-//! The harness every benchmark runs on: how it starts its in-process
-//! workers ([`bench_worker`] with `courier_inproc::WorkerPool`).
+//! The harness every benchmark runs on, so that a benchmark is its config,
+//! its rounds, its samples and a pure verdict:
+//! - `server`: the run's PostgreSQL cluster, `pg_stat_statements` loaded
+//!   as the run asks, stopped whatever the run returned;
+//! - in-process workers: `courier_inproc::WorkerPool::start` with
+//!   `bench_worker`'s settings;
+//! - `drain`: the one wait for work to be done, always with a deadline;
+//! - [`probe`]: the samplers a run switches on when it investigates.
 //!
 //! # Invariants
 //! - A benchmark's workers run no maintenance (no pruner, no reconciler
 //!   unless the benchmark turns it on for one worker): the figures measure
 //!   the protocol alone.
+//! - A cluster is stopped on every path out of a run.
 
 pub(crate) mod drain;
 pub mod probe;
