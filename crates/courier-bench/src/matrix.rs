@@ -125,7 +125,8 @@ impl MatrixConfig {
             rate_per_store_hz: self.total_rate_hz / f64::from(cell.stores),
             // Headroom for the noisy stores too: at 100 stores a cap of 1
             // held a noisy store below its rate while the workers sat 24-49%
-            // busy, and the cell read as overloaded (docs/benchmarks.md).
+            // busy, and the cell read as overloaded (the matrix's runs in the
+            // git history of docs/benchmarks.md).
             store_cap_sized: true,
             ..self.base.clone()
         }

@@ -454,8 +454,9 @@ async fn measure(
         // dead rows of the earlier rounds' churn in its small tables of
         // work in progress, which autovacuum cleans on a server between two
         // bursts but not within the seconds between two rounds. Without
-        // this, the full rounds slow round after round (runs J and J2 in
-        // docs/benchmarks.md) for a reason that is not the history.
+        // this, the full rounds slow round after round (runs J and J2, in
+        // the git history of docs/benchmarks.md) for a reason that is not
+        // the history.
         store.work_tables_vacuum_analyze().await?;
     }
     let stores: Vec<String> = (0..cfg.stores).map(|i| format!("store-{i:03}")).collect();
