@@ -33,8 +33,8 @@
 
 use crate::config::{FailMode, FailPlan};
 use crate::window::Window;
-use courier_bench::stub::StubProvider;
 use courier_dispatch::worker::Provider;
+use courier_inproc::StubProvider;
 use courier_provider::{LookupOutcome, SendOutcome};
 use std::collections::HashMap;
 use std::future::Future;

@@ -6,7 +6,7 @@
 //!   action failed, every settled action's key is in the record exactly
 //!   once, and the record holds no key of no action.
 
-use courier_store::bench_views::ActionOutcome;
+use courier_store::run_views::ActionOutcome;
 use serde::Serialize;
 use std::collections::HashMap;
 

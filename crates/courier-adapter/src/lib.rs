@@ -13,7 +13,8 @@
 //! worker` runs, with its defaults except the settings
 //! [`config::Config::differs_from_courier_worker`] names (the descriptor
 //! names them too), whose provider is the throughput benchmark's in-process
-//! stub (`courier_bench::stub`) answering `JOB_WORK_MS` after each send,
+//! stub (`courier_inproc::StubProvider`, started in a
+//! `courier_inproc::WorkerPool` of one) answering `JOB_WORK_MS` after each send,
 //! its messages kept in a record file that outlives the process ([`job`]).
 //! Claims, intents, counted attempts, leases, heartbeats, lookups after a
 //! reclaim, fenced settles and the pruner are production's: every loop of
@@ -43,10 +44,10 @@ pub mod producer;
 pub mod window;
 
 use config::Config;
-use courier_bench::stub::{StubProvider, StubRecord};
 use courier_core::Retention;
 use courier_dispatch::pruner::PrunerConfig;
 use courier_dispatch::worker::{Worker, WorkerConfig};
+use courier_inproc::{StubProvider, StubRecord, WorkerPool};
 use courier_store::{ClaimMode, PgStore, StoreConfig, StoreError};
 use producer::{Depth, Producer};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -153,11 +154,6 @@ pub async fn run(cfg: Config, shutdown: CancellationToken) -> Result<(), Adapter
         cfg.fail,
         measures.clone(),
     );
-    let worker = Arc::new(Worker::new(
-        connect(&cfg.database_url, WORKER_POOL_SIZE, false).await?,
-        provider,
-        worker_config(&cfg),
-    ));
     let enqueued = Arc::new(AtomicU64::new(0));
     let depth = Arc::new(Depth::default());
     let producer = Producer::new(
@@ -166,6 +162,14 @@ pub async fn run(cfg: Config, shutdown: CancellationToken) -> Result<(), Adapter
         enqueued.clone(),
         depth.clone(),
     );
+    // The pool's one worker connects once PostgreSQL answers (the
+    // schema's connection above waited for it).
+    let mut worker_store = StoreConfig::new(&cfg.database_url);
+    worker_store.pool_size_max = WORKER_POOL_SIZE;
+    worker_store.migrate = false;
+    let mut pool =
+        WorkerPool::start(1, &worker_store, |_| provider.clone(), &worker_config(&cfg)).await?;
+    let worker = pool.workers()[0].clone();
     // Every count starts from here: the first sample covers the time since.
     let sampler = Sampler {
         cfg: cfg.clone(),
@@ -183,16 +187,12 @@ pub async fn run(cfg: Config, shutdown: CancellationToken) -> Result<(), Adapter
         async move { producer.run(stop).await }
     });
     tasks.spawn(poll_depth(schema, enqueued, depth, stop.clone()));
-    let work = tokio::spawn({
-        let (worker, stop) = (worker.clone(), stop.clone());
-        async move { worker.run(stop).await }
-    });
     shutdown.cancelled().await;
     tracing::info!("shutting down");
     stop.cancel();
     let drained = tokio::time::timeout(SHUTDOWN_LIMIT, async {
         while tasks.join_next().await.is_some() {}
-        let _ = work.await;
+        let _ = pool.stop().await;
     });
     if drained.await.is_err() {
         tracing::warn!(

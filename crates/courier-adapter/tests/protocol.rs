@@ -12,7 +12,7 @@
 
 use courier_adapter::emit::{EVENT_INDEXES, EVENT_TABLES, REQUIRED_METRICS};
 use courier_adapter::judge::judge;
-use courier_bench::stub::StubRecord;
+use courier_inproc::StubRecord;
 use serde_json::Value;
 use std::collections::BTreeMap;
 use std::io::BufRead;
@@ -850,7 +850,7 @@ async fn failing_jobs_are_retried_or_refused_as_the_knobs_say() {
     async fn run(
         env: &[(&str, &str)],
         jobs: usize,
-    ) -> Vec<courier_store::bench_views::ActionOutcome> {
+    ) -> Vec<courier_store::run_views::ActionOutcome> {
         let db = courier_testkit::fresh_db().await;
         let dir = tempfile::tempdir().unwrap();
         let mut env = env.to_vec();

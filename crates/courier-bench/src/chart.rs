@@ -14,6 +14,7 @@ use crate::scale::{ScaleReport, ScaleRow};
 use crate::schedule::Scenario;
 use crate::BenchError;
 use courier_store::ClaimMode;
+use plotters::coord::types::RangedCoordf64;
 use plotters::prelude::*;
 use std::path::Path;
 
@@ -23,6 +24,32 @@ const TARGET: RGBColor = RGBColor(120, 120, 120);
 const BURST: RGBColor = RGBColor(255, 150, 0);
 const GRID_LIGHT: RGBColor = RGBColor(242, 242, 242);
 const GRID_BOLD: RGBColor = RGBColor(215, 215, 215);
+
+/// Draws the series' legend at `position`.
+fn legend<'a, DB: DrawingBackend + 'a, CT: CoordTranslate>(
+    chart: &mut ChartContext<'a, DB, CT>,
+    position: SeriesLabelPosition,
+) -> Result<(), String> {
+    chart
+        .configure_series_labels()
+        .position(position)
+        .background_style(WHITE.mix(0.85))
+        .border_style(BLACK.mix(0.3))
+        .draw()
+        .map_err(|x| x.to_string())
+}
+
+/// Whitens `root`, writes `title` on its top line, and answers the rest.
+fn titled<'a>(
+    root: &DrawingArea<SVGBackend<'a>, plotters::coord::Shift>,
+    title: String,
+) -> Result<DrawingArea<SVGBackend<'a>, plotters::coord::Shift>, String> {
+    root.fill(&WHITE).map_err(|x| x.to_string())?;
+    let (top, body) = root.split_vertically(34);
+    top.draw(&Text::new(title, (14, 10), ("sans-serif", 16).into_font()))
+        .map_err(|x| x.to_string())?;
+    Ok(body)
+}
 
 fn color(c: ClaimMode) -> RGBColor {
     match c {
@@ -146,41 +173,7 @@ fn bars(
                     ),
             ))
             .map_err(|x| e(&x))?;
-        for (j, claim) in [ClaimMode::Fair, ClaimMode::Fifo].into_iter().enumerate() {
-            let Some(run) = report.run(scenario, claim) else {
-                continue;
-            };
-            let x0 = x + 0.12 + 0.38 * j as f64;
-            let x1 = x0 + 0.36;
-            let v = run.quiet.p95_ms.max(lo);
-            let series = chart
-                .draw_series(std::iter::once(Rectangle::new(
-                    [(x0, lo), (x1, v)],
-                    color(claim).filled(),
-                )))
-                .map_err(|x| e(&x))?;
-            if i == 0 {
-                series.label(claim_name(claim)).legend(move |(x, y)| {
-                    Rectangle::new([(x, y - 5), (x + 12, y + 5)], color(claim).filled())
-                });
-            }
-            // Two short lines centred over the bar: the p95, then the ratio.
-            let mut lines = vec![format!("{:.0} ms", run.quiet.p95_ms)];
-            if run.quiet_p95_ratio.is_finite() {
-                lines.push(format!("{:.2}x", run.quiet_p95_ratio));
-            }
-            let n = lines.len() as i32;
-            for (k, line) in lines.into_iter().enumerate() {
-                let dx = -(line.len() as i32) * 3;
-                let dy = -14 * (n - k as i32) - 2;
-                chart
-                    .draw_series(std::iter::once(
-                        EmptyElement::at(((x0 + x1) / 2.0, v))
-                            + Text::new(line, (dx, dy), ("sans-serif", 11).into_font()),
-                    ))
-                    .map_err(|x| e(&x))?;
-            }
-        }
+        scenario_bars(&mut chart, report, scenario, x, lo, i == 0)?;
     }
     if base.is_finite() {
         let target = base * FAIR_RATIO_MAX;
@@ -193,13 +186,56 @@ fn bars(
             .label(format!("target: fair baseline x {FAIR_RATIO_MAX:.2}"))
             .legend(|(x, y)| PathElement::new([(x, y), (x + 12, y)], TARGET));
     }
-    chart
-        .configure_series_labels()
-        .position(SeriesLabelPosition::UpperLeft)
-        .background_style(WHITE.mix(0.85))
-        .border_style(BLACK.mix(0.3))
-        .draw()
-        .map_err(|x| e(&x))?;
+    legend(&mut chart, SeriesLabelPosition::UpperLeft)?;
+    Ok(())
+}
+
+/// One scenario's bars, fair next to FIFO, each with its p95 and ratio
+/// over it; the legend entries come from the first scenario's.
+fn scenario_bars<'a, DB: DrawingBackend + 'a>(
+    chart: &mut ChartContext<'a, DB, Cartesian2d<RangedCoordf64, LogCoord<f64>>>,
+    report: &FairnessReport,
+    scenario: Scenario,
+    x: f64,
+    lo: f64,
+    legend: bool,
+) -> Result<(), String> {
+    let e = |e: &dyn std::fmt::Display| e.to_string();
+    for (j, claim) in [ClaimMode::Fair, ClaimMode::Fifo].into_iter().enumerate() {
+        let Some(run) = report.run(scenario, claim) else {
+            continue;
+        };
+        let x0 = x + 0.12 + 0.38 * j as f64;
+        let x1 = x0 + 0.36;
+        let v = run.quiet.p95_ms.max(lo);
+        let series = chart
+            .draw_series(std::iter::once(Rectangle::new(
+                [(x0, lo), (x1, v)],
+                color(claim).filled(),
+            )))
+            .map_err(|x| e(&x))?;
+        if legend {
+            series.label(claim_name(claim)).legend(move |(x, y)| {
+                Rectangle::new([(x, y - 5), (x + 12, y + 5)], color(claim).filled())
+            });
+        }
+        // Two short lines centred over the bar: the p95, then the ratio.
+        let mut lines = vec![format!("{:.0} ms", run.quiet.p95_ms)];
+        if run.quiet_p95_ratio.is_finite() {
+            lines.push(format!("{:.2}x", run.quiet_p95_ratio));
+        }
+        let n = lines.len() as i32;
+        for (k, line) in lines.into_iter().enumerate() {
+            let dx = -(line.len() as i32) * 3;
+            let dy = -14 * (n - k as i32) - 2;
+            chart
+                .draw_series(std::iter::once(
+                    EmptyElement::at(((x0 + x1) / 2.0, v))
+                        + Text::new(line, (dx, dy), ("sans-serif", 11).into_font()),
+                ))
+                .map_err(|x| e(&x))?;
+        }
+    }
     Ok(())
 }
 
@@ -265,13 +301,7 @@ fn timeline(
             .label(claim_name(run.claim))
             .legend(move |(x, y)| PathElement::new([(x, y), (x + 12, y)], c.stroke_width(2)));
     }
-    chart
-        .configure_series_labels()
-        .position(SeriesLabelPosition::UpperRight)
-        .background_style(WHITE.mix(0.85))
-        .border_style(BLACK.mix(0.3))
-        .draw()
-        .map_err(|x| e(&x))?;
+    legend(&mut chart, SeriesLabelPosition::UpperRight)?;
     Ok(())
 }
 
@@ -292,18 +322,11 @@ pub fn scale_svg(report: &ScaleReport, path: &Path) -> Result<(), BenchError> {
 fn draw_scale(report: &ScaleReport, path: &Path) -> Result<(), String> {
     let e = |e: &dyn std::fmt::Display| e.to_string();
     let root = SVGBackend::new(path, (1160, 440)).into_drawing_area();
-    root.fill(&WHITE).map_err(|x| e(&x))?;
-    let (title, body) = root.split_vertically(34);
-    title
-        .draw(&Text::new(
-            format!(
-                "Fair claim against stores registered · {} claimers, claims of {} · seed {}",
-                report.claimers, report.claim_batch_max, report.seed
-            ),
-            (14, 10),
-            ("sans-serif", 16).into_font(),
-        ))
-        .map_err(|x| e(&x))?;
+    let title = format!(
+        "Fair claim against stores registered · {} claimers, claims of {} · seed {}",
+        report.claimers, report.claim_batch_max, report.seed
+    );
+    let body = titled(&root, title)?;
     let (left, right) = body.split_horizontally(580);
     let first_active = report.rows.first().map_or(0, |r| r.active);
     let (line, many): (Vec<&ScaleRow>, Vec<&ScaleRow>) =
@@ -395,13 +418,7 @@ fn scale_panel(
                 .legend(move |(x, y)| TriangleMarker::new((x + 6, y), 6, c.filled()));
         }
     }
-    chart
-        .configure_series_labels()
-        .position(SeriesLabelPosition::LowerLeft)
-        .background_style(WHITE.mix(0.85))
-        .border_style(BLACK.mix(0.3))
-        .draw()
-        .map_err(|x| e(&x))?;
+    legend(&mut chart, SeriesLabelPosition::LowerLeft)?;
     Ok(())
 }
 
@@ -427,23 +444,16 @@ pub fn write_matrix(report: &mut MatrixReport, path: &Path) -> Result<(), BenchE
 fn draw_matrix(report: &MatrixReport, path: &Path) -> Result<(), String> {
     let e = |e: &dyn std::fmt::Display| e.to_string();
     let root = SVGBackend::new(path, (1160, 500)).into_drawing_area();
-    root.fill(&WHITE).map_err(|x| e(&x))?;
-    let (title, body) = root.split_vertically(34);
-    title
-        .draw(&Text::new(
-            format!(
-                "Fairness matrix · {} of {} judged cells met every target, {} overloaded · {} round(s) of {} s · seed {}",
-                report.met,
-                report.judged,
-                report.overloaded,
-                report.rounds,
-                report.duration_s,
-                report.seed
-            ),
-            (14, 10),
-            ("sans-serif", 16).into_font(),
-        ))
-        .map_err(|x| e(&x))?;
+    let title = format!(
+        "Fairness matrix · {} of {} judged cells met every target, {} overloaded · {} round(s) of {} s · seed {}",
+        report.met,
+        report.judged,
+        report.overloaded,
+        report.rounds,
+        report.duration_s,
+        report.seed
+    );
+    let body = titled(&root, title)?;
     const Y_MAX: f64 = 2.0;
     let n = report.cells.len().max(1);
     let labels: Vec<String> = report
@@ -472,12 +482,31 @@ fn draw_matrix(report: &MatrixReport, path: &Path) -> Result<(), String> {
         .y_label_formatter(&|v| format!("{v:.1}x"))
         .draw()
         .map_err(|x| e(&x))?;
+    matrix_cells(&mut chart, report, &labels, Y_MAX)?;
+    matrix_figures(&mut chart, report, Y_MAX)?;
+    legend(&mut chart, SeriesLabelPosition::UpperLeft)?;
+    root.present().map_err(|x| e(&x))?;
+    Ok(())
+}
+
+type Linear<'a, DB> = ChartContext<'a, DB, Cartesian2d<RangedCoordf64, RangedCoordf64>>;
+
+/// Each cell's column (shaded when overloaded) and label, and the target
+/// lines.
+fn matrix_cells<'a, DB: DrawingBackend + 'a>(
+    chart: &mut Linear<'a, DB>,
+    report: &MatrixReport,
+    labels: &[String],
+    y_max: f64,
+) -> Result<(), String> {
+    let e = |e: &dyn std::fmt::Display| e.to_string();
+    let n = report.cells.len().max(1);
     for (i, c) in report.cells.iter().enumerate() {
         let x = i as f64;
         if c.overloaded.is_some() {
             chart
                 .draw_series(std::iter::once(Rectangle::new(
-                    [(x, 0.6), (x + 1.0, Y_MAX)],
+                    [(x, 0.6), (x + 1.0, y_max)],
                     GRID_BOLD.mix(0.6).filled(),
                 )))
                 .map_err(|x| e(&x))?;
@@ -506,6 +535,16 @@ fn draw_matrix(report: &MatrixReport, path: &Path) -> Result<(), String> {
             .draw_series(LineSeries::new([(0.0, target), (n as f64, target)], style))
             .map_err(|x| e(&x))?;
     }
+    Ok(())
+}
+
+/// Each judged figure of each cell that was not overloaded, as a marker.
+fn matrix_figures<'a, DB: DrawingBackend + 'a>(
+    chart: &mut Linear<'a, DB>,
+    report: &MatrixReport,
+    y_max: f64,
+) -> Result<(), String> {
+    let e = |e: &dyn std::fmt::Display| e.to_string();
     type Pick = fn(&FairnessReport) -> f64;
     fn ratio_of(r: &FairnessReport, s: Scenario) -> f64 {
         r.run(s, ClaimMode::Fair)
@@ -545,7 +584,7 @@ fn draw_matrix(report: &MatrixReport, path: &Path) -> Result<(), String> {
             .filter(|(_, c)| c.overloaded.is_none())
             .filter_map(|(i, c)| Some((i as f64 + dx, pick(c.report.as_ref()?))))
             .filter(|(_, v)| v.is_finite())
-            .map(|(x, v)| (x, v.clamp(0.6, Y_MAX)))
+            .map(|(x, v)| (x, v.clamp(0.6, y_max)))
             .collect();
         chart
             .draw_series(
@@ -557,13 +596,5 @@ fn draw_matrix(report: &MatrixReport, path: &Path) -> Result<(), String> {
             .label(name)
             .legend(move |(x, y)| Circle::new((x + 6, y), 4, colour.filled()));
     }
-    chart
-        .configure_series_labels()
-        .position(SeriesLabelPosition::UpperLeft)
-        .background_style(WHITE.mix(0.85))
-        .border_style(BLACK.mix(0.3))
-        .draw()
-        .map_err(|x| e(&x))?;
-    root.present().map_err(|x| e(&x))?;
     Ok(())
 }

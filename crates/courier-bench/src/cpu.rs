@@ -12,6 +12,31 @@
 
 use serde::Serialize;
 
+/// A run compares its thirds on the same machine only while the host gives
+/// it the same CPU: no third's mean steal (time the hypervisor ran something
+/// else while this machine wanted its CPUs) may exceed this many cores.
+/// (Session 17's eighth run: steal 0.01 cores in the first third, 0.09 in
+/// the last, up to 0.55 over 10 s from t = 1,500 s on, and the claim p99 of
+/// a 10 s interval rose from 25-40 ms to 56-77 ms with it.)
+pub const STEAL_MAX_CORES: f64 = 0.05;
+
+/// The machine's load averages over 1, 5 and 15 minutes as `/proc/loadavg`
+/// writes them ("0.52 0.58 0.59"), or "?" when it cannot be read.
+pub fn load_average() -> String {
+    std::fs::read_to_string("/proc/loadavg")
+        .map(|s| s.split_whitespace().take(3).collect::<Vec<_>>().join(" "))
+        .unwrap_or_else(|_| "?".into())
+}
+
+/// The 1-minute load average, or NaN when it cannot be read.
+pub fn load_average_1m() -> f64 {
+    load_average()
+        .split_whitespace()
+        .next()
+        .and_then(|x| x.parse().ok())
+        .unwrap_or(f64::NAN)
+}
+
 /// Clock ticks per second of `/proc`'s times (`USER_HZ`, 100 on Linux's
 /// exported ABI whatever the kernel's own tick rate).
 const TICKS_PER_S: f64 = 100.0;

@@ -21,11 +21,12 @@
 //!   database holds exactly the actions counted (checked after each path).
 //! - Every call's latency is recorded; a failed call fails the run.
 
+use crate::harness::server::{with_cluster, Statements};
 use crate::stats::Percentiles;
 use crate::{run_dir, BenchError};
 use courier_core::Limits;
 use courier_dispatch::server::ServerConfig;
-use courier_store::cluster::{Cluster, StopMode};
+use courier_store::cluster::Cluster;
 use courier_store::{NewAction, PgStore, StoreConfig};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
@@ -218,20 +219,14 @@ pub async fn run(cfg: &EnqueueConfig, paths: &[Path]) -> Result<EnqueueReport, B
     let started = Instant::now();
     let dir = run_dir("courier-bench-enqueue-")?;
     let cluster = Cluster::new(dir.path().join("pg")).setting("synchronous_commit", "on");
-    let c = cluster.clone();
-    let server_url = tokio::task::spawn_blocking(move || c.start()).await??;
-    let mut rates = Vec::new();
-    let result = async {
+    let rates = with_cluster(cluster, Statements::Off, async |server| {
+        let mut rates = Vec::new();
         for &path in paths {
-            rates.push(one_path(cfg, &server_url, path).await?);
+            rates.push(one_path(cfg, &server.url, path).await?);
         }
-        Ok::<_, BenchError>(())
-    }
-    .await;
-    let c = cluster.clone();
-    let stopped = tokio::task::spawn_blocking(move || c.stop(StopMode::Fast)).await?;
-    result?;
-    stopped?;
+        Ok::<_, BenchError>(rates)
+    })
+    .await?;
     let batch_best_per_s = rates
         .iter()
         .filter(|r| r.path.batched())
@@ -256,6 +251,22 @@ pub async fn run(cfg: &EnqueueConfig, paths: &[Path]) -> Result<EnqueueReport, B
         batch_target_met: batch_best_per_s.map(|b| b >= BATCH_TARGET_PER_S),
         wall_time_s: started.elapsed().as_secs_f64(),
     })
+}
+
+/// What one client answers: the actions acknowledged, and each call's time
+/// in us.
+type Calls = Result<(u64, Vec<u64>), BenchError>;
+
+/// The clients' actions acknowledged, and every call's time in us.
+async fn collect_calls(tasks: Vec<tokio::task::JoinHandle<Calls>>) -> Calls {
+    let mut actions = 0u64;
+    let mut calls_us = Vec::new();
+    for t in tasks {
+        let (n, us) = t.await??;
+        actions += n;
+        calls_us.extend(us);
+    }
+    Ok((actions, calls_us))
 }
 
 /// One path on a fresh database: its clients for `cfg.seconds`, then the
@@ -306,13 +317,7 @@ async fn one_path(
     if let Some(storm) = storm {
         storm.await??;
     }
-    let mut actions = 0u64;
-    let mut calls_us = Vec::new();
-    for t in tasks {
-        let (n, us) = t.await??;
-        actions += n;
-        calls_us.extend(us);
-    }
+    let (actions, calls_us) = collect_calls(tasks).await?;
     let seconds = started.elapsed().as_secs_f64();
     let held = store.summary(3_600).await?.total();
     if held != actions as i64 {

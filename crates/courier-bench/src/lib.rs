@@ -25,13 +25,20 @@
 //! - [`soak`]: a long run at a steady share of capacity with pruning on:
 //!   table sizes, claim p99 and worker memory, first third against last.
 //!
+//! Every benchmark is config -> rounds -> samples -> a pure verdict over
+//! one [`harness`]: `with_cluster` sets up its PostgreSQL cluster (with
+//! `pg_stat_statements` as it asks), `courier_inproc::WorkerPool` starts its
+//! in-process workers, `drain` waits for its work with a deadline, and the
+//! [`harness::probe`]s (CPU and stalls, the runtime's lateness, sequential
+//! scans) run only when a run asks for them, its report carrying what was
+//! asked for.
+//!
 //! The pure parts (arrival schedules, percentiles, calibration) are in
 //! [`schedule`] and [`stats`]; everything else drives real servers:
-//! [`pgbench`] runs PostgreSQL's own benchmark tool, [`stub`] is the
-//! in-process provider of the claim-to-settle path (and of `courier-adapter`,
-//! the public queue benchmark's adapter), [`memory`] reads the
+//! [`pgbench`] runs PostgreSQL's own benchmark tool, [`memory`] reads the
 //! process's resident memory, [`cpu`] the CPU time of a run's processes by
-//! role, and [`chart`] draws the fairness chart.
+//! role, and [`chart`] draws the fairness chart. The benchmarks' own SQL,
+//! which the courier never runs, is in [`views`] and [`history_views`].
 //!
 //! # Invariants
 //! - Figures are compared within one run, never across runs: every run
@@ -45,7 +52,9 @@ pub mod chart;
 pub mod cpu;
 pub mod enqueue;
 pub mod fairness;
+pub mod harness;
 pub mod history;
+pub mod history_views;
 pub mod live_migration;
 pub mod matrix;
 pub mod memory;
@@ -56,8 +65,8 @@ pub mod schedule;
 pub mod soak;
 pub mod soak_chart;
 pub mod stats;
-pub mod stub;
 pub mod throughput;
+pub mod views;
 
 use std::path::PathBuf;
 use std::time::Duration;

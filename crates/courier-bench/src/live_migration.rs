@@ -20,17 +20,18 @@
 //! - The claims measured are the workers' own statements (`claim_us_max`),
 //!   over the whole time the migration ran and the backlog drained.
 
-use crate::stub::StubProvider;
+use crate::harness::bench_worker;
+use crate::harness::drain::{drain, Progress};
+use crate::harness::server::{with_cluster, Statements};
+use crate::history_views::HistoryViews;
 use crate::BenchError;
 use courier_core::Limits;
-use courier_dispatch::worker::{Worker, WorkerConfig};
+use courier_inproc::{StubProvider, WorkerPool};
 use courier_store::migrate::{self, MIGRATIONS};
 use courier_store::{ClaimMode, PgStore, StoreConfig};
 use serde::Serialize;
 use std::sync::atomic::Ordering;
-use std::sync::Arc;
 use std::time::{Duration, Instant};
-use tokio_util::sync::CancellationToken;
 
 #[derive(Debug, Clone)]
 pub struct LiveMigrationConfig {
@@ -196,25 +197,31 @@ async fn apply(store: &PgStore, blocking: bool) -> Result<(), BenchError> {
     Ok(())
 }
 
-/// The run on a migrated database at `url` (seeded here).
-pub async fn run(cfg: &LiveMigrationConfig, url: &str) -> Result<LiveMigrationReport, BenchError> {
-    let mut sc = StoreConfig::new(url);
-    sc.pool_size_max = 4;
-    let store = PgStore::connect(&sc).await?;
+/// Seeds the finished history, rolls the live migrations back, and
+/// enqueues the backlog.
+async fn seed(cfg: &LiveMigrationConfig, store: &PgStore) -> Result<(), BenchError> {
     let mut first = 0;
     while first < cfg.actions {
         let n = 500_000.min(cfg.actions - first);
         store.history_seed(first, n, 100, 3_600.0).await?;
         first += n;
     }
-    roll_back(&store).await?;
+    roll_back(store).await?;
     store.tables_vacuum_analyze().await?;
     let stores: Vec<String> = (0..100).map(|i| format!("store-{i:03}")).collect();
     store.actions_enqueue_bulk(&stores, cfg.backlog).await?;
+    Ok(())
+}
+
+/// The run on a migrated database at `url` (seeded here).
+pub async fn run(cfg: &LiveMigrationConfig, url: &str) -> Result<LiveMigrationReport, BenchError> {
+    let mut sc = StoreConfig::new(url);
+    sc.pool_size_max = 4;
+    let store = PgStore::connect(&sc).await?;
+    seed(cfg, &store).await?;
 
     let stub = StubProvider::new();
-    let shutdown = CancellationToken::new();
-    let (workers, mut tasks) = start_workers(cfg, url, &stub, &shutdown).await?;
+    let mut pool = start_workers(cfg, url, &stub).await?;
     let enqueuer = tokio::spawn(enqueue_slowly(store.clone(), cfg.enqueued_during));
     tokio::time::sleep(Duration::from_millis(500)).await;
     let t = Instant::now();
@@ -222,22 +229,23 @@ pub async fn run(cfg: &LiveMigrationConfig, url: &str) -> Result<LiveMigrationRe
     let migration_s = t.elapsed().as_secs_f64();
     let enqueue_ms_max = enqueuer.await??;
     let expected = u64::from(cfg.backlog) + u64::from(cfg.enqueued_during);
-    let settled = || -> u64 {
-        workers
-            .iter()
-            .map(|w| w.stats().settled.load(Ordering::Relaxed))
-            .sum()
-    };
-    let deadline = Instant::now() + Duration::from_secs(cfg.timeout_s);
-    while settled() < expected && Instant::now() < deadline {
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    shutdown.cancel();
-    while let Some(r) = tasks.join_next().await {
-        r?;
-    }
+    // Timed out or not, the workers stop; the report says what settled.
+    let _ = drain(
+        "the backlog",
+        Duration::from_secs(cfg.timeout_s),
+        Duration::from_millis(20),
+        async || {
+            Ok(Progress {
+                done: pool.settled(),
+                total: expected,
+            })
+        },
+    )
+    .await;
+    pool.stop().await?;
     let migration_error = applied.err().map(|e| e.to_string());
-    let claim_ms_max = workers
+    let claim_ms_max = pool
+        .workers()
         .iter()
         .map(|w| w.stats().claim_us_max.load(Ordering::Relaxed))
         .max()
@@ -245,7 +253,7 @@ pub async fn run(cfg: &LiveMigrationConfig, url: &str) -> Result<LiveMigrationRe
         / 1e3;
     let c = store.client().await?;
     let schema_current = migrate::status(&c).await?.is_current();
-    let (settled, messages) = (settled(), stub.messages());
+    let (settled, messages) = (pool.settled(), stub.messages());
     let migration = live_migrations()?
         .iter()
         .map(|(v, name, _)| format!("{v} ({name})"))
@@ -271,45 +279,24 @@ pub async fn run(cfg: &LiveMigrationConfig, url: &str) -> Result<LiveMigrationRe
     })
 }
 
-type Workers = (Vec<Arc<Worker<StubProvider>>>, tokio::task::JoinSet<()>);
-
 /// Starts `cfg.workers` in-process workers on `url` with the stub.
 async fn start_workers(
     cfg: &LiveMigrationConfig,
     url: &str,
     stub: &StubProvider,
-    shutdown: &CancellationToken,
-) -> Result<Workers, BenchError> {
-    let mut workers = Vec::new();
-    let mut tasks = tokio::task::JoinSet::new();
-    for i in 0..cfg.workers {
-        let mut wc = StoreConfig::new(url);
-        wc.pool_size_max = 4;
-        wc.migrate = false;
-        let w = Arc::new(Worker::new(
-            PgStore::connect(&wc).await?,
-            stub.clone(),
-            WorkerConfig {
-                limits: Limits {
-                    claim_batch_max: 32,
-                    worker_concurrency_max: 64,
-                    store_in_flight_max: 16,
-                    ..Limits::default()
-                },
-                claim_mode: ClaimMode::Fair,
-                owner: format!("live-w{i}"),
-                idle_poll_ms: 20,
-                reconcile: false,
-                // No maintenance: the figures measure the migration alone.
-                pruner: None,
-                seed: u64::from(i),
-            },
-        ));
-        workers.push(w.clone());
-        let token = shutdown.clone();
-        tasks.spawn(async move { w.run(token).await });
-    }
-    Ok((workers, tasks))
+) -> Result<WorkerPool<StubProvider>, BenchError> {
+    let mut wc = StoreConfig::new(url);
+    wc.pool_size_max = 4;
+    wc.migrate = false;
+    let limits = Limits {
+        claim_batch_max: 32,
+        worker_concurrency_max: 64,
+        store_in_flight_max: 16,
+        ..Limits::default()
+    };
+    // No maintenance: the figures measure the migration alone.
+    let worker = bench_worker(limits, ClaimMode::Fair, "live".into(), 20, 0);
+    Ok(WorkerPool::start(cfg.workers, &wc, |_| stub.clone(), &worker).await?)
 }
 
 /// Enqueues `n` actions one by one through the enqueue statement; answers
@@ -351,19 +338,12 @@ async fn enqueue_slowly(store: PgStore, n: u32) -> Result<f64, BenchError> {
 /// The run on a PostgreSQL cluster of its own (a temporary directory),
 /// stopped afterwards.
 pub async fn run_own_cluster(cfg: &LiveMigrationConfig) -> Result<LiveMigrationReport, BenchError> {
-    use courier_store::cluster::{Cluster, StopMode};
+    use courier_store::cluster::Cluster;
     let dir = crate::run_dir("courier-bench-live-migration-")?;
     let cluster = Cluster::new(dir.path().join("pg")).setting("synchronous_commit", "off");
-    let c = cluster.clone();
-    let server_url = tokio::task::spawn_blocking(move || c.start()).await??;
-    let result = async {
-        let url = courier_store::database_recreate(&server_url, "courier_live").await?;
+    with_cluster(cluster, Statements::Off, async |server| {
+        let url = courier_store::database_recreate(&server.url, "courier_live").await?;
         run(cfg, &url).await
-    }
-    .await;
-    let c = cluster.clone();
-    let stopped = tokio::task::spawn_blocking(move || c.stop(StopMode::Fast)).await?;
-    let report = result?;
-    stopped?;
-    Ok(report)
+    })
+    .await
 }

@@ -17,6 +17,7 @@
 //! - A cell's ratios are measured within that cell's run.
 
 use crate::fairness::{self, FairnessConfig, FairnessReport, FairnessRun};
+use crate::harness::probe::Probes;
 use crate::schedule::Scenario;
 use crate::BenchError;
 use courier_store::ClaimMode;
@@ -100,6 +101,13 @@ impl MatrixConfig {
                 calibration_s: 5,
                 drain_timeout_s: 60,
                 fifo_steady: false,
+                // A cell is judged overloaded by the machine's CPU too, and
+                // its row shows the sequential scans.
+                probes: Probes {
+                    cpu: true,
+                    scans: true,
+                    lateness: false,
+                },
                 ..FairnessConfig::new(seed)
             },
             cells,
@@ -117,7 +125,8 @@ impl MatrixConfig {
             rate_per_store_hz: self.total_rate_hz / f64::from(cell.stores),
             // Headroom for the noisy stores too: at 100 stores a cap of 1
             // held a noisy store below its rate while the workers sat 24-49%
-            // busy, and the cell read as overloaded (docs/benchmarks.md).
+            // busy, and the cell read as overloaded (the matrix's runs in the
+            // git history of docs/benchmarks.md).
             store_cap_sized: true,
             ..self.base.clone()
         }
@@ -187,14 +196,6 @@ pub struct MatrixReport {
     pub chart: Option<std::path::PathBuf>,
 }
 
-/// The machine's 1-minute load average (NaN where /proc has none).
-fn load_average() -> f64 {
-    std::fs::read_to_string("/proc/loadavg")
-        .ok()
-        .and_then(|s| s.split_whitespace().next().and_then(|x| x.parse().ok()))
-        .unwrap_or(f64::NAN)
-}
-
 /// Runs every cell in order.
 pub async fn run(m: &MatrixConfig) -> Result<MatrixReport, BenchError> {
     m.validate().map_err(BenchError::Settings)?;
@@ -241,7 +242,7 @@ async fn one_cell(
     offered: f64,
 ) -> Result<CellResult, BenchError> {
     let started = Instant::now();
-    let load_before = load_average();
+    let load_before = crate::cpu::load_average_1m();
     let mut result = CellResult {
         cell,
         rate_per_store_hz: cfg.rate_per_store_hz,
@@ -274,7 +275,7 @@ async fn one_cell(
             Err(e) => return Err(e),
         }
     }
-    result.load_after = load_average();
+    result.load_after = crate::cpu::load_average_1m();
     result.wall_s = started.elapsed().as_secs_f64();
     Ok(result)
 }
@@ -403,7 +404,8 @@ fn row(c: &CellResult) -> String {
             x(ratio(Scenario::Bulk, ClaimMode::Fair)),
             x(ratio(Scenario::Bulk, ClaimMode::Fifo)),
             x(v.fair_trend_worst),
-            format!("{:.1}", v.fair_seq_scans_per_s_max),
+            v.fair_seq_scans
+                .map_or("-".to_string(), |s| format!("{:.1}", s.per_s_max)),
         ];
         if c.overloaded.is_none() {
             verdict = if v.within_targets { "met" } else { "NOT met" }.to_string();

@@ -37,14 +37,14 @@
 //! - Every row gets the same number of slices of the same length.
 //! - Ratios compare rows of one run.
 
+use crate::harness::server::{with_cluster, Statements};
 use crate::stats::{ratio, Percentiles};
+use crate::views::BenchViews;
+use crate::views::{statements_enable, statements_reset, statements_top, StatementStat};
 use crate::{bar, run_dir, BenchError};
 use courier_core::Status;
 use courier_dispatch::worker::pacing::ReclaimPacing;
-use courier_store::bench_views::{
-    statements_enable, statements_reset, statements_top, StatementStat,
-};
-use courier_store::cluster::{Cluster, StopMode};
+use courier_store::cluster::Cluster;
 use courier_store::{ClaimMode, ClaimReq, PgStore, SettleReq, StoreConfig};
 use serde::Serialize;
 use std::path::PathBuf;
@@ -271,18 +271,11 @@ pub async fn run(cfg: &ScaleConfig) -> Result<ScaleReport, BenchError> {
     cfg.validate().map_err(BenchError::Settings)?;
     let started = Instant::now();
     let dir = run_dir("courier-bench-scale-")?;
-    let stat_statements = crate::throughput::statements_library_present();
-    let mut cluster = Cluster::new(dir.path().join("pg")).setting("synchronous_commit", "off");
-    if stat_statements {
-        cluster = cluster
-            .setting("shared_preload_libraries", "pg_stat_statements")
-            .setting("pg_stat_statements.track", "top")
-            .setting("pg_stat_statements.track_planning", "on");
-    }
-    let c = cluster.clone();
-    let url = tokio::task::spawn_blocking(move || c.start()).await??;
-    let result = async {
-        let statements = stat_statements && statements_enable(&url).await?;
+    let cluster = Cluster::new(dir.path().join("pg")).setting("synchronous_commit", "off");
+    let track = Statements::Top { planning: true };
+    let rows = with_cluster(cluster, track, async |server| {
+        let url = server.url.clone();
+        let statements = server.statements_loaded && statements_enable(&url).await?;
         let shapes = cfg.shapes();
         let mut rows = Vec::new();
         for (k, (registered, active)) in shapes.iter().enumerate() {
@@ -302,12 +295,8 @@ pub async fn run(cfg: &ScaleConfig) -> Result<ScaleReport, BenchError> {
             out.push(row.finish(stats)?);
         }
         Ok::<_, BenchError>(out)
-    }
-    .await;
-    let c = cluster.clone();
-    let stopped = tokio::task::spawn_blocking(move || c.stop(StopMode::Fast)).await?;
-    let rows = result?;
-    stopped?;
+    })
+    .await?;
     let n = cfg.registered.len();
     let first = rows.first().map_or(f64::NAN, |r| r.drain_per_s);
     let registered_ratio = ratio(rows[n - 1].drain_per_s, first);

@@ -267,7 +267,7 @@ pub fn calibrate(
 /// characters.
 pub fn statement_lines(
     heading: &str,
-    stats: &[courier_store::bench_views::StatementStat],
+    stats: &[crate::views::StatementStat],
     actions: u64,
 ) -> String {
     let mut out = format!(

@@ -77,11 +77,19 @@ pub enum LatencySubject {
     /// latencies differ only by what the courier did.
     Message,
     /// As `Message`, except that a body ending in `[latency N ms]` waits
-    /// `N` ms (at most [`DELAY_MS_MAX`]) instead of a draw. A test control,
-    /// like a sandbox's magic card numbers: a benchmark that states its
-    /// messages' latencies can spread the distribution's quantiles evenly
-    /// over a run (`courier bench fairness`), so that every stretch of the
-    /// run meets the same latencies and not the luck of a sample.
+    /// `N` ms (at most [`DELAY_MS_MAX`]) instead of a draw.
+    ///
+    /// A test control of the fake, as a payment sandbox's magic card numbers
+    /// are of the sandbox: the client, not the fake's seed, picks how long a
+    /// given message takes. Any client can use it: a test that needs one
+    /// slow send among fast ones (a request time-out, a lease that must
+    /// outlive a send, a store held back by its own slow message) states
+    /// that message's latency instead of searching seeds for a draw; a load
+    /// that states its messages' latencies can lay a distribution's
+    /// quantiles evenly over a run (`courier bench fairness` does), so that
+    /// every stretch of the run meets the same latencies and not the luck
+    /// of a sample. A body that states nothing waits as under `Message`, so
+    /// turning it on changes nothing for other clients.
     Stated,
 }
 

@@ -31,6 +31,11 @@
 //! - Fault and timing decisions depend on (seed, key), not on arrival order;
 //!   a message's plan is written in its `created` line and survives restarts.
 //!
+//! Test controls beside the seeded faults: what a send's latency is drawn
+//! from ([`LatencySubject`]), the per-request draw, the message's own, or a
+//! latency the message body states (`[latency N ms]`), which lets any
+//! client make one chosen message slow.
+//!
 //! Named tests: `tests/contract.rs` (every row of the contract's tables, bad
 //! input leaves no effect), `tests/contract_faults.rs` (fault rates within a
 //! binomial tolerance, webhook signatures and retries),

@@ -12,7 +12,8 @@
 //! the times rows are stamped with at insert (an action's `enqueued_at`,
 //! an intent's `created_at`, an event's `at`, a webhook id's
 //! `received_at`), and the operator views' and benchmarks' own statements
-//! (`views.rs`, `bench_views.rs`, `history_views.rs`).
+//! (`views.rs`, `run_views.rs`, and `courier-bench`'s `views.rs` and
+//! `history_views.rs`).
 
 use chrono::{DateTime, Utc};
 use std::sync::{Arc, Mutex};

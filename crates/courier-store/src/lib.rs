@@ -3,8 +3,9 @@
 //! Every statement of the protocol (enqueue, claims, leases, the outbox,
 //! settles, merges, events, the reports) lives in a file under `sql/`, one
 //! per statement and named entity-then-verb, loaded with `include_str!`; the
-//! read-only operator views (`views`) and the benchmarks' helpers
-//! ([`bench_views`], [`history_views`]) keep their SQL beside their code (a claim is composed of three
+//! read-only operator views (`views`) and the views of a run shared by the
+//! benchmarks, the adapter and tests ([`run_views`]) keep their SQL beside
+//! their code; the benchmarks' own SQL is in `courier-bench` (a claim is composed of three
 //! files: its head, its own middle and the shared tail; the outbox status
 //! write and the event insert are fragments shared by every statement that
 //! does them). Each write has one form: settles and merges exist only as
@@ -93,7 +94,6 @@ macro_rules! sql {
 }
 
 mod action;
-pub mod bench_views;
 mod clock;
 pub mod cluster;
 mod connect;
@@ -101,7 +101,6 @@ mod counts;
 mod decode;
 mod error;
 mod event;
-pub mod history_views;
 mod intent;
 mod lease;
 mod merge;
@@ -113,6 +112,7 @@ mod pool;
 mod prune;
 mod replication;
 mod report;
+pub mod run_views;
 mod settle;
 mod token;
 mod views;

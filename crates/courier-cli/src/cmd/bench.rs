@@ -6,6 +6,7 @@
 //! judges no timing).
 
 use courier_bench::fairness::{self, FairnessConfig};
+use courier_bench::harness::probe::Probes;
 use courier_bench::matrix::{self, Cell, MatrixConfig};
 use courier_bench::scale::{self, ScaleConfig};
 use courier_bench::throughput::{self, ThroughputConfig};
@@ -158,6 +159,13 @@ struct FairnessArgs {
     /// A bulk store's bursts are at least this large (default 1000; 50 with --smoke).
     #[arg(long)]
     burst_actions_min: Option<u32>,
+    /// Samplers to run beside the load when investigating, comma-separated:
+    /// cpu (the CPU by role and the kernel's stall shares), lateness (how
+    /// late the bench's runtime wakes), scans (sequential scans of actions).
+    /// The report then carries their readings (--matrix always reads cpu
+    /// and scans).
+    #[arg(long, value_enum, value_delimiter = ',')]
+    probe: Vec<ProbeName>,
     /// Where to write the SVG chart (with --matrix, the matrix's chart).
     #[arg(long, default_value = ".courier/bench/fairness.svg")]
     chart: PathBuf,
@@ -184,6 +192,25 @@ struct FairnessArgs {
     /// second are reported as overloaded without running (default 1000).
     #[arg(long)]
     offered_max: Option<f64>,
+}
+
+/// A probe of `--probe`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+enum ProbeName {
+    Cpu,
+    Lateness,
+    Scans,
+}
+
+/// Switches on the probes `names` asks for in `probes`.
+fn probes_on(probes: &mut Probes, names: &[ProbeName]) {
+    for n in names {
+        match n {
+            ProbeName::Cpu => probes.cpu = true,
+            ProbeName::Lateness => probes.lateness = true,
+            ProbeName::Scans => probes.scans = true,
+        }
+    }
 }
 
 #[derive(clap::Args)]
@@ -365,6 +392,7 @@ fn fairness_config(a: &FairnessArgs, seed: u64) -> anyhow::Result<FairnessConfig
     cfg.workers = a.workers.or(cfg.workers);
     cfg.concurrency = a.concurrency.or(cfg.concurrency);
     cfg.store_cap_sized |= a.size_store_cap;
+    probes_on(&mut cfg.probes, &a.probe);
     cfg.validate().map_err(anyhow::Error::msg)?;
     cfg.calibration().map_err(anyhow::Error::msg)?;
     Ok(cfg)
@@ -585,6 +613,7 @@ async fn run_matrix(a: FairnessArgs) -> anyhow::Result<ExitCode> {
     );
     cfg.workers = a.workers;
     cfg.concurrency = a.concurrency;
+    probes_on(&mut cfg.probes, &a.probe);
     if let Some(cells) = a.cells {
         m.cells = cells;
     }

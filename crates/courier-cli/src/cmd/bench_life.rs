@@ -52,7 +52,7 @@ pub async fn run_history(a: HistoryArgs) -> anyhow::Result<ExitCode> {
     cfg.progress = !a.json && !a.smoke;
     eprintln!(
         "courier bench history: {} finished actions seeded with SQL; synchronous_commit=off; {} worker(s) x {}, backlog {} per path; load average {}",
-        cfg.actions, cfg.workers, cfg.concurrency, cfg.backlog, history::load_average()
+        cfg.actions, cfg.workers, cfg.concurrency, cfg.backlog, courier_bench::cpu::load_average()
     );
     let report = history::run(&cfg).await?;
     if a.json {
@@ -114,7 +114,7 @@ pub async fn run_soak(a: SoakArgs) -> anyhow::Result<ExitCode> {
     eprintln!(
         "courier bench soak: {} s measured after a warm-up; retention: actions {} s, provider keys {} s, event ids {} s (horizon {} s), events {} s; {} worker processes; load average {}",
         cfg.duration_s, cfg.action_retention_s, cfg.key_retention_s, cfg.webhook_event_retention_s,
-        cfg.webhook_retry_horizon_s, cfg.event_retention_s, cfg.workers, courier_bench::history::load_average()
+        cfg.webhook_retry_horizon_s, cfg.event_retention_s, cfg.workers, courier_bench::cpu::load_average()
     );
     let report = soak::run(&cfg).await?;
     courier_bench::soak_chart::draw(&report, &a.chart)?;
@@ -153,7 +153,7 @@ pub async fn run_live_migration(a: LiveMigrationArgs) -> anyhow::Result<ExitCode
     cfg.blocking = a.blocking;
     eprintln!(
         "courier bench live-migration: {} finished actions, {} pending, {} enqueued during; load average {}",
-        cfg.actions, cfg.backlog, cfg.enqueued_during, courier_bench::history::load_average()
+        cfg.actions, cfg.backlog, cfg.enqueued_during, courier_bench::cpu::load_average()
     );
     let report = live_migration::run_own_cluster(&cfg).await?;
     if a.json {

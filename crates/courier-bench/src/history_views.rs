@@ -3,7 +3,8 @@
 //! the courier's tables, and the full-scan counts that the maintained counts
 //! replaced (for comparison only).
 //!
-//! Nothing here is used by the courier at run time.
+//! Nothing here is used by the courier at run time, so it lives with the
+//! benchmarks (see [`crate::views`]).
 //!
 //! # Invariants
 //! - Seeded history is what the protocol leaves behind for a delivered
@@ -12,8 +13,7 @@
 //!   event per ten actions. It goes through the counts' triggers like any
 //!   write, so the maintained counts stay exact.
 
-use crate::error::StoreError;
-use crate::pool::PgStore;
+use courier_store::{PgStore, StoreError};
 
 /// The courier's tables, whose sizes the soak follows.
 pub const COURIER_TABLES: &[&str] = &[
@@ -36,12 +36,64 @@ pub const COURIER_TABLES: &[&str] = &[
 /// The largest chunk seeded in one statement.
 pub const SEED_CHUNK_MAX: i64 = 1_000_000;
 
-impl PgStore {
+/// SQL for a UUIDv7 at the time `at` (an SQL expression), as
+/// `action_enqueue` draws in Rust (`Uuid::now_v7`): the milliseconds since
+/// the epoch in the first 48 bits, version 7, the rest from
+/// `gen_random_uuid()` (whose variant bits are already right). Seeded rows
+/// then sit in the uid and key indexes where the enqueue puts real ones.
+pub(crate) fn uuid_v7_sql(at: &str) -> String {
+    format!(
+        "encode(set_bit(set_bit(overlay(uuid_send(gen_random_uuid()) \
+         placing substring(int8send((extract(epoch FROM {at}) * 1000)::bigint) FROM 3) \
+         FROM 1 FOR 6), 52, 1), 53, 1), 'hex')::uuid"
+    )
+}
+
+/// The long-life benchmarks' reads and writes of one database.
+pub(crate) trait HistoryViews {
     /// Seeds finished actions `first..first + n` (numbers, not ids) over
     /// `stores` stores named `store-000`..., finished between `age_s` and
     /// `age_s + 3600` seconds ago, in one transaction. Returns the actions
     /// written.
-    pub async fn history_seed(
+    async fn history_seed(
+        &self,
+        first: i64,
+        n: i64,
+        stores: i64,
+        age_s: f64,
+    ) -> Result<u64, StoreError>;
+
+    /// Keys of at most `limit` open intents (no final status), oldest first.
+    ///
+    /// Walks the open intents in order and reaches each outbox row by key,
+    /// whatever the statistics: planned on `intents_watched` analysed while
+    /// empty, the join hashed a scan of the whole outbox (243,240 blocks
+    /// read in one round of `courier bench history` on 10,000,000 actions),
+    /// which also emptied shared buffers of what the measured merges read.
+    async fn intents_open_keys(&self, limit: u32) -> Result<Vec<String>, StoreError>;
+
+    /// Table and index bytes of the courier's tables ([`COURIER_TABLES`]).
+    async fn tables_bytes(&self) -> Result<i64, StoreError>;
+
+    /// Actions by state counted the way `courier status` did before the
+    /// maintained counts (a full scan), for comparison only.
+    async fn actions_by_state_scanned(&self) -> Result<Vec<(String, i64)>, StoreError>;
+
+    /// Vacuums and analyses the small tables of work in progress (the
+    /// pending actions, the held leases, the intents still awaited, the
+    /// stores with work, the store rows, releases, count deltas and recent
+    /// acceptances), not the history: what autovacuum does on a server
+    /// between two bursts, and what a benchmark's back-to-back rounds leave
+    /// it no time to do.
+    async fn work_tables_vacuum_analyze(&self) -> Result<(), StoreError>;
+
+    /// `VACUUM ANALYZE` of the courier's tables (what autovacuum does after
+    /// a bulk load, done at once so a run does not wait for it).
+    async fn tables_vacuum_analyze(&self) -> Result<(), StoreError>;
+}
+
+impl HistoryViews for PgStore {
+    async fn history_seed(
         &self,
         first: i64,
         n: i64,
@@ -90,7 +142,7 @@ impl PgStore {
                      INSERT INTO events (at, kind, action_id, detail)
                      SELECT final_at, 'backward', action_id, 'seeded' FROM o WHERE action_id % 10 = 0)
                  SELECT count(*) FROM o",
-                    uid = crate::bench_views::uuid_v7_sql("t - interval '3 second'")
+                    uid = uuid_v7_sql("t - interval '3 second'")
                 ),
                 &[&first, &n, &stores, &age_s],
             )
@@ -100,14 +152,7 @@ impl PgStore {
         Ok(written as u64)
     }
 
-    /// Keys of at most `limit` open intents (no final status), oldest first.
-    ///
-    /// Walks the open intents in order and reaches each outbox row by key,
-    /// whatever the statistics: planned on `intents_watched` analysed while
-    /// empty, the join hashed a scan of the whole outbox (243,240 blocks
-    /// read in one round of `courier bench history` on 10,000,000 actions),
-    /// which also emptied shared buffers of what the measured merges read.
-    pub async fn intents_open_keys(&self, limit: u32) -> Result<Vec<String>, StoreError> {
+    async fn intents_open_keys(&self, limit: u32) -> Result<Vec<String>, StoreError> {
         let mut client = self.client().await?;
         let tx = client.transaction().await?;
         tx.batch_execute(
@@ -131,8 +176,7 @@ impl PgStore {
         Ok(keys)
     }
 
-    /// Table and index bytes of the courier's tables ([`COURIER_TABLES`]).
-    pub async fn tables_bytes(&self) -> Result<i64, StoreError> {
+    async fn tables_bytes(&self) -> Result<i64, StoreError> {
         let names: Vec<String> = COURIER_TABLES.iter().map(|t| t.to_string()).collect();
         let client = self.client().await?;
         Ok(client
@@ -147,23 +191,7 @@ impl PgStore {
             .get(0))
     }
 
-    /// Actions as the planner estimates them (`pg_class.reltuples`): what a
-    /// benchmark prints about a table too large to count.
-    pub async fn actions_estimate(&self) -> Result<i64, StoreError> {
-        let client = self.client().await?;
-        let n: f64 = client
-            .query_one(
-                "SELECT greatest(reltuples, 0)::float8 FROM pg_class WHERE oid = 'actions'::regclass",
-                &[],
-            )
-            .await?
-            .get(0);
-        Ok(n as i64)
-    }
-
-    /// Actions by state counted the way `courier status` did before the
-    /// maintained counts (a full scan), for comparison only.
-    pub async fn actions_by_state_scanned(&self) -> Result<Vec<(String, i64)>, StoreError> {
+    async fn actions_by_state_scanned(&self) -> Result<Vec<(String, i64)>, StoreError> {
         let client = self.client().await?;
         Ok(client
             .query("SELECT state, count(*) FROM actions GROUP BY state", &[])
@@ -173,37 +201,33 @@ impl PgStore {
             .collect())
     }
 
-    /// Vacuums and analyses the small tables of work in progress (the
-    /// pending actions, the held leases, the intents still awaited, the
-    /// stores with work, the store rows, releases, count deltas and recent
-    /// acceptances), not the history: what autovacuum does on a server
-    /// between two bursts, and what a benchmark's back-to-back rounds leave
-    /// it no time to do.
-    pub async fn work_tables_vacuum_analyze(&self) -> Result<(), StoreError> {
-        self.vacuum_analyze(&[
-            "actions_ready",
-            "actions_held",
-            "intents_watched",
-            "store_work",
-            "stores",
-            "store_releases",
-            "count_deltas",
-            "outbox_accepts",
-        ])
+    async fn work_tables_vacuum_analyze(&self) -> Result<(), StoreError> {
+        vacuum_analyze(
+            self,
+            &[
+                "actions_ready",
+                "actions_held",
+                "intents_watched",
+                "store_work",
+                "stores",
+                "store_releases",
+                "count_deltas",
+                "outbox_accepts",
+            ],
+        )
         .await
     }
 
-    /// `VACUUM ANALYZE` of the courier's tables (what autovacuum does after
-    /// a bulk load, done at once so a run does not wait for it).
-    pub async fn tables_vacuum_analyze(&self) -> Result<(), StoreError> {
-        self.vacuum_analyze(COURIER_TABLES).await
+    async fn tables_vacuum_analyze(&self) -> Result<(), StoreError> {
+        vacuum_analyze(self, COURIER_TABLES).await
     }
+}
 
-    async fn vacuum_analyze(&self, tables: &[&str]) -> Result<(), StoreError> {
-        let client = self.client().await?;
-        client
-            .batch_execute(&format!("VACUUM ANALYZE {}", tables.join(", ")))
-            .await?;
-        Ok(())
-    }
+/// `VACUUM ANALYZE` of `tables`.
+async fn vacuum_analyze(store: &PgStore, tables: &[&str]) -> Result<(), StoreError> {
+    let client = store.client().await?;
+    client
+        .batch_execute(&format!("VACUUM ANALYZE {}", tables.join(", ")))
+        .await?;
+    Ok(())
 }

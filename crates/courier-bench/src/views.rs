@@ -1,20 +1,21 @@
-//! The benchmarks' SQL (`courier bench`, crate `courier-bench`): read views of
-//! finished runs, bulk enqueue, the pgbench ceiling's job table, and the
-//! server's own counters (commits, statement statistics, backends).
+//! The benchmarks' SQL: read views of finished runs (latencies, table
+//! scans, a claim's plan), the pgbench ceiling's job table, and the server's
+//! own counters (commits, statement statistics, backends).
 //!
-//! Nothing here is used by the courier at run time. It lives in this crate
-//! because this is the only crate that speaks SQL.
+//! Nothing here is used by the courier at run time, so it lives with the
+//! benchmarks rather than in `courier-store`, whose SQL is the courier's:
+//! it reads the store's tables through [`PgStore::client`], and its
+//! server-level functions open a connection of their own. The views of a
+//! run's progress and the bulk fills that the adapter and the store's tests
+//! share are `courier_store::run_views`.
 //!
 //! # Invariants
 //! - Read views only read: they never change an action, an outbox row or a store.
-//! - Bulk enqueue writes exactly what [`crate::action_enqueue`] writes for an
-//!   action without a client key (a store row if missing, one pending action
-//!   with a fresh uid), so the worker cannot tell the two apart.
 //! - Server-level functions name their database explicitly and refuse names
-//!   outside `[a-z0-9_]`, like [`crate::database_recreate`].
+//!   outside `[a-z0-9_]`, like `courier_store::database_recreate`.
 
-use crate::error::StoreError;
-use crate::pool::PgStore;
+use courier_store::run_views::BULK_ENQUEUE_MAX;
+use courier_store::{PgStore, StoreError};
 use serde::Serialize;
 
 /// One accepted action, as the fairness benchmark reads it.
@@ -34,17 +35,6 @@ pub struct ActionLatency {
     pub wait_us: u64,
 }
 
-/// Counts of actions by whether a worker still has something to do.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-pub struct ActionProgress {
-    pub total: i64,
-    /// Pending or claimed.
-    pub open: i64,
-    /// Settled: dispatched, done or failed.
-    pub settled: i64,
-    pub done: i64,
-}
-
 /// A table's scan counters (`pg_stat_user_tables`).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
 pub struct TableScans {
@@ -53,16 +43,6 @@ pub struct TableScans {
     pub idx_scan: i64,
     pub live: i64,
     pub dead: i64,
-}
-
-/// One action as the queue benchmark's adapter is judged on it.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct ActionOutcome {
-    pub id: i64,
-    pub state: String,
-    /// The intent's idempotency key; None before the first claim.
-    pub key: Option<String>,
-    pub attempts: i32,
 }
 
 /// One row of `pg_stat_statements`.
@@ -82,22 +62,6 @@ pub struct StatementStat {
     /// operating system's cache or the disk), in all.
     pub shared_blks_hit: i64,
     pub shared_blks_read: i64,
-}
-
-/// The largest bulk enqueue in one statement.
-pub const BULK_ENQUEUE_MAX: u32 = 1_000_000;
-
-/// SQL for a UUIDv7 at the time `at` (an SQL expression), as
-/// `action_enqueue` draws in Rust (`Uuid::now_v7`): the milliseconds since
-/// the epoch in the first 48 bits, version 7, the rest from
-/// `gen_random_uuid()` (whose variant bits are already right). Seeded rows
-/// then sit in the uid and key indexes where the enqueue puts real ones.
-pub(crate) fn uuid_v7_sql(at: &str) -> String {
-    format!(
-        "encode(set_bit(set_bit(overlay(uuid_send(gen_random_uuid()) \
-         placing substring(int8send((extract(epoch FROM {at}) * 1000)::bigint) FROM 3) \
-         FROM 1 FOR 6), 52, 1), 53, 1), 'hex')::uuid"
-    )
 }
 
 /// The pgbench ceiling's transaction: claim the oldest pending job with
@@ -181,7 +145,7 @@ pub async fn database_synchronous_commit_set(
 /// around a measured span: what happened on the server meanwhile that a
 /// rate alone does not show (a checkpoint, autovacuum, reads that missed
 /// shared buffers). Autovacuum's passes are counted per database by
-/// [`PgStore::autovacuum_passes`].
+/// `BenchViews::autovacuum_passes`.
 #[derive(Debug, Clone, Copy, Default, Serialize)]
 pub struct ServerCounters {
     /// WAL written (`pg_stat_wal.wal_bytes`) and its full-page images.
@@ -305,10 +269,42 @@ pub async fn statements_top(
         .collect())
 }
 
-impl PgStore {
+/// The benchmarks' reads and writes of one database, on the courier's store.
+pub(crate) trait BenchViews {
     /// Every accepted action's enqueue-to-accepted latency and claim-to-settle
     /// hold, oldest enqueue first.
-    pub async fn latencies_enqueue_to_accepted(&self) -> Result<Vec<ActionLatency>, StoreError> {
+    async fn latencies_enqueue_to_accepted(&self) -> Result<Vec<ActionLatency>, StoreError>;
+
+    /// One fair claim of `n` actions (cap `cap`, intents written) run under
+    /// `EXPLAIN (ANALYZE, BUFFERS)` and rolled back: the shared buffers it
+    /// touched (its top plan node's) and its execution time in ms. Buffers
+    /// do not depend on how busy the machine is, so they show what a claim
+    /// reads where timings on a shared machine cannot.
+    async fn claim_explained(&self, n: i64, cap: i32) -> Result<(u64, f64), StoreError>;
+
+    /// Autovacuum's and autoanalyze's passes over this database's tables so
+    /// far (`pg_stat_user_tables`, counted when a pass ends).
+    async fn autovacuum_passes(&self) -> Result<i64, StoreError>;
+
+    /// Scans of table `table` so far (`pg_stat_user_tables`): sequential
+    /// scans, rows they read, index scans. Backends publish their counts at
+    /// most once a second, so poll it over seconds, not milliseconds.
+    async fn table_scans(&self, table: &str) -> Result<TableScans, StoreError>;
+
+    /// Refreshes the planner's statistics of every table (after a bulk load).
+    async fn tables_analyze(&self) -> Result<(), StoreError>;
+
+    /// Creates the pgbench ceiling's job table with `rows` pending jobs
+    /// (dropping an earlier one) and a partial index on the pending ones
+    /// (the shape of courier's FIFO index before migration 12).
+    async fn pgbench_jobs_create(&self, rows: u32) -> Result<(), StoreError>;
+
+    /// Jobs marked done so far.
+    async fn pgbench_jobs_done(&self) -> Result<i64, StoreError>;
+}
+
+impl BenchViews for PgStore {
+    async fn latencies_enqueue_to_accepted(&self) -> Result<Vec<ActionLatency>, StoreError> {
         let client = self.client().await?;
         let rows = client
             .query(
@@ -339,130 +335,7 @@ impl PgStore {
             .collect())
     }
 
-    /// How many actions there are, how many are still open, settled and done.
-    pub async fn actions_progress(&self) -> Result<ActionProgress, StoreError> {
-        let client = self.client().await?;
-        let row = client
-            .query_one(
-                "SELECT count(*),
-                        count(*) FILTER (WHERE state IN ('pending', 'claimed')),
-                        count(*) FILTER (WHERE state IN ('dispatched', 'done', 'failed')),
-                        count(*) FILTER (WHERE state = 'done')
-                 FROM actions",
-                &[],
-            )
-            .await?;
-        Ok(ActionProgress {
-            total: row.get(0),
-            open: row.get(1),
-            settled: row.get(2),
-            done: row.get(3),
-        })
-    }
-
-    /// Actions waiting for a claim now (the queue benchmark's depth). One
-    /// count of `actions_ready` (migration 12), so its cost follows the
-    /// backlog, not the history.
-    pub async fn actions_pending_count(&self) -> Result<i64, StoreError> {
-        let client = self.client().await?;
-        let row = client
-            .query_one("SELECT count(*) FROM actions_ready", &[])
-            .await?;
-        Ok(row.get(0))
-    }
-
-    /// Every action's state and idempotency key (none before its first
-    /// claim), by id: what the queue benchmark's adapter is judged on.
-    pub async fn actions_outcomes(&self) -> Result<Vec<ActionOutcome>, StoreError> {
-        let client = self.client().await?;
-        let rows = client
-            .query(
-                "SELECT a.id, a.state, o.idem_key, coalesce(o.attempts, 0)
-                 FROM actions a LEFT JOIN outbox o ON o.action_id = a.id
-                 ORDER BY a.id",
-                &[],
-            )
-            .await?;
-        Ok(rows
-            .iter()
-            .map(|r| ActionOutcome {
-                id: r.get(0),
-                state: r.get(1),
-                key: r.get(2),
-                attempts: r.get(3),
-            })
-            .collect())
-    }
-
-    /// Enqueues `n` actions in one transaction through the set form
-    /// (`courier.enqueue_many`, in calls of at most
-    /// [`courier_core::ENQUEUE_MANY_MAX`]), spread round-robin over
-    /// `stores`, each with no client key, a valid phone number and a short
-    /// body. Returns how many it enqueued.
-    pub async fn actions_enqueue_bulk(&self, stores: &[String], n: u32) -> Result<u64, StoreError> {
-        if stores.is_empty() || n == 0 {
-            return Ok(0);
-        }
-        if n > BULK_ENQUEUE_MAX {
-            return Err(StoreError::Query(format!(
-                "bulk enqueue of {n} actions is above {BULK_ENQUEUE_MAX}"
-            )));
-        }
-        let mut client = self.client().await?;
-        let tx = client.transaction().await?;
-        let mut count = 0u64;
-        let chunk = courier_core::ENQUEUE_MANY_MAX;
-        for first in (0..n).step_by(chunk as usize) {
-            let news: Vec<crate::NewAction> = (first..n.min(first + chunk))
-                .map(|g| crate::NewAction {
-                    store: stores[g as usize % stores.len()].clone(),
-                    to: format!("+1555{:07}", g % 10_000_000),
-                    body: format!("bench message {g}"),
-                    key: None,
-                    ..Default::default()
-                })
-                .collect();
-            let made = crate::actions_enqueue_many(&*tx, &news)
-                .await
-                .map_err(|e| match e {
-                    crate::EnqueueError::Store(e) => e,
-                    other => StoreError::Query(format!("bulk enqueue: {other}")),
-                })?;
-            count += made.len() as u64;
-        }
-        tx.commit().await?;
-        Ok(count)
-    }
-
-    /// Registers `n` stores named `{prefix}-NNNNNNN`, served a day ago and
-    /// with no work: the idle tenants of `courier bench scale`, written in
-    /// one statement of SQL rather than through the enqueue API (a million
-    /// enqueues would measure the enqueue). Returns how many it added.
-    pub async fn stores_seed_idle(&self, prefix: &str, n: u32) -> Result<u64, StoreError> {
-        if n > BULK_ENQUEUE_MAX {
-            return Err(StoreError::Query(format!(
-                "{n} idle stores is above {BULK_ENQUEUE_MAX}"
-            )));
-        }
-        let client = self.client().await?;
-        Ok(client
-            .execute(
-                "INSERT INTO stores (store, last_served_at, created_at)
-                 SELECT $1::text || '-' || lpad(g::text, 7, '0'),
-                        now() - interval '1 day', now() - interval '30 days'
-                 FROM generate_series(1, $2::bigint) AS g
-                 ON CONFLICT (store) DO NOTHING",
-                &[&prefix, &i64::from(n)],
-            )
-            .await?)
-    }
-
-    /// One fair claim of `n` actions (cap `cap`, intents written) run under
-    /// `EXPLAIN (ANALYZE, BUFFERS)` and rolled back: the shared buffers it
-    /// touched (its top plan node's) and its execution time in ms. Buffers
-    /// do not depend on how busy the machine is, so they show what a claim
-    /// reads where timings on a shared machine cannot.
-    pub async fn claim_explained(&self, n: i64, cap: i32) -> Result<(u64, f64), StoreError> {
+    async fn claim_explained(&self, n: i64, cap: i32) -> Result<(u64, f64), StoreError> {
         let mut client = self.client().await?;
         // As claims run it: prepared, with the claims' planner settings, so
         // EXECUTE takes the generic plan (EXPLAIN of the statement with its
@@ -472,12 +345,12 @@ impl PgStore {
         client
             .batch_execute(&format!(
                 "PREPARE courier_explained_claim (text, bigint, double precision, integer, boolean, timestamptz) AS {}",
-                crate::claim_statement(crate::ClaimMode::Fair)
+                courier_store::claim_statement(courier_store::ClaimMode::Fair)
             ))
             .await?;
         let explained = async {
             let tx = client.transaction().await?;
-            tx.batch_execute(crate::PLAN_BY_KEY).await?;
+            tx.batch_execute(courier_store::PLAN_BY_KEY).await?;
             // Integers written in (EXPLAIN EXECUTE takes no parameters).
             let rows = tx
                 .query(
@@ -514,9 +387,7 @@ impl PgStore {
         Ok((buffers, execution_ms))
     }
 
-    /// Autovacuum's and autoanalyze's passes over this database's tables so
-    /// far (`pg_stat_user_tables`, counted when a pass ends).
-    pub async fn autovacuum_passes(&self) -> Result<i64, StoreError> {
+    async fn autovacuum_passes(&self) -> Result<i64, StoreError> {
         let client = self.client().await?;
         let row = client
             .query_one(
@@ -528,10 +399,7 @@ impl PgStore {
         Ok(row.get(0))
     }
 
-    /// Scans of table `table` so far (`pg_stat_user_tables`): sequential
-    /// scans, rows they read, index scans. Backends publish their counts at
-    /// most once a second, so poll it over seconds, not milliseconds.
-    pub async fn table_scans(&self, table: &str) -> Result<TableScans, StoreError> {
+    async fn table_scans(&self, table: &str) -> Result<TableScans, StoreError> {
         let client = self.client().await?;
         let row = client
             .query_opt(
@@ -549,16 +417,12 @@ impl PgStore {
         }))
     }
 
-    /// Refreshes the planner's statistics of every table (after a bulk load).
-    pub async fn tables_analyze(&self) -> Result<(), StoreError> {
+    async fn tables_analyze(&self) -> Result<(), StoreError> {
         self.client().await?.batch_execute("ANALYZE").await?;
         Ok(())
     }
 
-    /// Creates the pgbench ceiling's job table with `rows` pending jobs
-    /// (dropping an earlier one) and a partial index on the pending ones
-    /// (the shape of courier's FIFO index before migration 12).
-    pub async fn pgbench_jobs_create(&self, rows: u32) -> Result<(), StoreError> {
+    async fn pgbench_jobs_create(&self, rows: u32) -> Result<(), StoreError> {
         if rows > BULK_ENQUEUE_MAX * 10 {
             return Err(StoreError::Query(format!(
                 "{rows} jobs is above {}",
@@ -587,8 +451,7 @@ impl PgStore {
         Ok(())
     }
 
-    /// Jobs marked done so far.
-    pub async fn pgbench_jobs_done(&self) -> Result<i64, StoreError> {
+    async fn pgbench_jobs_done(&self) -> Result<i64, StoreError> {
         let client = self.client().await?;
         let row = client
             .query_one("SELECT count(*) FROM jobs WHERE state = 'done'", &[])

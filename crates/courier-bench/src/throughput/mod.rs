@@ -24,25 +24,31 @@
 //! - A path is measured only when every action of its backlog reached the
 //!   state it measures; otherwise the run fails with a time-out.
 
+mod report;
+
+pub use report::*;
+
+use crate::harness::bench_worker;
+use crate::harness::drain::{drain, Progress};
+use crate::harness::server::{with_cluster, Statements};
 use crate::memory;
 use crate::pgbench::{self, PgbenchResult, PgbenchRun};
-use crate::stub::StubProvider;
-use crate::{bar, run_dir, BenchError};
-use courier_core::Limits;
-use courier_dispatch::server::{router, ServerConfig};
-use courier_dispatch::worker::{Provider, Worker, WorkerConfig};
-use courier_fake::{FakeConfig, FaultRates, Latency, MsRange};
-use courier_provider::{ClientConfig, ProviderClient};
-use courier_store::bench_views::{
+use crate::views::BenchViews;
+use crate::views::{
     database_backends, database_synchronous_commit_set, database_xact_counts, statements_enable,
     statements_reset, statements_top, StatementStat, PGBENCH_JOB_CLAIM_SCRIPT,
 };
-use courier_store::cluster::{find_binary, Cluster, StopMode};
+use crate::{bar, run_dir, BenchError};
+use courier_core::Limits;
+use courier_dispatch::server::{router, ServerConfig};
+use courier_dispatch::worker::{Provider, WorkerConfig};
+use courier_fake::{FakeConfig, FaultRates, Latency, MsRange};
+use courier_inproc::{StubProvider, WorkerPool};
+use courier_provider::{ClientConfig, ProviderClient};
+use courier_store::cluster::Cluster;
 use courier_store::{ClaimMode, PgStore, StoreConfig};
 use serde::Serialize;
 use std::path::Path;
-use std::sync::atomic::Ordering;
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio_util::sync::CancellationToken;
 
@@ -179,212 +185,18 @@ impl ThroughputConfig {
     }
 }
 
-/// One path's figures.
-#[derive(Debug, Clone, Serialize)]
-pub struct PathResult {
-    pub actions: u64,
-    pub elapsed_s: f64,
-    pub actions_per_s: f64,
-    /// Commits in the database during the path, the benchmark's own
-    /// progress reads taken out.
-    pub transactions: i64,
-    pub rollbacks: i64,
-    pub transactions_per_action: f64,
-    /// Where the database time went (empty without pg_stat_statements).
-    pub statements: Vec<StatementStat>,
-    /// Execution time of all statements of the path, per action.
-    pub db_exec_us_per_action: Option<f64>,
-    /// Peak resident memory of this process during the path.
-    pub peak_rss_kib: Option<u64>,
-}
-
-/// Everything measured with one `synchronous_commit` setting.
-#[derive(Debug, Clone, Serialize)]
-pub struct SyncResult {
-    pub synchronous_commit: bool,
-    pub pgbench: PgbenchResult,
-    /// True when pgbench ran out of pending jobs (its figure is then too high).
-    pub pgbench_exhausted: bool,
-    pub claim_to_settle: PathResult,
-    pub end_to_end: PathResult,
-    /// Claim-to-settle actions per second over pgbench transactions per second.
-    pub claim_to_settle_vs_pgbench: f64,
-    pub end_to_end_vs_pgbench: f64,
-}
-
-#[derive(Debug, Clone, Serialize)]
-pub struct ThroughputSettings {
-    pub actions: u32,
-    pub stores: u32,
-    pub workers: u32,
-    pub concurrency: u32,
-    pub claim_batch_max: u32,
-    pub store_in_flight_max: u32,
-    pub pool_size_max: usize,
-    pub claim: ClaimMode,
-    pub pgbench_clients: u32,
-    pub pgbench_seconds: u64,
-    pub statement_statistics: bool,
-}
-
-/// The targets, met or not; the lead decides what to change.
-#[derive(Debug, Clone, Serialize)]
-pub struct ThroughputTargets {
-    pub claim_to_settle_sync_on_per_s: Option<f64>,
-    pub claim_to_settle_met: Option<bool>,
-    pub end_to_end_best_per_s: f64,
-    pub end_to_end_met: bool,
-    /// The peak resident memory of the claim-to-settle path, all workers of
-    /// this process together.
-    pub worker_rss_kib: Option<u64>,
-    pub worker_rss_met: Option<bool>,
-}
-
-#[derive(Debug, Clone, Serialize)]
-pub struct ThroughputReport {
-    pub seed: u64,
-    pub settings: ThroughputSettings,
-    pub results: Vec<SyncResult>,
-    pub targets: ThroughputTargets,
-    /// The largest peak resident memory of any path.
-    pub peak_rss_kib_run: Option<u64>,
-    pub wall_time_s: f64,
-}
-
-impl ThroughputReport {
-    /// The results as text: figures, ratios, where the time goes, targets.
-    pub fn table(&self) -> String {
-        let mut out = String::new();
-        let s = &self.settings;
-        out.push_str(&format!(
-            "{} actions over {} stores · {} workers x {} (claim {:?}, batch {}, pool {}) · pgbench {} clients x {} s\n\n",
-            s.actions, s.stores, s.workers, s.concurrency, s.claim, s.claim_batch_max,
-            s.pool_size_max, s.pgbench_clients, s.pgbench_seconds
-        ));
-        out.push_str(&format!(
-            "{:<22} {:<26} {:>11} {:>10} {:>9} {:>10}\n",
-            "synchronous_commit", "path", "per s", "vs ceiling", "tx/action", "peak RSS"
-        ));
-        for r in &self.results {
-            let sc = if r.synchronous_commit { "on" } else { "off" };
-            out.push_str(&format!(
-                "{:<22} {:<26} {:>11.0} {:>10} {:>9} {:>10}\n",
-                sc, "pgbench claim+complete", r.pgbench.tps, "1.00x", "1", "-"
-            ));
-            for (name, p, vs) in [
-                (
-                    "claim to settle (stub)",
-                    &r.claim_to_settle,
-                    r.claim_to_settle_vs_pgbench,
-                ),
-                (
-                    "end to end (HTTP+hooks)",
-                    &r.end_to_end,
-                    r.end_to_end_vs_pgbench,
-                ),
-            ] {
-                out.push_str(&format!(
-                    "{:<22} {:<26} {:>11.0} {:>9.2}x {:>9.3} {:>10}\n",
-                    "",
-                    name,
-                    p.actions_per_s,
-                    vs,
-                    p.transactions_per_action,
-                    p.peak_rss_kib
-                        .map_or("-".to_string(), |k| format!("{:.1} MiB", k as f64 / 1024.0))
-                ));
-            }
-            if r.pgbench_exhausted {
-                out.push_str("  (pgbench ran out of pending jobs: its figure is too high)\n");
-            }
-        }
-        for r in &self.results {
-            let sc = if r.synchronous_commit { "on" } else { "off" };
-            for (name, p) in [
-                ("claim to settle", &r.claim_to_settle),
-                ("end to end", &r.end_to_end),
-            ] {
-                if p.statements.is_empty() {
-                    continue;
-                }
-                out.push_str(&format!(
-                    "\nwhere the database time goes: {name}, synchronous_commit {sc} ({}):\n",
-                    p.db_exec_us_per_action.map_or("-".into(), |u| format!(
-                        "{u:.0} us of statement time per action"
-                    ))
-                ));
-                out.push_str(&format!(
-                    "  {:>8} {:>9} {:>9}  statement\n",
-                    "calls/act", "mean us", "share"
-                ));
-                let total: f64 = p.statements.iter().map(|s| s.total_exec_ms).sum();
-                for st in &p.statements {
-                    let q: String = st.query.chars().take(88).collect();
-                    out.push_str(&format!(
-                        "  {:>8.2} {:>9.0} {:>8.0}%  {}\n",
-                        st.calls as f64 / p.actions.max(1) as f64,
-                        st.mean_exec_us,
-                        100.0 * st.total_exec_ms / total.max(1e-9),
-                        q
-                    ));
-                }
-            }
-        }
-        let t = &self.targets;
-        let met = |m: Option<bool>| match m {
-            Some(true) => "met",
-            Some(false) => "NOT met",
-            None => "not measured",
-        };
-        out.push_str("\ntargets:\n");
-        out.push_str(&format!(
-            "  claim to settle >= {:.0}/s with synchronous commit on: {} ({})\n",
-            CLAIM_TO_SETTLE_TARGET_PER_S,
-            t.claim_to_settle_sync_on_per_s
-                .map_or("-".into(), |v| format!("{v:.0}/s")),
-            met(t.claim_to_settle_met)
-        ));
-        out.push_str(&format!(
-            "  end to end >= {:.0}/s: {:.0}/s best ({})\n",
-            END_TO_END_TARGET_PER_S,
-            t.end_to_end_best_per_s,
-            met(Some(t.end_to_end_met))
-        ));
-        out.push_str(&format!(
-            "  worker resident memory < {} MiB: {} ({}; all {} in-process workers of this process together, with the benchmark itself)\n",
-            WORKER_RSS_TARGET_KIB / 1024,
-            t.worker_rss_kib
-                .map_or("-".into(), |k| format!("{:.1} MiB peak", k as f64 / 1024.0)),
-            met(t.worker_rss_met),
-            self.settings.workers
-        ));
-        out
-    }
-}
-
 /// Runs the ceiling and both paths for each `synchronous_commit` setting.
 pub async fn run(cfg: &ThroughputConfig) -> Result<ThroughputReport, BenchError> {
     cfg.validate().map_err(BenchError::Settings)?;
     let limits = cfg.limits().map_err(BenchError::Settings)?;
     let started = Instant::now();
     let dir = run_dir("courier-bench-throughput-")?;
-    let stat_statements = statements_library_present();
-    let mut cluster = Cluster::new(dir.path().join("pg"));
-    if stat_statements {
-        cluster = cluster
-            .setting("shared_preload_libraries", "pg_stat_statements")
-            .setting("pg_stat_statements.track", "all");
-    }
-    let c = cluster.clone();
-    let server_url = tokio::task::spawn_blocking(move || c.start()).await??;
-    let result = async {
-        let port = {
-            let c = cluster.clone();
-            tokio::task::spawn_blocking(move || c.running_port())
-                .await??
-                .ok_or_else(|| BenchError::Task("the cluster stopped".into()))?
-        };
-        let statements = stat_statements && statements_enable(&server_url).await?;
+    let cluster = Cluster::new(dir.path().join("pg"));
+    let track = Statements::All { planning: false };
+    let (results, statements) = with_cluster(cluster, track, async |server| {
+        let server_url = server.url.clone();
+        let port = server.port().await?;
+        let statements = server.statements_loaded && statements_enable(&server_url).await?;
         let ctx = Ctx {
             cfg,
             limits,
@@ -393,63 +205,17 @@ pub async fn run(cfg: &ThroughputConfig) -> Result<ThroughputReport, BenchError>
             dir: dir.path(),
             statements,
         };
-        // The ceilings and the claim-to-settle paths first, the end-to-end
-        // paths last: the process's peak memory can only be reset to what
-        // it holds, and the allocator keeps what the larger end-to-end
-        // path took, which would otherwise count as the workers'.
-        let mut first = Vec::new();
-        for &sync in &cfg.synchronous_commit {
-            let (pgbench, exhausted) = ceiling(&ctx, sync).await?;
-            let c2s = claim_to_settle(&ctx, sync).await?;
-            first.push((sync, pgbench, exhausted, c2s));
-        }
-        let mut results = Vec::new();
-        for (sync, pgbench, pgbench_exhausted, claim_to_settle) in first {
-            let end_to_end = end_to_end(&ctx, sync).await?;
-            results.push(SyncResult {
-                synchronous_commit: sync,
-                claim_to_settle_vs_pgbench: crate::stats::ratio(
-                    claim_to_settle.actions_per_s,
-                    pgbench.tps,
-                ),
-                end_to_end_vs_pgbench: crate::stats::ratio(end_to_end.actions_per_s, pgbench.tps),
-                pgbench,
-                pgbench_exhausted,
-                claim_to_settle,
-                end_to_end,
-            });
-        }
+        let results = all_paths(&ctx).await?;
         Ok::<_, BenchError>((results, statements))
-    }
-    .await;
-    let c = cluster.clone();
-    let stopped = tokio::task::spawn_blocking(move || c.stop(StopMode::Fast)).await?;
-    let (results, statements) = result?;
-    stopped?;
+    })
+    .await?;
 
-    let on = results.iter().find(|r| r.synchronous_commit);
-    let c2s_on = on.map(|r| r.claim_to_settle.actions_per_s);
-    let e2e_best = results
-        .iter()
-        .map(|r| r.end_to_end.actions_per_s)
-        .fold(0.0, f64::max);
-    let worker_rss = results
-        .iter()
-        .filter_map(|r| r.claim_to_settle.peak_rss_kib)
-        .max();
     let peak_rss_kib_run = results
         .iter()
         .flat_map(|r| [r.claim_to_settle.peak_rss_kib, r.end_to_end.peak_rss_kib])
         .flatten()
         .max();
-    let targets = ThroughputTargets {
-        claim_to_settle_sync_on_per_s: c2s_on,
-        claim_to_settle_met: c2s_on.map(|v| v >= CLAIM_TO_SETTLE_TARGET_PER_S),
-        end_to_end_best_per_s: e2e_best,
-        end_to_end_met: e2e_best >= END_TO_END_TARGET_PER_S,
-        worker_rss_kib: worker_rss,
-        worker_rss_met: worker_rss.map(|k| k < WORKER_RSS_TARGET_KIB),
-    };
+    let targets = targets(&results);
     Ok(ThroughputReport {
         seed: cfg.seed,
         settings: ThroughputSettings {
@@ -472,15 +238,35 @@ pub async fn run(cfg: &ThroughputConfig) -> Result<ThroughputReport, BenchError>
     })
 }
 
-/// True when this PostgreSQL has pg_stat_statements (a server that cannot
-/// load a preloaded library does not start, so look before asking for it).
-pub(crate) fn statements_library_present() -> bool {
-    // Follow a symlink on PATH to the versioned directory (bin/ next to lib/).
-    find_binary("postgres")
-        .ok()
-        .and_then(|p| std::fs::canonicalize(p).ok())
-        .and_then(|p| p.parent().and_then(|b| b.parent()).map(|d| d.join("lib")))
-        .is_some_and(|lib| lib.join("pg_stat_statements.so").is_file())
+/// The paths for each `synchronous_commit` setting. The ceilings and the
+/// claim-to-settle paths first, the end-to-end paths last: the process's
+/// peak memory can only be reset to what it holds, and the allocator keeps
+/// what the larger end-to-end path took, which would otherwise count as the
+/// workers'.
+async fn all_paths(ctx: &Ctx<'_>) -> Result<Vec<SyncResult>, BenchError> {
+    let mut first = Vec::new();
+    for &sync in &ctx.cfg.synchronous_commit {
+        let (pgbench, exhausted) = ceiling(ctx, sync).await?;
+        let c2s = claim_to_settle(ctx, sync).await?;
+        first.push((sync, pgbench, exhausted, c2s));
+    }
+    let mut results = Vec::new();
+    for (sync, pgbench, pgbench_exhausted, claim_to_settle) in first {
+        let end_to_end = end_to_end(ctx, sync).await?;
+        results.push(SyncResult {
+            synchronous_commit: sync,
+            claim_to_settle_vs_pgbench: crate::stats::ratio(
+                claim_to_settle.actions_per_s,
+                pgbench.tps,
+            ),
+            end_to_end_vs_pgbench: crate::stats::ratio(end_to_end.actions_per_s, pgbench.tps),
+            pgbench,
+            pgbench_exhausted,
+            claim_to_settle,
+            end_to_end,
+        });
+    }
+    Ok(results)
 }
 
 struct Ctx<'a> {
@@ -575,37 +361,26 @@ async fn ceiling(ctx: &Ctx<'_>, sync: bool) -> Result<(PgbenchResult, bool), Ben
     Ok((result, done >= i64::from(jobs)))
 }
 
-/// Starts `workers` in-process workers on `url` with `provider`.
-async fn start_workers<P: Provider + Clone>(
+/// Starts `workers` in-process workers on `url` with `provider`; the first
+/// also reconciles when `reconcile_one` asks.
+async fn start_workers<P: Provider + Clone + Send + Sync + 'static>(
     ctx: &Ctx<'_>,
     url: &str,
     provider: P,
     reconcile_one: bool,
-    shutdown: &CancellationToken,
-) -> Result<(Vec<Arc<Worker<P>>>, tokio::task::JoinSet<()>), BenchError> {
-    let mut workers = Vec::new();
-    let mut tasks = tokio::task::JoinSet::new();
-    for i in 0..ctx.cfg.workers {
-        let store = PgStore::connect(&store_config(url, ctx.cfg.pool_size_max, false)).await?;
-        let worker = Arc::new(Worker::new(
-            store,
-            provider.clone(),
-            WorkerConfig {
-                limits: ctx.limits.clone(),
-                claim_mode: ctx.cfg.claim,
-                owner: format!("{}-w{i}", courier_dispatch::owner_name()),
-                idle_poll_ms: 20,
-                reconcile: reconcile_one && i == 0,
-                // No maintenance: the figures measure the protocol alone.
-                pruner: None,
-                seed: ctx.cfg.seed.wrapping_add(u64::from(i)),
-            },
-        ));
-        workers.push(worker.clone());
-        let token = shutdown.clone();
-        tasks.spawn(async move { worker.run(token).await });
-    }
-    Ok((workers, tasks))
+) -> Result<WorkerPool<P>, BenchError> {
+    let worker = WorkerConfig {
+        reconcile: reconcile_one,
+        ..bench_worker(
+            ctx.limits.clone(),
+            ctx.cfg.claim,
+            courier_dispatch::owner_name(),
+            20,
+            ctx.cfg.seed,
+        )
+    };
+    let store = store_config(url, ctx.cfg.pool_size_max, false);
+    Ok(WorkerPool::start(ctx.cfg.workers, &store, |_| provider.clone(), &worker).await?)
 }
 
 /// Counters and statement statistics around one path.
@@ -688,22 +463,12 @@ async fn until_all(
 ) -> Result<Instant, BenchError> {
     let total = u64::from(ctx.cfg.actions);
     let limit = Duration::from_secs(ctx.cfg.timeout_s);
-    let deadline = Instant::now() + limit;
-    loop {
-        let n = reached().await?;
-        bar.set_position(n.min(total));
-        if n >= total {
-            return Ok(Instant::now());
-        }
-        if Instant::now() >= deadline {
-            return Err(BenchError::Timeout {
-                what: what.to_string(),
-                limit,
-                detail: format!("{n} of {total}"),
-            });
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    drain(what, limit, Duration::from_millis(20), async || {
+        let done = reached().await?;
+        bar.set_position(done.min(total));
+        Ok(Progress { done, total })
+    })
+    .await
 }
 
 async fn claim_to_settle(ctx: &Ctx<'_>, sync: bool) -> Result<PathResult, BenchError> {
@@ -720,25 +485,15 @@ async fn claim_to_settle(ctx: &Ctx<'_>, sync: bool) -> Result<PathResult, BenchE
         sync_name(sync)
     ));
     let stub = StubProvider::new();
-    let shutdown = CancellationToken::new();
     let started = Instant::now();
-    let (workers, mut tasks) = start_workers(ctx, &url, stub.clone(), false, &shutdown).await?;
-    let settled = || -> u64 {
-        workers
-            .iter()
-            .map(|w| w.stats().settled.load(Ordering::Relaxed))
-            .sum()
-    };
-    let finished = until_all(ctx, "claim to settle", &b, async || Ok(settled())).await;
-    shutdown.cancel();
-    while let Some(r) = tasks.join_next().await {
-        r?;
-    }
+    let mut pool = start_workers(ctx, &url, stub.clone(), false).await?;
+    let finished = until_all(ctx, "claim to settle", &b, async || Ok(pool.settled())).await;
+    pool.stop().await?;
     let peak = memory::peak_kib();
     b.finish();
     let finished = finished?;
-    let actions = settled();
-    drop(workers);
+    let actions = pool.settled();
+    drop(pool);
     let result = meter
         .finish(ctx, actions, finished - started, 0, peak)
         .await?;
@@ -756,23 +511,14 @@ async fn claim_to_settle(ctx: &Ctx<'_>, sync: bool) -> Result<PathResult, BenchE
     Ok(result)
 }
 
-async fn end_to_end(ctx: &Ctx<'_>, sync: bool) -> Result<PathResult, BenchError> {
-    let name = "courier_bench_e2e";
-    let url = backlog(ctx, name, sync).await?;
-    let meter = Meter::start(ctx, name).await?;
-    let b = bar(
-        ctx.cfg.progress,
-        u64::from(ctx.cfg.actions),
-        "{prefix} [{bar:30}] {pos}/{len} done",
-    );
-    b.set_prefix(format!(
-        "end to end, synchronous_commit {}",
-        sync_name(sync)
-    ));
-
-    // The webhook API, in-process.
-    let shutdown = CancellationToken::new();
-    let api_store = PgStore::connect(&store_config(&url, 16, false)).await?;
+/// The webhook API in-process on a loopback port until `shutdown`: its URL
+/// and its task.
+async fn webhook_api(
+    ctx: &Ctx<'_>,
+    url: &str,
+    shutdown: &CancellationToken,
+) -> Result<(String, tokio::task::JoinHandle<std::io::Result<()>>), BenchError> {
+    let api_store = PgStore::connect(&store_config(url, 16, false)).await?;
     let app = router(
         api_store,
         ServerConfig {
@@ -792,7 +538,11 @@ async fn end_to_end(ctx: &Ctx<'_>, sync: bool) -> Result<PathResult, BenchError>
             .await
     });
 
-    // The fake provider: no faults, no latency, statuses within milliseconds.
+    Ok((api, server))
+}
+
+/// The fake provider: no faults, no latency, statuses within milliseconds.
+async fn fake_provider(ctx: &Ctx<'_>, sync: bool) -> Result<courier_fake::FakeHandle, BenchError> {
     let mut fake = FakeConfig::new(
         ctx.dir.join(format!("provider-{}.jsonl", sync_name(sync))),
         API_KEY,
@@ -804,7 +554,28 @@ async fn end_to_end(ctx: &Ctx<'_>, sync: bool) -> Result<PathResult, BenchError>
     fake.sent_after_ms = MsRange::new(1, 5);
     fake.delivered_after_ms = MsRange::new(1, 5);
     fake.webhook_concurrency_max = 256;
-    let provider = courier_fake::start(fake).await?;
+    Ok(courier_fake::start(fake).await?)
+}
+
+async fn end_to_end(ctx: &Ctx<'_>, sync: bool) -> Result<PathResult, BenchError> {
+    let name = "courier_bench_e2e";
+    let url = backlog(ctx, name, sync).await?;
+    let meter = Meter::start(ctx, name).await?;
+    let b = bar(
+        ctx.cfg.progress,
+        u64::from(ctx.cfg.actions),
+        "{prefix} [{bar:30}] {pos}/{len} done",
+    );
+    b.set_prefix(format!(
+        "end to end, synchronous_commit {}",
+        sync_name(sync)
+    ));
+
+    // The webhook API, in-process.
+    let shutdown = CancellationToken::new();
+    let (api, server) = webhook_api(ctx, &url, &shutdown).await?;
+
+    let provider = fake_provider(ctx, sync).await?;
     let client = ProviderClient::new(ClientConfig {
         base_url: provider.url(),
         api_key: API_KEY.into(),
@@ -814,8 +585,7 @@ async fn end_to_end(ctx: &Ctx<'_>, sync: bool) -> Result<PathResult, BenchError>
     .map_err(|e| BenchError::Settings(e.to_string()))?;
 
     let started = Instant::now();
-    let workers_shutdown = CancellationToken::new();
-    let (workers, mut tasks) = start_workers(ctx, &url, client, true, &workers_shutdown).await?;
+    let mut pool = start_workers(ctx, &url, client, true).await?;
     let probe = PgStore::connect(&store_config(&url, 1, false)).await?;
     let total = u64::from(ctx.cfg.actions);
     let mut reads = 0i64;
@@ -824,10 +594,7 @@ async fn end_to_end(ctx: &Ctx<'_>, sync: bool) -> Result<PathResult, BenchError>
         // Until every action is settled the workers' own counters tell
         // progress; after that the database (done needs the webhooks),
         // read at most ten times a second so the reads cost little.
-        let settled: u64 = workers
-            .iter()
-            .map(|w| w.stats().settled.load(Ordering::Relaxed))
-            .sum();
+        let settled = pool.settled();
         if settled < total || last_read.is_some_and(|t| t.elapsed() < Duration::from_millis(100)) {
             return Ok(settled.min(total.saturating_sub(1)));
         }
@@ -836,10 +603,7 @@ async fn end_to_end(ctx: &Ctx<'_>, sync: bool) -> Result<PathResult, BenchError>
         Ok(probe.actions_progress().await?.done.max(0) as u64)
     })
     .await;
-    workers_shutdown.cancel();
-    while let Some(r) = tasks.join_next().await {
-        r?;
-    }
+    pool.stop().await?;
     let peak = memory::peak_kib();
     b.finish();
     provider.shutdown().await?;
@@ -848,7 +612,7 @@ async fn end_to_end(ctx: &Ctx<'_>, sync: bool) -> Result<PathResult, BenchError>
         .await?
         .map_err(|e| BenchError::Task(format!("webhook server: {e}")))?;
     let finished = finished?;
-    drop(workers);
+    drop(pool);
     drop(probe);
     meter
         .finish(

@@ -23,24 +23,31 @@
 //!   starts inside a round is counted, with PostgreSQL's CPU per action and
 //!   the host's steal, so a round's rate can be told from the machine's.
 //! - A run counts only if no round's phase saw more steal than
-//!   [`crate::soak::STEAL_MAX_CORES`].
+//!   [`crate::cpu::STEAL_MAX_CORES`].
+
+mod report;
+
+pub use report::*;
 
 use crate::cpu::{self, AutovacuumTicks, PgKind, Roles, Ticks};
-use crate::soak::STEAL_MAX_CORES;
-use crate::stub::StubProvider;
-use crate::{bar, run_dir, BenchError};
-use courier_core::{Limits, Status};
-use courier_dispatch::metrics::SamplerConfig;
-use courier_dispatch::worker::{Worker, WorkerConfig};
-use courier_store::bench_views::{
+use crate::cpu::{load_average, STEAL_MAX_CORES};
+use crate::harness::bench_worker;
+use crate::harness::drain::{drain, Progress};
+use crate::harness::server::{with_cluster, Statements};
+use crate::history_views::HistoryViews;
+use crate::views::BenchViews;
+use crate::views::{
     server_checkpoint, server_counters, statements_enable, statements_reset, statements_top,
     ServerCounters, StatementStat,
 };
-use courier_store::cluster::{Cluster, StopMode};
+use crate::{bar, run_dir, BenchError};
+use courier_core::{Limits, Status};
+use courier_dispatch::metrics::SamplerConfig;
+use courier_inproc::{StubProvider, WorkerPool};
+use courier_store::cluster::Cluster;
 use courier_store::{ClaimMode, PgStore, StoreConfig, WebhookIn};
 use serde::Serialize;
 use std::path::PathBuf;
-use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio_util::sync::CancellationToken;
@@ -159,40 +166,6 @@ impl Default for HistoryConfig {
     }
 }
 
-/// One database's figures in one round.
-#[derive(Debug, Clone, Serialize)]
-pub struct RoundResult {
-    pub database: &'static str,
-    pub round: u32,
-    /// Whether this database ran first in its round's pair.
-    pub first: bool,
-    pub claim_to_settle_per_s: f64,
-    pub webhook_merges_per_s: f64,
-    /// What the server did over the round (claims, settles and merges).
-    pub server: ServerCounters,
-    /// Autovacuum and autoanalyze passes over this database's tables that
-    /// ended during the round.
-    pub autovacuum_passes: i64,
-    /// Seconds waited before the round for autovacuum's workers to finish.
-    pub autovacuum_wait_s: f64,
-    pub claim_to_settle_cpu: PhaseCpu,
-    pub merges_cpu: PhaseCpu,
-}
-
-/// The CPU of one phase of a round (all zero when the server's process is
-/// not known).
-#[derive(Debug, Clone, Copy, Default, Serialize)]
-pub struct PhaseCpu {
-    /// PostgreSQL's CPU (every server process, autovacuum's included) per
-    /// action of the phase, in milliseconds.
-    pub postgres_ms_per_action: f64,
-    /// Autovacuum's workers' CPU over the phase, in cores (a floor: a worker
-    /// that lives less than a reading interval is missed).
-    pub autovacuum_cores: f64,
-    /// The host's steal over the phase, in cores.
-    pub steal_cores: f64,
-}
-
 /// Reads the server's CPU while a phase runs.
 struct PhaseWatch {
     roles: Roles,
@@ -273,209 +246,6 @@ async fn autovacuum_quiet(postmaster: Option<u32>, wait_max: Duration) -> Result
     Ok(t.elapsed().as_secs_f64())
 }
 
-/// Read times on one database, medians in milliseconds.
-#[derive(Debug, Clone, Serialize)]
-pub struct ReadTimes {
-    pub status_ms: f64,
-    pub sample_ms: f64,
-}
-
-#[derive(Debug, Clone, Serialize)]
-pub struct HistoryReport {
-    pub seeded_actions: i64,
-    /// Seconds the seeding took (0 when a seeded database was reused).
-    pub seed_s: f64,
-    pub full_db_bytes: i64,
-    pub rounds: Vec<RoundResult>,
-    pub claim_to_settle_ratio: f64,
-    pub webhook_merges_ratio: f64,
-    pub empty: ReadTimes,
-    pub full: ReadTimes,
-    /// A count by state with a full scan, as `courier status` did before.
-    pub scanned_count_full_ms: f64,
-    /// The costliest statements of the last pair of rounds on each database,
-    /// trigger functions' statements included (empty without
-    /// pg_stat_statements).
-    pub statements_empty: Vec<StatementStat>,
-    pub statements_full: Vec<StatementStat>,
-    /// Actions per path and round (the statements' calls are per action of it).
-    pub backlog: u64,
-    pub load_average_start: String,
-    pub load_average_end: String,
-    pub wall_time_s: f64,
-}
-
-impl HistoryReport {
-    pub fn table(&self) -> String {
-        let med = |db: &str, f: fn(&RoundResult) -> f64| {
-            crate::stats::median(self.rounds.iter().filter(|r| r.database == db).map(f))
-        };
-        let mut out = format!(
-            "history: {} finished actions seeded ({:.0} s; {:.1} GB of tables and indexes); {} round(s)\n\n",
-            self.seeded_actions,
-            self.seed_s,
-            self.full_db_bytes as f64 / 1e9,
-            self.rounds.len() / 2
-        );
-        out.push_str("| path | empty database | with history | ratio (target >= 0.90) |\n|---|---:|---:|---:|\n");
-        for (name, f, ratio) in [
-            (
-                "claim to settle (actions/s)",
-                (|r: &RoundResult| r.claim_to_settle_per_s) as fn(&RoundResult) -> f64,
-                self.claim_to_settle_ratio,
-            ),
-            (
-                "webhook merges (merges/s)",
-                |r: &RoundResult| r.webhook_merges_per_s,
-                self.webhook_merges_ratio,
-            ),
-        ] {
-            out.push_str(&format!(
-                "| {name} | {:.0} | {:.0} | {ratio:.2}x |\n",
-                med(EMPTY_DB, f),
-                med(FULL_DB, f)
-            ));
-        }
-        let rounds_lines = self.rounds_table();
-        out.push_str(&format!(
-            "| `courier status` (ms, target < 100) | {:.1} | {:.1} | |\n| dashboard sample (ms, target < 100) | {:.1} | {:.1} | |\n| count by state with a full scan (ms; before) | | {:.0} | |\n",
-            self.empty.status_ms, self.full.status_ms, self.empty.sample_ms, self.full.sample_ms, self.scanned_count_full_ms
-        ));
-        out.push('\n');
-        out.push_str(&rounds_lines);
-        for (heading, stats) in [
-            ("empty database", &self.statements_empty),
-            ("with history", &self.statements_full),
-        ] {
-            if !stats.is_empty() {
-                out.push_str(&crate::stats::statement_lines(
-                    &format!("{heading}, last round, statements inside trigger functions too"),
-                    stats,
-                    self.backlog,
-                ));
-            }
-        }
-        out.push_str(&format!(
-            "\nload average: {} at the start, {} at the end; wall time {:.0} s\n",
-            self.load_average_start, self.load_average_end, self.wall_time_s
-        ));
-        out
-    }
-
-    /// The pairs' own ratios (full over empty, round by round) of one path.
-    pub fn pair_ratios(&self, f: fn(&RoundResult) -> f64) -> Vec<f64> {
-        let of = |db: &str, round: u32| {
-            self.rounds
-                .iter()
-                .find(|r| r.database == db && r.round == round)
-                .map(f)
-        };
-        let mut rounds: Vec<u32> = self.rounds.iter().map(|r| r.round).collect();
-        rounds.dedup();
-        rounds
-            .into_iter()
-            .filter_map(|n| Some(crate::stats::ratio(of(FULL_DB, n)?, of(EMPTY_DB, n)?)))
-            .collect()
-    }
-
-    /// One line per round and database: its rates, its place in the pair,
-    /// and what the server did meanwhile.
-    fn rounds_table(&self) -> String {
-        let mut out = String::from(
-            "| round | database | ran | claim to settle /s | merges /s | WAL MB | full-page images | checkpoints | blocks read | blocks hit | autovacuum passes | waited for autovacuum (s) | PostgreSQL CPU per action, claim to settle / merge (ms) | autovacuum cores, claim to settle / merges | steal cores, claim to settle / merges |\n\
-             |---:|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n",
-        );
-        for r in &self.rounds {
-            let c = &r.server;
-            let (a, b) = (&r.claim_to_settle_cpu, &r.merges_cpu);
-            out.push_str(&format!(
-                "| {} | {} | {} | {:.0} | {:.0} | {:.0} | {} | {} | {} | {} | {} | {:.1} | {:.3} / {:.3} | {:.2} / {:.2} | {:.2} / {:.2} |\n",
-                r.round,
-                if r.database == FULL_DB {
-                    "with history"
-                } else {
-                    "empty"
-                },
-                if r.first { "first" } else { "second" },
-                r.claim_to_settle_per_s,
-                r.webhook_merges_per_s,
-                c.wal_bytes as f64 / 1e6,
-                c.wal_fpi,
-                c.checkpoints,
-                c.blks_read,
-                c.blks_hit,
-                r.autovacuum_passes,
-                r.autovacuum_wait_s,
-                a.postgres_ms_per_action,
-                b.postgres_ms_per_action,
-                a.autovacuum_cores,
-                b.autovacuum_cores,
-                a.steal_cores,
-                b.steal_cores,
-            ));
-        }
-        for (name, f) in [
-            (
-                "claim to settle",
-                (|r: &RoundResult| r.claim_to_settle_per_s) as fn(&RoundResult) -> f64,
-            ),
-            ("webhook merges", |r: &RoundResult| r.webhook_merges_per_s),
-        ] {
-            let pairs = self.pair_ratios(f);
-            out.push_str(&format!(
-                "{name}, each pair's ratio: {} (median {:.2}x)\n",
-                pairs
-                    .iter()
-                    .map(|x| format!("{x:.2}x"))
-                    .collect::<Vec<_>>()
-                    .join(", "),
-                crate::stats::median(pairs.iter().copied())
-            ));
-        }
-        let cpu = |db: &str, f: fn(&RoundResult) -> f64| {
-            crate::stats::median(self.rounds.iter().filter(|r| r.database == db).map(f))
-        };
-        for (name, f) in [
-            (
-                "claim to settle",
-                (|r: &RoundResult| r.claim_to_settle_cpu.postgres_ms_per_action)
-                    as fn(&RoundResult) -> f64,
-            ),
-            ("a webhook merge", |r: &RoundResult| {
-                r.merges_cpu.postgres_ms_per_action
-            }),
-        ] {
-            let (e, h) = (cpu(EMPTY_DB, f), cpu(FULL_DB, f));
-            out.push_str(&format!(
-                "PostgreSQL CPU per action, {name} (medians): {e:.3} ms empty, {h:.3} ms with history ({:.2}x)\n",
-                crate::stats::ratio(h, e)
-            ));
-        }
-        let steal = self.steal_max();
-        out.push_str(&if steal <= STEAL_MAX_CORES {
-            format!("host steal: at most {steal:.2} cores in any phase (limit {STEAL_MAX_CORES:.2}): the run counts\n")
-        } else {
-            format!("host steal: {steal:.2} cores in a phase, over the limit of {STEAL_MAX_CORES:.2}: the host took CPU, the rounds do not compare the databases alone\n")
-        });
-        out
-    }
-
-    /// The most steal any phase of any round saw, in cores.
-    pub fn steal_max(&self) -> f64 {
-        self.rounds
-            .iter()
-            .flat_map(|r| [r.claim_to_settle_cpu.steal_cores, r.merges_cpu.steal_cores])
-            .fold(0.0, f64::max)
-    }
-}
-
-/// The machine's load average (`/proc/loadavg`, first three fields).
-pub fn load_average() -> String {
-    std::fs::read_to_string("/proc/loadavg")
-        .map(|s| s.split_whitespace().take(3).collect::<Vec<_>>().join(" "))
-        .unwrap_or_else(|_| "?".into())
-}
-
 fn store_config(url: &str, pool: usize) -> StoreConfig {
     let mut sc = StoreConfig::new(url);
     sc.pool_size_max = pool;
@@ -492,28 +262,20 @@ pub async fn run(cfg: &HistoryConfig) -> Result<HistoryReport, BenchError> {
     // would be: with the default 128 MB the seeding's inserts into the
     // random-key indexes (uid, idempotency keys) evict each other's pages,
     // and a small max_wal_size checkpoints every few seconds.
-    let mut cluster = Cluster::new(pg_dir)
+    let cluster = Cluster::new(pg_dir)
         .setting("synchronous_commit", "off")
         .setting("shared_buffers", "1GB")
         .setting("max_wal_size", "8GB")
         // Each round starts after a checkpoint of its own (`measure`); the
         // server's timed ones come no oftener than a pair of rounds lasts.
         .setting("checkpoint_timeout", "15min");
-    if crate::throughput::statements_library_present() {
-        // Every level: the merges' and settles' work is mostly in trigger
-        // functions, whose statements a top-level count would hide.
-        cluster = cluster
-            .setting("shared_preload_libraries", "pg_stat_statements")
-            .setting("pg_stat_statements.track", "all")
-            .setting("pg_stat_statements.track_planning", "on");
-    }
-    let c = cluster.clone();
-    let server_url = tokio::task::spawn_blocking(move || c.start()).await??;
-    let result = run_on(cfg, &server_url, cluster.postmaster_pid()).await;
-    let c = cluster.clone();
-    let stopped = tokio::task::spawn_blocking(move || c.stop(StopMode::Fast)).await?;
-    let mut report = result?;
-    stopped?;
+    // Every level: the merges' and settles' work is mostly in trigger
+    // functions, whose statements a top-level count would hide.
+    let track = Statements::All { planning: true };
+    let mut report = with_cluster(cluster, track, async |server| {
+        run_on(cfg, &server.url, server.postmaster).await
+    })
+    .await?;
     report.load_average_start = load_average_start;
     report.load_average_end = load_average();
     report.wall_time_s = started.elapsed().as_secs_f64();
@@ -533,36 +295,12 @@ async fn run_on(
     // Each round waits for every connection to its database to close.
     drop(full);
     let statements = statements_enable(server_url).await?;
-    let mut rounds = Vec::new();
-    let mut empty_reads = None;
-    let (mut statements_empty, mut statements_full) = (Vec::new(), Vec::new());
-    for round in 0..cfg.rounds {
-        let empty_url = courier_store::database_recreate(server_url, EMPTY_DB).await?;
-        let last = round + 1 == cfg.rounds;
-        if statements && last {
-            statements_reset(server_url).await?;
-        }
-        let mut pair = [(EMPTY_DB, &empty_url), (FULL_DB, &full_url)];
-        if round % 2 == 1 {
-            pair.reverse();
-        }
-        for (i, (db, url)) in pair.into_iter().enumerate() {
-            let place = Place {
-                db,
-                round,
-                first: i == 0,
-            };
-            rounds.push(measure(cfg, &limits, server_url, url, place, postmaster).await?);
-        }
-        if statements && last {
-            statements_empty = statements_top(server_url, EMPTY_DB, STATEMENTS_MAX).await?;
-            statements_full = statements_top(server_url, FULL_DB, STATEMENTS_MAX).await?;
-        }
-        if last {
-            let empty = PgStore::connect(&store_config(&empty_url, 2)).await?;
-            empty_reads = Some(read_times(cfg, &empty, &limits).await?);
-        }
-    }
+    let Rounds {
+        rounds,
+        empty_reads,
+        statements_empty,
+        statements_full,
+    } = all_rounds(cfg, &limits, server_url, &full_url, statements, postmaster).await?;
     let full = PgStore::connect(&store_config(&full_url, 2)).await?;
     let full_reads = read_times(cfg, &full, &limits).await?;
     let t = Instant::now();
@@ -592,6 +330,61 @@ async fn run_on(
         load_average_start: String::new(),
         load_average_end: String::new(),
         wall_time_s: 0.0,
+    })
+}
+
+/// Every round's pair of measurements, and what only the last round reads.
+struct Rounds {
+    rounds: Vec<RoundResult>,
+    empty_reads: Option<ReadTimes>,
+    statements_empty: Vec<StatementStat>,
+    statements_full: Vec<StatementStat>,
+}
+
+/// The rounds, each measuring both databases in alternating order.
+async fn all_rounds(
+    cfg: &HistoryConfig,
+    limits: &Limits,
+    server_url: &str,
+    full_url: &str,
+    statements: bool,
+    postmaster: Option<u32>,
+) -> Result<Rounds, BenchError> {
+    let mut rounds = Vec::new();
+    let mut empty_reads = None;
+    let (mut statements_empty, mut statements_full) = (Vec::new(), Vec::new());
+    for round in 0..cfg.rounds {
+        let empty_url = courier_store::database_recreate(server_url, EMPTY_DB).await?;
+        let last = round + 1 == cfg.rounds;
+        if statements && last {
+            statements_reset(server_url).await?;
+        }
+        let mut pair = [(EMPTY_DB, empty_url.as_str()), (FULL_DB, full_url)];
+        if round % 2 == 1 {
+            pair.reverse();
+        }
+        for (i, (db, url)) in pair.into_iter().enumerate() {
+            let place = Place {
+                db,
+                round,
+                first: i == 0,
+            };
+            rounds.push(measure(cfg, limits, server_url, url, place, postmaster).await?);
+        }
+        if statements && last {
+            statements_empty = statements_top(server_url, EMPTY_DB, STATEMENTS_MAX).await?;
+            statements_full = statements_top(server_url, FULL_DB, STATEMENTS_MAX).await?;
+        }
+        if last {
+            let empty = PgStore::connect(&store_config(&empty_url, 2)).await?;
+            empty_reads = Some(read_times(cfg, &empty, limits).await?);
+        }
+    }
+    Ok(Rounds {
+        rounds,
+        empty_reads,
+        statements_empty,
+        statements_full,
     })
 }
 
@@ -661,8 +454,9 @@ async fn measure(
         // dead rows of the earlier rounds' churn in its small tables of
         // work in progress, which autovacuum cleans on a server between two
         // bursts but not within the seconds between two rounds. Without
-        // this, the full rounds slow round after round (runs J and J2 in
-        // docs/benchmarks.md) for a reason that is not the history.
+        // this, the full rounds slow round after round (runs J and J2, in
+        // the git history of docs/benchmarks.md) for a reason that is not
+        // the history.
         store.work_tables_vacuum_analyze().await?;
     }
     let stores: Vec<String> = (0..cfg.stores).map(|i| format!("store-{i:03}")).collect();
@@ -672,61 +466,8 @@ async fn measure(
     server_checkpoint(server_url).await?;
     let autovacuum_before = store.autovacuum_passes().await?;
     let counters_before = server_counters(server_url, db).await?;
-    let stub = StubProvider::new();
-    let shutdown = CancellationToken::new();
-    let mut workers = Vec::new();
-    let mut tasks = tokio::task::JoinSet::new();
-    let watch = PhaseWatch::start(postmaster);
-    let t = Instant::now();
-    for i in 0..cfg.workers {
-        let ws = PgStore::connect(&store_config(url, cfg.pool_size_max)).await?;
-        let w = Arc::new(Worker::new(
-            ws,
-            stub.clone(),
-            WorkerConfig {
-                limits: limits.clone(),
-                claim_mode: ClaimMode::Fair,
-                owner: format!("hist-{round}-w{i}"),
-                idle_poll_ms: 20,
-                reconcile: false,
-                // No maintenance: the figures measure the protocol alone.
-                pruner: None,
-                seed: u64::from(i),
-            },
-        ));
-        workers.push(w.clone());
-        let token = shutdown.clone();
-        tasks.spawn(async move { w.run(token).await });
-    }
-    let settled = || -> u64 {
-        workers
-            .iter()
-            .map(|w| w.stats().settled.load(Ordering::Relaxed))
-            .sum()
-    };
-    let deadline = t + Duration::from_secs(cfg.timeout_s);
-    while settled() < u64::from(cfg.backlog) && Instant::now() < deadline {
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-    let c2s = t.elapsed();
-    let claim_to_settle_cpu = watch.finish(u64::from(cfg.backlog)).await?;
-    shutdown.cancel();
-    while let Some(r) = tasks.join_next().await {
-        r?;
-    }
-    if settled() < u64::from(cfg.backlog) || stub.messages() != cfg.backlog as usize {
-        return Err(BenchError::Timeout {
-            what: format!("claim to settle on {db}"),
-            limit: Duration::from_secs(cfg.timeout_s),
-            detail: format!(
-                "{} settled, {} messages of {}",
-                settled(),
-                stub.messages(),
-                cfg.backlog
-            ),
-        });
-    }
-    drop(workers);
+    let (c2s, claim_to_settle_cpu) =
+        claim_to_settle(cfg, limits, url, db, round, postmaster).await?;
     let (merges, merges_cpu) = merge_all(cfg, &store, round, postmaster).await?;
     let autovacuum_passes = store.autovacuum_passes().await? - autovacuum_before;
     // Every backend publishes its counts as it exits.
@@ -747,6 +488,65 @@ async fn measure(
         claim_to_settle_cpu,
         merges_cpu,
     })
+}
+
+/// The backlog claimed and settled by in-process workers with the stub:
+/// how long it took, and the server's CPU meanwhile.
+async fn claim_to_settle(
+    cfg: &HistoryConfig,
+    limits: &Limits,
+    url: &str,
+    db: &str,
+    round: u32,
+    postmaster: Option<u32>,
+) -> Result<(Duration, PhaseCpu), BenchError> {
+    let stub = StubProvider::new();
+    let watch = PhaseWatch::start(postmaster);
+    let t = Instant::now();
+    let mut pool = WorkerPool::start(
+        cfg.workers,
+        &store_config(url, cfg.pool_size_max),
+        |_| stub.clone(),
+        &bench_worker(
+            limits.clone(),
+            ClaimMode::Fair,
+            format!("hist-{round}"),
+            20,
+            0,
+        ),
+    )
+    .await?;
+    // Timed out or not, the workers stop first; the check below names what
+    // was missing.
+    let _ = drain(
+        "claim to settle",
+        Duration::from_secs(cfg.timeout_s).saturating_sub(t.elapsed()),
+        Duration::from_millis(10),
+        async || {
+            Ok(Progress {
+                done: pool.settled(),
+                total: u64::from(cfg.backlog),
+            })
+        },
+    )
+    .await;
+    let c2s = t.elapsed();
+    let claim_to_settle_cpu = watch.finish(u64::from(cfg.backlog)).await?;
+    pool.stop().await?;
+    let settled = pool.settled();
+    if settled < u64::from(cfg.backlog) || stub.messages() != cfg.backlog as usize {
+        return Err(BenchError::Timeout {
+            what: format!("claim to settle on {db}"),
+            limit: Duration::from_secs(cfg.timeout_s),
+            detail: format!(
+                "{} settled, {} messages of {}",
+                settled,
+                stub.messages(),
+                cfg.backlog
+            ),
+        });
+    }
+    Ok((c2s, claim_to_settle_cpu))
 }
 
 /// Merges a `delivered` webhook for every open intent, in batches from

@@ -25,13 +25,17 @@
 //!   statements cover its own span. Over a 30-minute run the two differ by
 //!   one sample interval.
 
-use crate::cpu::{Cores, Roles, Ticks};
+mod report;
+
+pub use report::*;
+
+use crate::cpu::{Cores, Roles, Ticks, STEAL_MAX_CORES};
+use crate::harness::server::{with_cluster, Statements};
+use crate::history_views::HistoryViews;
+use crate::views::{statements_enable, statements_reset, statements_top, StatementStat};
 use crate::{bar, run_dir, BenchError};
 use courier_fake::{FakeConfig, FaultRates, Latency};
-use courier_store::bench_views::{
-    statements_enable, statements_reset, statements_top, StatementStat,
-};
-use courier_store::cluster::{Cluster, StopMode};
+use courier_store::cluster::Cluster;
 use courier_store::{PgStore, StoreConfig};
 use serde::Serialize;
 use std::path::{Path, PathBuf};
@@ -153,159 +157,6 @@ impl SoakConfig {
     }
 }
 
-/// One sample of the run.
-#[derive(Debug, Clone, Serialize)]
-pub struct SoakSample {
-    /// Seconds since the measured span began (negative: warm-up).
-    pub t_s: f64,
-    pub tables_mb: f64,
-    /// The claim statement's p99 over this interval, in milliseconds.
-    pub claim_p99_ms: Option<f64>,
-    /// Resident memory of the workers, mean per worker, in MiB.
-    pub worker_rss_mb: f64,
-    /// Actions in the table (all states), and pending among them.
-    pub actions: i64,
-    pub pending: i64,
-    /// Intents without a final status: the provider's webhooks not merged yet.
-    pub open_intents: i64,
-    pub load_average: String,
-    /// Cumulative claim histogram (`le` seconds, count), summed over workers.
-    #[serde(skip)]
-    pub claim_buckets: Vec<(f64, u64)>,
-    /// Cores used since the sample before, by role.
-    pub cores: Option<Cores>,
-    #[serde(skip)]
-    pub ticks: Ticks,
-}
-
-/// A run is a soak at its offered load only while the fleet keeps up: no
-/// sample of the last third may hold more pending actions, nor more intents
-/// without a final status, than this many seconds of the offered load. (A
-/// fleet that falls behind measures a queue: session 13's fourth run grew
-/// to 161,887 pending at 703/s; webhooks 10 s late also set the reconciler
-/// looking up what they would have merged, `final_overdue_ms`.)
-pub const KEPT_UP_S: f64 = 10.0;
-
-/// A run compares its thirds on the same machine only while the host gives
-/// it the same CPU: no third's mean steal (time the hypervisor ran something
-/// else while this machine wanted its CPUs) may exceed this many cores.
-/// (Session 17's eighth run: steal 0.01 cores in the first third, 0.09 in
-/// the last, up to 0.55 over 10 s from t = 1,500 s on, and the claim p99 of
-/// a 10 s interval rose from 25-40 ms to 56-77 ms with it.)
-pub const STEAL_MAX_CORES: f64 = 0.05;
-
-/// A third of the measured span.
-#[derive(Debug, Clone, Serialize)]
-pub struct Third {
-    pub tables_mb: f64,
-    pub claim_p99_ms: Option<f64>,
-    pub worker_rss_mb: f64,
-    /// The most pending actions, and open intents, at one sample.
-    pub pending_max: i64,
-    pub open_intents_max: i64,
-    /// Cores used, by role, mean over the intervals that end at the third's
-    /// samples.
-    pub cores: Cores,
-    /// Actions enqueued during the third, and the costliest statements
-    /// (empty unless `statements`).
-    pub enqueued: u64,
-    pub statements: Vec<StatementStat>,
-}
-
-#[derive(Debug, Clone, Serialize)]
-pub struct SoakReport {
-    pub rate_per_s: f64,
-    pub capacity_per_s: Option<f64>,
-    /// Cores used, by role, while the probe ran.
-    pub probe_cores: Option<Cores>,
-    pub enqueued: u64,
-    pub samples: Vec<SoakSample>,
-    pub first: Third,
-    pub last: Third,
-    pub tables_ratio: f64,
-    pub claim_p99_ratio: Option<f64>,
-    pub rss_ratio: f64,
-    /// The most pending actions (and open intents) the last third may hold at a sample
-    /// ([`KEPT_UP_S`] of the offered load), and whether it held no more.
-    pub pending_limit: f64,
-    pub kept_up: bool,
-    /// Whether no third's mean steal exceeded [`STEAL_MAX_CORES`].
-    pub host_steady: bool,
-    pub passed: bool,
-    pub wall_time_s: f64,
-}
-
-impl SoakReport {
-    pub fn table(&self) -> String {
-        let mut out = format!("| t (s) | tables MB | claim p99 ms | worker RSS MB | actions | pending | open intents | load average | {CORES_HEAD} |\n|---:|---:|---:|---:|---:|---:|---:|---|---|\n");
-        for s in &self.samples {
-            out.push_str(&format!(
-                "| {:.0} | {:.1} | {} | {:.1} | {} | {} | {} | {} | {} |\n",
-                s.t_s,
-                s.tables_mb,
-                s.claim_p99_ms.map_or("-".into(), |v| format!("{v:.2}")),
-                s.worker_rss_mb,
-                s.actions,
-                s.pending,
-                s.open_intents,
-                s.load_average,
-                s.cores.as_ref().map_or("-".into(), cores_cell),
-            ));
-        }
-        let p99 = |t: &Third| t.claim_p99_ms.map_or("-".into(), |v| format!("{v:.2}"));
-        out.push_str(&format!(
-            "\noffered {:.0} actions/s{} ({} enqueued)\n\n| measure | first third | last third | ratio | target |\n|---|---:|---:|---:|---:|\n| tables + indexes (MB, mean) | {:.1} | {:.1} | {:.2}x | <= 1.10x |\n| claim p99 (ms) | {} | {} | {} | <= 1.20x |\n| worker RSS (MB, mean) | {:.1} | {:.1} | {:.2}x | <= 1.10x |\n| pending (most at a sample) | {} | {} | - | <= {:.0} ({KEPT_UP_S:.0} s of the load) |\n| open intents (most at a sample) | {} | {} | - | <= {:.0} |\n\nkept up with the load: {}\nthe host gave the same CPU: {}\nwithin target: {}\n",
-            self.rate_per_s,
-            self.capacity_per_s.map_or(String::new(), |c| format!(" of a probed capacity of {c:.0}/s")),
-            self.enqueued,
-            self.first.tables_mb, self.last.tables_mb, self.tables_ratio,
-            p99(&self.first), p99(&self.last),
-            self.claim_p99_ratio.map_or("-".into(), |r| format!("{r:.2}x")),
-            self.first.worker_rss_mb, self.last.worker_rss_mb, self.rss_ratio,
-            self.first.pending_max, self.last.pending_max, self.pending_limit,
-            self.first.open_intents_max, self.last.open_intents_max, self.pending_limit,
-            if self.kept_up { "yes" } else { "NO: the figures measure a queue" },
-            if self.host_steady {
-                "yes".to_string()
-            } else {
-                format!(
-                    "NO: the host took CPU (steal {:.2} and {:.2} cores in the thirds, at most {STEAL_MAX_CORES:.2}); the thirds do not compare the courier alone",
-                    self.first.cores.steal, self.last.cores.steal
-                )
-            },
-            self.passed
-        ));
-        for (name, t) in [("first third", &self.first), ("last third", &self.last)] {
-            if !t.statements.is_empty() {
-                out.push_str(&crate::stats::statement_lines(
-                    name,
-                    &t.statements,
-                    t.enqueued,
-                ));
-            }
-        }
-        out.push_str(&format!(
-            "\n| cores used ({CORES_HEAD}) | total |\n|---|---:|\n| probe | {} | {} |\n| first third | {} | {:.2} |\n| last third | {} | {:.2} |\n",
-            self.probe_cores.as_ref().map_or("-".into(), cores_cell),
-            self.probe_cores.map_or("-".into(), |c| format!("{:.2}", c.total())),
-            cores_cell(&self.first.cores),
-            self.first.cores.total(),
-            cores_cell(&self.last.cores),
-            self.last.cores.total(),
-        ));
-        out
-    }
-}
-
-const CORES_HEAD: &str = "cores: workers / serve / postgres / bench / other, steal";
-
-fn cores_cell(c: &Cores) -> String {
-    format!(
-        "{:.2} / {:.2} / {:.2} / {:.2} / {:.2}, {:.2}",
-        c.workers, c.serve, c.postgres, c.bench, c.other, c.steal
-    )
-}
-
 /// A child process, killed when dropped.
 struct Proc {
     child: Child,
@@ -317,19 +168,16 @@ pub async fn run(cfg: &SoakConfig) -> Result<SoakReport, BenchError> {
     cfg.validate().map_err(BenchError::Settings)?;
     let started = Instant::now();
     let dir = run_dir("courier-bench-soak-")?;
-    let mut cluster = Cluster::new(dir.path().join("pg")).setting("synchronous_commit", "off");
-    if cfg.statements && crate::throughput::statements_library_present() {
-        cluster = cluster
-            .setting("shared_preload_libraries", "pg_stat_statements")
-            .setting("pg_stat_statements.track", "all");
-    }
-    let c = cluster.clone();
-    let server_url = tokio::task::spawn_blocking(move || c.start()).await??;
-    let result = run_on(cfg, &server_url, dir.path(), cluster.postmaster_pid()).await;
-    let c = cluster.clone();
-    let stopped = tokio::task::spawn_blocking(move || c.stop(StopMode::Fast)).await?;
-    let mut report = result?;
-    stopped?;
+    let cluster = Cluster::new(dir.path().join("pg")).setting("synchronous_commit", "off");
+    let track = if cfg.statements {
+        Statements::All { planning: false }
+    } else {
+        Statements::Off
+    };
+    let mut report = with_cluster(cluster, track, async |server| {
+        run_on(cfg, &server.url, dir.path(), server.postmaster).await
+    })
+    .await?;
     report.wall_time_s = started.elapsed().as_secs_f64();
     Ok(report)
 }
@@ -571,35 +419,11 @@ async fn sustained(
     let mut owed_since = t0;
     let mut next_sample = t0;
     let mut samples = Vec::new();
-    // The thirds' edges, in the order they come: (seconds into the run, what
-    // happens there); a third's statements are read at its end.
-    let third_s = cfg.duration_s as f64 / 3.0;
-    let edges = [
-        (warmup.as_secs_f64(), Edge::Start(0)),
-        (warmup.as_secs_f64() + third_s, Edge::End(0)),
-        (warmup.as_secs_f64() + 2.0 * third_s, Edge::Start(1)),
-    ];
-    let mut next_edge = 0;
-    let mut thirds: [(u64, Vec<StatementStat>); 2] = Default::default();
-    let mut enqueued_at_start = [0u64; 2];
+    let mut edges = ThirdEdges::new(warmup.as_secs_f64(), cfg.duration_s);
     while t0.elapsed() < total {
-        while next_edge < edges.len() && t0.elapsed().as_secs_f64() >= edges[next_edge].0 {
-            match edges[next_edge].1 {
-                Edge::Start(i) => {
-                    enqueued_at_start[i] = enqueued;
-                    if let Some(server_url) = statements_at {
-                        statements_reset(server_url).await?;
-                    }
-                }
-                Edge::End(i) => {
-                    thirds[i].0 = enqueued - enqueued_at_start[i];
-                    if let Some(server_url) = statements_at {
-                        thirds[i].1 = statements_top(server_url, SOAK_DB, STATEMENTS_MAX).await?;
-                    }
-                }
-            }
-            next_edge += 1;
-        }
+        edges
+            .pass(t0.elapsed().as_secs_f64(), enqueued, statements_at)
+            .await?;
         // Owed by the time passed, not by ticks: a pass that took longer
         // than a tick (a sample, a statements read) must not lose load.
         let now = Instant::now();
@@ -625,10 +449,7 @@ async fn sustained(
         tokio::time::sleep_until(next_tick.into()).await;
     }
     b.finish();
-    thirds[1].0 = enqueued - enqueued_at_start[1];
-    if let Some(server_url) = statements_at {
-        thirds[1].1 = statements_top(server_url, SOAK_DB, STATEMENTS_MAX).await?;
-    }
+    let thirds = edges.finish(enqueued, statements_at).await?;
     Ok(Series {
         samples,
         enqueued,
@@ -640,6 +461,77 @@ async fn sustained(
 enum Edge {
     Start(usize),
     End(usize),
+}
+
+/// The compared thirds' edges, passed in the order they come: the load
+/// each third enqueued, and its statements, read at its end.
+struct ThirdEdges {
+    /// (seconds into the run, what happens there).
+    edges: [(f64, Edge); 3],
+    next: usize,
+    thirds: [(u64, Vec<StatementStat>); 2],
+    enqueued_at_start: [u64; 2],
+}
+
+impl ThirdEdges {
+    fn new(warmup_s: f64, duration_s: u64) -> Self {
+        let third_s = duration_s as f64 / 3.0;
+        ThirdEdges {
+            edges: [
+                (warmup_s, Edge::Start(0)),
+                (warmup_s + third_s, Edge::End(0)),
+                (warmup_s + 2.0 * third_s, Edge::Start(1)),
+            ],
+            next: 0,
+            thirds: Default::default(),
+            enqueued_at_start: [0; 2],
+        }
+    }
+
+    /// Acts on every edge up to `elapsed_s`.
+    async fn pass(
+        &mut self,
+        elapsed_s: f64,
+        enqueued: u64,
+        statements_at: Option<&str>,
+    ) -> Result<(), BenchError> {
+        while self.next < self.edges.len() && elapsed_s >= self.edges[self.next].0 {
+            match self.edges[self.next].1 {
+                Edge::Start(i) => {
+                    self.enqueued_at_start[i] = enqueued;
+                    if let Some(server_url) = statements_at {
+                        statements_reset(server_url).await?;
+                    }
+                }
+                Edge::End(i) => self.end(i, enqueued, statements_at).await?,
+            }
+            self.next += 1;
+        }
+        Ok(())
+    }
+
+    async fn end(
+        &mut self,
+        i: usize,
+        enqueued: u64,
+        statements_at: Option<&str>,
+    ) -> Result<(), BenchError> {
+        self.thirds[i].0 = enqueued - self.enqueued_at_start[i];
+        if let Some(server_url) = statements_at {
+            self.thirds[i].1 = statements_top(server_url, SOAK_DB, STATEMENTS_MAX).await?;
+        }
+        Ok(())
+    }
+
+    /// Ends the last third at the run's end.
+    async fn finish(
+        mut self,
+        enqueued: u64,
+        statements_at: Option<&str>,
+    ) -> Result<[(u64, Vec<StatementStat>); 2], BenchError> {
+        self.end(1, enqueued, statements_at).await?;
+        Ok(self.thirds)
+    }
 }
 
 async fn sample(
@@ -673,7 +565,7 @@ async fn sample(
         actions,
         pending: counts.get("actions.pending"),
         open_intents: counts.open_intents(),
-        load_average: crate::history::load_average(),
+        load_average: crate::cpu::load_average(),
         claim_buckets: buckets,
         cores: None,
         ticks,
@@ -713,117 +605,6 @@ fn add_buckets(into: &mut Vec<(f64, u64)>, more: &[(f64, u64)]) {
         }
     }
     into.sort_by(|a, b| a.0.total_cmp(&b.0));
-}
-
-/// The 99th percentile, in milliseconds, of the observations between two
-/// cumulative histograms, interpolated linearly inside its bucket; `None`
-/// without observations.
-pub fn p99_between(before: &[(f64, u64)], after: &[(f64, u64)]) -> Option<f64> {
-    let count = |h: &[(f64, u64)], le: f64| h.iter().find(|(l, _)| *l == le).map_or(0, |(_, n)| *n);
-    let delta: Vec<(f64, u64)> = after
-        .iter()
-        .map(|(le, n)| (*le, n.saturating_sub(count(before, *le))))
-        .collect();
-    let total = delta.last()?.1;
-    if total == 0 {
-        return None;
-    }
-    let rank = total as f64 * 0.99;
-    let mut lower = (0.0, 0u64);
-    for (le, n) in &delta {
-        if *n as f64 >= rank {
-            if le.is_infinite() {
-                return Some(lower.0 * 1e3);
-            }
-            let inside = (*n - lower.1).max(1) as f64;
-            let frac = (rank - lower.1 as f64) / inside;
-            return Some((lower.0 + (le - lower.0) * frac) * 1e3);
-        }
-        lower = (*le, *n);
-    }
-    None
-}
-
-fn judge(
-    cfg: &SoakConfig,
-    mut samples: Vec<SoakSample>,
-    rate: f64,
-    capacity: Option<f64>,
-    enqueued: u64,
-) -> SoakReport {
-    for i in 1..samples.len() {
-        samples[i].claim_p99_ms =
-            p99_between(&samples[i - 1].claim_buckets, &samples[i].claim_buckets);
-        samples[i].cores = Cores::between(
-            &samples[i - 1].ticks,
-            &samples[i].ticks,
-            samples[i].t_s - samples[i - 1].t_s,
-        );
-    }
-    let span = cfg.duration_s as f64;
-    let third = |lo: f64, hi: f64| -> Third {
-        let idx: Vec<usize> = (0..samples.len())
-            .filter(|&i| samples[i].t_s >= lo && samples[i].t_s < hi)
-            .collect();
-        let mean_of = |f: fn(&SoakSample) -> f64| {
-            idx.iter().map(|&i| f(&samples[i])).sum::<f64>() / idx.len().max(1) as f64
-        };
-        let p99 = match (idx.first(), idx.last()) {
-            (Some(&a), Some(&b)) if a > 0 => {
-                p99_between(&samples[a - 1].claim_buckets, &samples[b].claim_buckets)
-            }
-            _ => None,
-        };
-        Third {
-            tables_mb: mean_of(|s| s.tables_mb),
-            claim_p99_ms: p99,
-            worker_rss_mb: mean_of(|s| s.worker_rss_mb),
-            pending_max: idx.iter().map(|&i| samples[i].pending).max().unwrap_or(0),
-            open_intents_max: idx
-                .iter()
-                .map(|&i| samples[i].open_intents)
-                .max()
-                .unwrap_or(0),
-            cores: Cores::mean(idx.iter().filter_map(|&i| samples[i].cores.as_ref())),
-            enqueued: 0,
-            statements: Vec::new(),
-        }
-    };
-    let first = third(0.0, span / 3.0);
-    let last = third(span * 2.0 / 3.0, span + 1.0);
-    let tables_ratio = crate::stats::ratio(last.tables_mb, first.tables_mb);
-    let rss_ratio = crate::stats::ratio(last.worker_rss_mb, first.worker_rss_mb);
-    let claim_p99_ratio = match (first.claim_p99_ms, last.claim_p99_ms) {
-        (Some(a), Some(b)) => Some(crate::stats::ratio(b, a)),
-        _ => None,
-    };
-    let pending_limit = rate * KEPT_UP_S;
-    let kept_up = (last.pending_max.max(last.open_intents_max) as f64) <= pending_limit;
-    let host_steady = [&first, &last]
-        .iter()
-        .all(|t| t.cores.steal <= STEAL_MAX_CORES);
-    let passed = kept_up
-        && host_steady
-        && tables_ratio <= 1.10
-        && rss_ratio <= 1.10
-        && claim_p99_ratio.is_some_and(|r| r <= 1.20);
-    SoakReport {
-        rate_per_s: rate,
-        capacity_per_s: capacity,
-        probe_cores: None,
-        enqueued,
-        samples,
-        first,
-        last,
-        tables_ratio,
-        claim_p99_ratio,
-        rss_ratio,
-        pending_limit,
-        kept_up,
-        host_steady,
-        passed,
-        wall_time_s: 0.0,
-    }
 }
 
 #[cfg(test)]
