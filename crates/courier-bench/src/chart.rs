@@ -330,7 +330,10 @@ fn draw_scale(report: &ScaleReport, path: &Path) -> Result<(), String> {
     let (left, right) = body.split_horizontally(580);
     let first_active = report.rows.first().map_or(0, |r| r.active);
     let (line, many): (Vec<&ScaleRow>, Vec<&ScaleRow>) =
-        report.rows.iter().partition(|r| r.active == first_active);
+        report
+            .rows
+            .iter()
+            .partition(|r| r.active == first_active && r.scheduled == 0);
     let rate = |r: &ScaleRow| r.drain_per_s;
     scale_panel(
         &left,
@@ -414,7 +417,11 @@ fn scale_panel(
                     c.filled(),
                 )))
                 .map_err(|x| e(&x))?
-                .label(format!("{name}, {} active", r.active))
+                .label(if r.scheduled > 0 {
+                    format!("{name}, {} active, {} scheduled", r.active, r.scheduled)
+                } else {
+                    format!("{name}, {} active", r.active)
+                })
                 .legend(move |(x, y)| TriangleMarker::new((x + 6, y), 6, c.filled()));
         }
     }

@@ -10,9 +10,11 @@
 //!
 //! Rows: stores registered 100, 10,000, 100,000 and 1,000,000 with 100
 //! active; then 10,000 active stores, each with a backlog, and the same
-//! number of actions. Targets: the drain rate with the most stores
-//! registered is at least 0.9x the rate with the fewest, and with 10,000
-//! active at least 0.9x the rate with 100 active.
+//! number of actions; then the first row's shape holding 1,000,000 more
+//! actions scheduled for tomorrow (spread over its active stores). Targets:
+//! the drain rate with the most stores registered is at least 0.9x the rate
+//! with the fewest, with 10,000 active at least 0.9x the rate with 100
+//! active, and with the scheduled actions at least 0.9x the rate without.
 //!
 //! **Time slices.** On a shared machine the load from other work comes and
 //! goes in bursts of seconds to minutes, so draining one row after another
@@ -72,8 +74,12 @@ pub struct ScaleConfig {
     /// Stores registered in each row with `active` stores with work.
     pub registered: Vec<u32>,
     pub active: u32,
-    /// Active stores of the last row (each with a backlog); 0 leaves it out.
+    /// Active stores of the many-active row (each with a backlog); 0 leaves
+    /// it out.
     pub many_active: u32,
+    /// Actions scheduled for tomorrow in the last row (the first row's
+    /// shape); 0 leaves it out.
+    pub scheduled: u32,
     /// Each row's backlog, enough to outlast its slices.
     pub actions: u32,
     /// Concurrent claimers, each with its own connection pool.
@@ -94,6 +100,7 @@ impl ScaleConfig {
             registered: vec![100, 10_000, 100_000, 1_000_000],
             active: 100,
             many_active: 10_000,
+            scheduled: 1_000_000,
             actions: 200_000,
             claimers: 2,
             claim_batch_max: 16,
@@ -111,6 +118,7 @@ impl ScaleConfig {
             registered: vec![10, 2_000],
             active: 10,
             many_active: 200,
+            scheduled: 2_000,
             actions: 4_000,
             slices: 2,
             slice_ms: 200,
@@ -135,6 +143,9 @@ impl ScaleConfig {
         if self.many_active > 100_000 {
             return Err("--many-active must be within 0..=100000".into());
         }
+        if self.scheduled > 2_000_000 {
+            return Err("--scheduled must be within 0..=2000000".into());
+        }
         let most = self.active.max(self.many_active);
         if self.actions < most || self.actions > 1_000_000 {
             return Err("--actions must be within the active stores' count..=1000000".into());
@@ -157,10 +168,18 @@ impl ScaleConfig {
         Ok(())
     }
 
-    fn shapes(&self) -> Vec<(u32, u32)> {
-        let mut v: Vec<(u32, u32)> = self.registered.iter().map(|r| (*r, self.active)).collect();
+    /// (registered, active, scheduled) of each row.
+    fn shapes(&self) -> Vec<(u32, u32, u32)> {
+        let mut v: Vec<(u32, u32, u32)> = self
+            .registered
+            .iter()
+            .map(|r| (*r, self.active, 0))
+            .collect();
         if self.many_active > 0 {
-            v.push((self.many_active, self.many_active));
+            v.push((self.many_active, self.many_active, 0));
+        }
+        if self.scheduled > 0 {
+            v.push((self.registered[0], self.active, self.scheduled));
         }
         v
     }
@@ -171,6 +190,8 @@ impl ScaleConfig {
 pub struct ScaleRow {
     pub registered: u32,
     pub active: u32,
+    /// Actions scheduled for tomorrow beside the backlog.
+    pub scheduled: u32,
     pub actions: u64,
     /// Claims that took at least one action.
     pub claims: u64,
@@ -210,6 +231,9 @@ pub struct ScaleReport {
     pub registered_ratio: f64,
     /// Drain rate with many active stores over the first row's.
     pub active_ratio: Option<f64>,
+    /// Drain rate with the scheduled actions over the first row's (the same
+    /// shape without them).
+    pub scheduled_ratio: Option<f64>,
     pub within_target: bool,
     pub chart: Option<PathBuf>,
     pub wall_time_s: f64,
@@ -221,13 +245,14 @@ impl ScaleReport {
             "seed {} · {} claimers · claims of {} (fair, intent written) · {} per store in flight · synchronous_commit off · {} slices of {} ms per row\n\n",
             self.seed, self.claimers, self.claim_batch_max, self.store_in_flight_max, self.slices, self.slice_ms
         );
-        out.push_str("| stores registered | active | settled | claims | claim p50 ms | claim p99 ms | drained per s | slices: slowest - fastest per s | database us per action | one claim: buffers | one claim: execution ms | seeding s |\n");
-        out.push_str("|---:|---:|---:|---:|---:|---:|---:|---|---:|---:|---:|---:|\n");
+        out.push_str("| stores registered | active | scheduled | settled | claims | claim p50 ms | claim p99 ms | drained per s | slices: slowest - fastest per s | database us per action | one claim: buffers | one claim: execution ms | seeding s |\n");
+        out.push_str("|---:|---:|---:|---:|---:|---:|---:|---:|---|---:|---:|---:|---:|\n");
         for r in &self.rows {
             out.push_str(&format!(
-                "| {} | {} | {} | {} | {:.2} | {:.2} | {:.0} | {:.0} - {:.0} | {} | {} | {:.2} | {:.1} |\n",
+                "| {} | {} | {} | {} | {} | {:.2} | {:.2} | {:.0} | {:.0} - {:.0} | {} | {} | {:.2} | {:.1} |\n",
                 r.registered,
                 r.active,
+                r.scheduled,
                 r.actions,
                 r.claims,
                 r.claim.p50_ms,
@@ -251,9 +276,18 @@ impl ScaleReport {
                 self.rows.first().map_or(0, |r| r.active)
             ));
         }
+        if let Some(s) = self.scheduled_ratio {
+            out.push_str(&format!(
+                "drain rate, with {} actions scheduled for tomorrow vs without: {s:.2}x (target >= {DRAIN_RATIO_MIN:.2}x)\n",
+                self.rows.last().map_or(0, |r| r.scheduled)
+            ));
+        }
         for r in self.rows.iter().filter(|r| !r.statements.is_empty()) {
             out.push_str(&crate::stats::statement_lines(
-                &format!("{} registered, {} active", r.registered, r.active),
+                &format!(
+                    "{} registered, {} active, {} scheduled",
+                    r.registered, r.active, r.scheduled
+                ),
                 &r.statements,
                 r.actions,
             ));
@@ -278,8 +312,8 @@ pub async fn run(cfg: &ScaleConfig) -> Result<ScaleReport, BenchError> {
         let statements = server.statements_loaded && statements_enable(&url).await?;
         let shapes = cfg.shapes();
         let mut rows = Vec::new();
-        for (k, (registered, active)) in shapes.iter().enumerate() {
-            rows.push(Row::seed(cfg, &url, k, *registered, *active).await?);
+        for (k, shape) in shapes.iter().enumerate() {
+            rows.push(Row::seed(cfg, &url, k, *shape).await?);
         }
         if statements {
             statements_reset(&url).await?;
@@ -301,8 +335,11 @@ pub async fn run(cfg: &ScaleConfig) -> Result<ScaleReport, BenchError> {
     let first = rows.first().map_or(f64::NAN, |r| r.drain_per_s);
     let registered_ratio = ratio(rows[n - 1].drain_per_s, first);
     let active_ratio = (cfg.many_active > 0).then(|| ratio(rows[n].drain_per_s, first));
-    let within_target =
-        registered_ratio >= DRAIN_RATIO_MIN && active_ratio.is_none_or(|a| a >= DRAIN_RATIO_MIN);
+    let scheduled_ratio = (cfg.scheduled > 0)
+        .then(|| ratio(rows.last().map_or(f64::NAN, |r| r.drain_per_s), first));
+    let within_target = registered_ratio >= DRAIN_RATIO_MIN
+        && active_ratio.is_none_or(|a| a >= DRAIN_RATIO_MIN)
+        && scheduled_ratio.is_none_or(|s| s >= DRAIN_RATIO_MIN);
     let mut report = ScaleReport {
         seed: cfg.seed,
         claimers: cfg.claimers,
@@ -313,6 +350,7 @@ pub async fn run(cfg: &ScaleConfig) -> Result<ScaleReport, BenchError> {
         rows,
         registered_ratio,
         active_ratio,
+        scheduled_ratio,
         within_target,
         chart: None,
         wall_time_s: 0.0,
@@ -330,6 +368,7 @@ fn active_names(n: u32) -> Vec<String> {
 struct Row {
     registered: u32,
     active: u32,
+    scheduled: u32,
     seed_s: f64,
     claim_buffers: u64,
     claim_exec_ms: f64,
@@ -347,8 +386,7 @@ impl Row {
         cfg: &ScaleConfig,
         server_url: &str,
         k: usize,
-        registered: u32,
-        active: u32,
+        (registered, active, scheduled): (u32, u32, u32),
     ) -> Result<Row, BenchError> {
         let seeding = Instant::now();
         let url = courier_store::database_recreate(server_url, &format!("{DATABASE}_{k}")).await?;
@@ -359,6 +397,11 @@ impl Row {
         store
             .actions_enqueue_bulk(&active_names(active), cfg.actions)
             .await?;
+        if scheduled > 0 {
+            store
+                .actions_seed_scheduled(&active_names(active), scheduled)
+                .await?;
+        }
         store.tables_analyze().await?;
         let seed_s = seeding.elapsed().as_secs_f64();
         let batch = i64::from(cfg.claim_batch_max);
@@ -374,6 +417,7 @@ impl Row {
         Ok(Row {
             registered,
             active,
+            scheduled,
             seed_s,
             claim_buffers,
             claim_exec_ms,
@@ -457,6 +501,7 @@ impl Row {
         Ok(ScaleRow {
             registered: self.registered,
             active: self.active,
+            scheduled: self.scheduled,
             actions: self.settled,
             claims: self.rtts.len() as u64,
             claim,

@@ -294,6 +294,12 @@ pub(crate) trait BenchViews {
     /// Refreshes the planner's statistics of every table (after a bulk load).
     async fn tables_analyze(&self) -> Result<(), StoreError>;
 
+    /// Inserts `n` actions scheduled for tomorrow (a millisecond apart,
+    /// from a day ahead), spread over `stores` (registered), in one
+    /// statement: `scheduled` rows with their `actions_scheduled` rows, as
+    /// the enqueue makes them.
+    async fn actions_seed_scheduled(&self, stores: &[String], n: u32) -> Result<u64, StoreError>;
+
     /// Creates the pgbench ceiling's job table with `rows` pending jobs
     /// (dropping an earlier one) and a partial index on the pending ones
     /// (the shape of courier's FIFO index before migration 12).
@@ -304,6 +310,20 @@ pub(crate) trait BenchViews {
 }
 
 impl BenchViews for PgStore {
+    async fn actions_seed_scheduled(&self, stores: &[String], n: u32) -> Result<u64, StoreError> {
+        let client = self.client().await?;
+        Ok(client
+            .execute(
+                "INSERT INTO actions (uid, store, recipient, body, state, not_before)
+                 SELECT gen_random_uuid(), ($1::text[])[1 + g % cardinality($1::text[])],
+                        '+15551234567', 'tomorrow ' || g, 'scheduled',
+                        now() + interval '1 day' + g * interval '1 millisecond'
+                 FROM generate_series(1, $2::bigint) AS g",
+                &[&stores, &i64::from(n)],
+            )
+            .await?)
+    }
+
     async fn latencies_enqueue_to_accepted(&self) -> Result<Vec<ActionLatency>, StoreError> {
         let client = self.client().await?;
         let rows = client

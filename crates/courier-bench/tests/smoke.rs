@@ -184,8 +184,16 @@ async fn scale_smoke_drains_every_shape_and_writes_the_chart() {
     cfg.progress = false;
     let mut r = scale::run(&cfg).await.expect("the smoke run completes");
     courier_bench::chart::write_scale(&mut r, &chart).expect("the chart is drawn");
-    let shapes: Vec<(u32, u32)> = r.rows.iter().map(|x| (x.registered, x.active)).collect();
-    assert_eq!(shapes, vec![(10, 10), (2_000, 10), (200, 200)]);
+    let shapes: Vec<(u32, u32, u32)> = r
+        .rows
+        .iter()
+        .map(|x| (x.registered, x.active, x.scheduled))
+        .collect();
+    assert_eq!(
+        shapes,
+        vec![(10, 10, 0), (2_000, 10, 0), (200, 200, 0), (10, 10, 2_000)]
+    );
+    assert!(r.scheduled_ratio.is_some_and(|s| s > 0.0), "{r:?}");
     for row in &r.rows {
         assert!(
             row.actions > 0 && row.actions < u64::from(cfg.actions),

@@ -63,6 +63,10 @@ struct ScaleArgs {
     /// (default 10000; 200 with --smoke).
     #[arg(long)]
     many_active: Option<u32>,
+    /// Actions scheduled for tomorrow in one more row of the first row's
+    /// shape; 0 leaves it out (default 1000000; 2000 with --smoke).
+    #[arg(long)]
+    scheduled: Option<u32>,
     /// Each row's backlog; it must outlast the row's slices (default
     /// 200000; 4000 with --smoke).
     #[arg(long)]
@@ -549,6 +553,7 @@ async fn run_scale(a: ScaleArgs) -> anyhow::Result<ExitCode> {
         registered => registered,
         active => active,
         many_active => many_active,
+        scheduled => scheduled,
         actions => actions,
         claimers => claimers,
         claim_batch_max => claim_batch_max,
