@@ -329,11 +329,10 @@ fn draw_scale(report: &ScaleReport, path: &Path) -> Result<(), String> {
     let body = titled(&root, title)?;
     let (left, right) = body.split_horizontally(580);
     let first_active = report.rows.first().map_or(0, |r| r.active);
-    let (line, many): (Vec<&ScaleRow>, Vec<&ScaleRow>) =
-        report
-            .rows
-            .iter()
-            .partition(|r| r.active == first_active && r.scheduled == 0);
+    let (line, many): (Vec<&ScaleRow>, Vec<&ScaleRow>) = report
+        .rows
+        .iter()
+        .partition(|r| r.active == first_active && r.scheduled == 0);
     let rate = |r: &ScaleRow| r.drain_per_s;
     scale_panel(
         &left,

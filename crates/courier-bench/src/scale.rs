@@ -335,8 +335,8 @@ pub async fn run(cfg: &ScaleConfig) -> Result<ScaleReport, BenchError> {
     let first = rows.first().map_or(f64::NAN, |r| r.drain_per_s);
     let registered_ratio = ratio(rows[n - 1].drain_per_s, first);
     let active_ratio = (cfg.many_active > 0).then(|| ratio(rows[n].drain_per_s, first));
-    let scheduled_ratio = (cfg.scheduled > 0)
-        .then(|| ratio(rows.last().map_or(f64::NAN, |r| r.drain_per_s), first));
+    let scheduled_ratio =
+        (cfg.scheduled > 0).then(|| ratio(rows.last().map_or(f64::NAN, |r| r.drain_per_s), first));
     let within_target = registered_ratio >= DRAIN_RATIO_MIN
         && active_ratio.is_none_or(|a| a >= DRAIN_RATIO_MIN)
         && scheduled_ratio.is_none_or(|s| s >= DRAIN_RATIO_MIN);

@@ -119,7 +119,9 @@ fn rank(s: ActionState) -> u8 {
         ActionState::Pending => 1,
         ActionState::Claimed => 2,
         ActionState::Dispatched => 3,
-        ActionState::Done | ActionState::Failed | ActionState::Cancelled | ActionState::Expired => 4,
+        ActionState::Done | ActionState::Failed | ActionState::Cancelled | ActionState::Expired => {
+            4
+        }
     }
 }
 

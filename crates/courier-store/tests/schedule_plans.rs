@@ -101,7 +101,10 @@ async fn actions_scheduled_for_tomorrow_cost_todays_claims_and_ticks_nothing() {
         "the fair claim read {claim} buffers with the actions scheduled, {baseline} with them cancelled"
     );
     assert!(tick < 50, "a tick with nothing due read {tick} buffers");
-    assert!(expire < 50, "an expiry tick with nothing due read {expire} buffers");
+    assert!(
+        expire < 50,
+        "an expiry tick with nothing due read {expire} buffers"
+    );
     let promoted: i32 = c
         .query_one("SELECT courier.promote_due(1000)", &[])
         .await
