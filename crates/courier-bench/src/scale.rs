@@ -600,7 +600,11 @@ mod tests {
     fn defaults_and_smoke_settings_are_valid() {
         assert_eq!(ScaleConfig::new(1).validate(), Ok(()));
         assert_eq!(ScaleConfig::smoke(1).validate(), Ok(()));
-        assert_eq!(ScaleConfig::new(1).shapes().len(), 5);
+        let shapes = ScaleConfig::new(1).shapes();
+        assert_eq!(shapes.len(), 6);
+        // The last row is the first one's shape with the scheduled actions.
+        assert_eq!(shapes[5], (shapes[0].0, shapes[0].1, 1_000_000));
+        assert!(shapes[..5].iter().all(|s| s.2 == 0));
     }
 
     #[test]
@@ -620,6 +624,13 @@ mod tests {
                     ..base.clone()
                 },
                 "--actions",
+            ),
+            (
+                ScaleConfig {
+                    scheduled: 2_000_001,
+                    ..base.clone()
+                },
+                "--scheduled",
             ),
             (
                 ScaleConfig {

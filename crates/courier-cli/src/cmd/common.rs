@@ -156,6 +156,16 @@ pub struct LimitArgs {
     /// Report open intents older than this percentage of the key retention.
     #[arg(long, default_value_t = Limits::default().intent_age_alert_percent)]
     pub intent_age_alert_percent: u32,
+    /// How long after a request the provider's lookup may still answer "not
+    /// found" (at least the provider's lag): past an action's expires_at, a
+    /// "not found" ends it expired only this long (plus a request's
+    /// time-out) after the deadline.
+    #[arg(long, default_value_t = Limits::default().lookup_lag_ms)]
+    pub lookup_lag_ms: u64,
+    /// How often the worker makes due scheduled actions pending and expires
+    /// unclaimed ones past their deadline (1..=1000).
+    #[arg(long, default_value_t = Limits::default().schedule_tick_ms)]
+    pub schedule_tick_ms: u64,
 }
 
 impl LimitArgs {
@@ -171,6 +181,8 @@ impl LimitArgs {
             final_overdue_ms: self.final_overdue_ms,
             key_retention_s: self.key_retention_s,
             intent_age_alert_percent: self.intent_age_alert_percent,
+            lookup_lag_ms: self.lookup_lag_ms,
+            schedule_tick_ms: self.schedule_tick_ms,
             ..Limits::default()
         };
         l.validate()?;
