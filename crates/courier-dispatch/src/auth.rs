@@ -30,7 +30,7 @@ use std::sync::{Arc, RwLock, Weak};
 use std::time::Duration;
 use subtle::ConstantTimeEq;
 
-use crate::server::ApiError;
+use crate::api_error::ApiError;
 
 /// How often each process checks whether the tokens changed.
 pub const REFRESH_MS: u64 = 250;

@@ -12,6 +12,7 @@
 //! - [`metrics`], [`dashboard`], [`openapi`]: operating courier: Prometheus
 //!   metrics, the live dashboard, the API's OpenAPI description.
 
+mod api_error;
 pub mod auth;
 #[cfg(feature = "negative-controls")]
 pub mod broken;

@@ -17,6 +17,7 @@
 //!   within `request_timeout`. At most `connections_max` connections are
 //!   served at once; more wait in the kernel's accept queue.
 
+pub use crate::api_error::ApiError;
 use crate::auth::{Auth, Caller};
 use crate::group_commit::GroupCommit;
 use axum::body::Bytes;
@@ -68,87 +69,6 @@ struct AppState {
     auth: Auth,
     /// Webhook merges, committed together (each answered after its commit).
     webhooks: GroupCommit<WebhookIn, Result<MergeOutcome, StoreError>>,
-}
-
-/// An error answer: a status and `{"error": code, "message": text}`.
-#[derive(Debug)]
-pub struct ApiError {
-    status: StatusCode,
-    code: &'static str,
-    message: String,
-    /// The request's field at fault, when one is.
-    field: Option<String>,
-    /// The item of a batch at fault (0-based), when one is.
-    index: Option<usize>,
-}
-
-impl ApiError {
-    pub fn new(status: StatusCode, code: &'static str, message: impl Into<String>) -> Self {
-        ApiError {
-            status,
-            code,
-            message: message.into(),
-            field: None,
-            index: None,
-        }
-    }
-    fn at(mut self, field: Option<String>, index: Option<usize>) -> Self {
-        self.field = field;
-        self.index = index;
-        self
-    }
-    fn bad(code: &'static str, message: impl Into<String>) -> Self {
-        Self::new(StatusCode::BAD_REQUEST, code, message)
-    }
-    pub fn unauthorized() -> Self {
-        ApiError::new(
-            StatusCode::UNAUTHORIZED,
-            "unauthorized",
-            "missing or wrong bearer token",
-        )
-    }
-    pub fn status(&self) -> StatusCode {
-        self.status
-    }
-    pub fn code(&self) -> &'static str {
-        self.code
-    }
-}
-
-impl IntoResponse for ApiError {
-    fn into_response(self) -> Response {
-        let mut body = json!({"error": self.code, "message": self.message});
-        if let Some(field) = self.field {
-            body["field"] = json!(field);
-        }
-        if let Some(index) = self.index {
-            body["index"] = json!(index);
-        }
-        (self.status, Json(body)).into_response()
-    }
-}
-
-impl From<StoreError> for ApiError {
-    fn from(e: StoreError) -> Self {
-        match e {
-            StoreError::Unavailable(m) => {
-                tracing::warn!(error = m, "database unavailable");
-                ApiError::new(
-                    StatusCode::SERVICE_UNAVAILABLE,
-                    "unavailable",
-                    "the database is unavailable; retry",
-                )
-            }
-            StoreError::Query(m) => {
-                tracing::error!(error = m, "database error");
-                ApiError::new(
-                    StatusCode::INTERNAL_SERVER_ERROR,
-                    "internal",
-                    "internal error",
-                )
-            }
-        }
-    }
 }
 
 fn body_or_error(body: Result<Bytes, BytesRejection>) -> Result<Bytes, ApiError> {

@@ -114,6 +114,7 @@ mod replication;
 mod report;
 pub mod run_views;
 mod settle;
+mod switches;
 mod token;
 mod views;
 

@@ -6,31 +6,10 @@
 //!
 //! # Invariants
 //! - Nothing outside a test sets a switch: without the feature there is no
-//!   switch to set, and [`Switches`] is all off.
+//!   switch to set, and `Switches` (in `switches.rs`) is all off.
 
 use crate::pool::PgStore;
-
-/// Which rules a store breaks on purpose. All off, always, without the
-/// `negative-controls` feature.
-#[derive(Debug, Clone, Copy, Default)]
-// Without the feature the sweep's broken statement is not compiled, so
-// nothing reads its switch.
-#[cfg_attr(not(feature = "negative-controls"), allow(dead_code))]
-pub(crate) struct Switches {
-    /// Merges lock their action rows whatever the rows' state
-    /// (`PgStore::with_merges_locking_claimed_actions`).
-    pub merges_lock_claimed_actions: bool,
-    /// Merges commit although some of their event ids were recorded by
-    /// another transaction after they looked
-    /// (`PgStore::with_merges_ignoring_ids_recorded_meanwhile`).
-    pub merges_ignore_ids_recorded_meanwhile: bool,
-    /// The sweep of `store_work` checks for work without locking first
-    /// (`PgStore::with_store_work_sweep_unlocked`).
-    pub store_work_sweep_unlocked: bool,
-    /// Claims leave the plan to the server instead of forcing the generic
-    /// one (`PgStore::with_claim_custom_plans`).
-    pub claim_custom_plans: bool,
-}
+pub(crate) use crate::switches::Switches;
 
 impl PgStore {
     /// The rules this store breaks on purpose: none, outside a negative

@@ -36,7 +36,7 @@ pub struct PgStore {
     /// The rules broken on purpose in a negative control (`negative`,
     /// feature `negative-controls`, tests only).
     #[cfg(feature = "negative-controls")]
-    pub(crate) switches: crate::negative::Switches,
+    pub(crate) switches: crate::switches::Switches,
 }
 
 /// How to connect.
