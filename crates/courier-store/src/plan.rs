@@ -10,7 +10,8 @@
 ///   ANALYZE of a table it reads. The server judged the fair claim's
 ///   generic plan costlier than its custom ones and planned it afresh on
 ///   every call, 1.3-1.4 ms of planning against 1.4 ms executing (`courier
-///   bench fairness`'s statements, docs/benchmarks.md; FIFO's claim 27 us).
+///   bench fairness`'s statements, in the git history of docs/benchmarks.md;
+///   FIFO's claim 27 us).
 ///   The settle's two statements, planned per call, cost 0.19 and 0.23 ms of
 ///   planning for a batch of one, against 0.05 and 0.6 ms executing.
 /// - **Read by key**: no sequential scan, hash join or merge join. A

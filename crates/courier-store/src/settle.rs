@@ -132,7 +132,7 @@ impl PgStore {
         // planned per call, the two statements spent 0.4 ms planning a
         // batch of one; left to the server, a generic plan made while the
         // tables were young joined the batch to `actions` by a sequential
-        // scan until the next analyse (docs/benchmarks.md). The settings
+        // scan until the next analyse (measured in an investigation that docs/benchmarks.md kept until issue 45; see its git history). The settings
         // leave with the fence, in one round trip (`biased`: sent in this
         // order).
         let (set, held) = tokio::join!(

@@ -436,7 +436,8 @@ pub const EVENTS_NEWEST_OF_KIND: &str = "SELECT id,
 /// events of which none of the kind asked for. Asking for the rows of a kind
 /// directly still let a common kind walk the primary key, which costs what
 /// lies between the newest event and the newest of that kind: 385 ms when
-/// the newest 500,000 events were of another kind (docs/benchmarks.md).
+/// the newest 500,000 events were of another kind (an investigation in the git
+/// history of docs/benchmarks.md).
 async fn snapshot_events(tx: &ReadTx<'_>, q: &SnapshotQuery) -> Result<Vec<EventRow>, StoreError> {
     let mut kinds = q.event_kinds.clone();
     kinds.sort();
