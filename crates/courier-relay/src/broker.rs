@@ -345,30 +345,27 @@ impl Broker {
 
     /// Reads every message of the stream once, through a temporary consumer
     /// that acknowledges nothing, and counts the copies of each event.
+    ///
+    /// Every request here can fail while the cluster settles after a fault
+    /// (503 "JetStream system temporarily unavailable", no responders while
+    /// the stream elects a leader): each is tried again until `deadline`.
     pub async fn census(&self, deadline: Duration) -> Result<Census, BrokerError> {
         let started = Instant::now();
-        // Every request here can fail while the cluster settles after a
-        // fault (503 "JetStream system temporarily unavailable", no
-        // responders while the stream elects a leader): each is tried again
-        // until the deadline.
-        let (stream, total) = loop {
-            let looked_up = match self.js.get_stream(&self.names.stream).await {
-                Ok(mut stream) => match stream.info().await {
-                    Ok(info) => Ok(info.state.messages),
-                    Err(e) => Err(request("stream info")(e.to_string())),
-                }
-                .map(|total| (stream, total)),
-                Err(e) => Err(request("stream lookup")(e.to_string())),
-            };
-            match looked_up {
-                Ok(found) => break found,
-                Err(e) if started.elapsed() < deadline => {
-                    tracing::debug!(error = %e, "census: stream not readable yet; trying again");
-                    tokio::time::sleep(CENSUS_RETRY_AFTER).await;
-                }
-                Err(e) => return Err(e),
-            }
-        };
+        let (stream, total) = until_deadline(started, deadline, || async {
+            let mut stream = self
+                .js
+                .get_stream(&self.names.stream)
+                .await
+                .map_err(|e| request("stream lookup")(e.to_string()))?;
+            let total = stream
+                .info()
+                .await
+                .map_err(|e| request("stream info")(e.to_string()))?
+                .state
+                .messages;
+            Ok((stream, total))
+        })
+        .await?;
         let mut census = Census {
             messages: total,
             ..Census::default()
@@ -378,83 +375,19 @@ impl Broker {
         }
         // A consumer created by an attempt whose answer was lost is unnamed
         // and expires on its own.
-        let reader: consumer::PullConsumer = loop {
-            let created = stream
+        let reader: consumer::PullConsumer = until_deadline(started, deadline, || async {
+            stream
                 .create_consumer(consumer::pull::Config {
                     ack_policy: consumer::AckPolicy::None,
                     deliver_policy: consumer::DeliverPolicy::All,
                     inactive_threshold: Duration::from_secs(30),
                     ..Default::default()
                 })
-                .await;
-            match created {
-                Ok(reader) => break reader,
-                Err(e) if started.elapsed() < deadline => {
-                    tracing::debug!(error = %e, "census consumer not created yet; trying again");
-                    tokio::time::sleep(CENSUS_RETRY_AFTER).await;
-                }
-                Err(e) => return Err(request("census consumer")(e.to_string())),
-            }
-        };
-        let mut seen = 0u64;
-        // A fetch that fails is tried again until the same deadline. The
-        // consumer acknowledges nothing and its position moves only past
-        // messages delivered, so none is counted twice.
-        let mut last_error = String::new();
-        while seen < total {
-            if started.elapsed() > deadline {
-                return Err(request("census")(format!(
-                    "read {seen} of {total} messages in {} ms{}",
-                    deadline.as_millis(),
-                    if last_error.is_empty() {
-                        String::new()
-                    } else {
-                        format!("; last fetch error: {last_error}")
-                    }
-                )));
-            }
-            let mut batch = match reader
-                .batch()
-                .max_messages(500)
-                .expires(Duration::from_millis(500))
-                .messages()
                 .await
-            {
-                Ok(batch) => batch,
-                Err(e) => {
-                    last_error = e.to_string();
-                    tokio::time::sleep(CENSUS_RETRY_AFTER).await;
-                    continue;
-                }
-            };
-            while let Some(msg) = batch.next().await {
-                let msg = match msg {
-                    Ok(msg) => msg,
-                    Err(e) => {
-                        last_error = e.to_string();
-                        tokio::time::sleep(CENSUS_RETRY_AFTER).await;
-                        break;
-                    }
-                };
-                let id = msg
-                    .headers
-                    .as_ref()
-                    .and_then(|h| h.get(EVENT_ID_HEADER))
-                    .map(|v| v.as_str().to_string())
-                    .unwrap_or_else(|| "<no event id>".into());
-                let copies = census.copies.entry(id).or_default();
-                *copies += 1;
-                if *copies > 1 {
-                    let at = msg
-                        .info()
-                        .map(|i| i.published.unix_timestamp_nanos() / 1_000_000);
-                    census
-                        .extra_copies_at_ms
-                        .push(at.unwrap_or(0).max(0) as u64);
-                }
-                seen += 1;
-            }
-        }
+                .map_err(|e| request("census consumer")(e.to_string()))
+        })
+        .await?;
+        census_read(&reader, &mut census, started, deadline).await?;
         let name = reader.cached_info().name.clone();
         // The temporary consumer expires on its own if this delete is lost.
         let _ = stream.delete_consumer(&name).await;
@@ -468,6 +401,106 @@ impl Broker {
             .await
             .map(|_| ())
             .map_err(|e| request("stream delete")(e.to_string()))
+    }
+}
+
+/// Runs `attempt` until it answers, pausing [`CENSUS_RETRY_AFTER`]
+/// between tries; past `deadline` (from `started`) its last error is the
+/// answer.
+async fn until_deadline<T, F, Fut>(
+    started: Instant,
+    deadline: Duration,
+    mut attempt: F,
+) -> Result<T, BrokerError>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<T, BrokerError>>,
+{
+    loop {
+        match attempt().await {
+            Ok(v) => return Ok(v),
+            Err(e) if started.elapsed() < deadline => {
+                tracing::debug!(error = %e, "census: not answered yet; trying again");
+                tokio::time::sleep(CENSUS_RETRY_AFTER).await;
+            }
+            Err(e) => return Err(e),
+        }
+    }
+}
+
+/// Reads the census's `messages` through `reader`, counting each event's
+/// copies. A fetch that fails is tried again until the deadline; the
+/// consumer acknowledges nothing and its position moves only past messages
+/// delivered, so none is counted twice.
+async fn census_read(
+    reader: &consumer::PullConsumer,
+    census: &mut Census,
+    started: Instant,
+    deadline: Duration,
+) -> Result<(), BrokerError> {
+    let (total, mut seen) = (census.messages, 0u64);
+    let mut last_error = String::new();
+    while seen < total {
+        if started.elapsed() > deadline {
+            let last = if last_error.is_empty() {
+                String::new()
+            } else {
+                format!("; last fetch error: {last_error}")
+            };
+            return Err(request("census")(format!(
+                "read {seen} of {total} messages in {} ms{last}",
+                deadline.as_millis()
+            )));
+        }
+        let fetched = reader
+            .batch()
+            .max_messages(500)
+            .expires(Duration::from_millis(500))
+            .messages()
+            .await;
+        let mut batch = match fetched {
+            Ok(batch) => batch,
+            Err(e) => {
+                last_error = e.to_string();
+                tokio::time::sleep(CENSUS_RETRY_AFTER).await;
+                continue;
+            }
+        };
+        while let Some(msg) = batch.next().await {
+            match msg {
+                Ok(msg) => {
+                    census_count(census, &msg);
+                    seen += 1;
+                }
+                Err(e) => {
+                    last_error = e.to_string();
+                    tokio::time::sleep(CENSUS_RETRY_AFTER).await;
+                    break;
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+/// One message of the census: its event's copies, and when an extra copy
+/// was published.
+fn census_count(census: &mut Census, msg: &jetstream::Message) {
+    let id = msg
+        .headers
+        .as_ref()
+        .and_then(|h| h.get(EVENT_ID_HEADER))
+        .map(|v| v.as_str().to_string())
+        .unwrap_or_else(|| "<no event id>".into());
+    let copies = census.copies.entry(id).or_default();
+    *copies += 1;
+    if *copies > 1 {
+        let at = msg
+            .info()
+            .map(|i| i.published.unix_timestamp_nanos() / 1_000_000);
+        census
+            .extra_copies_at_ms
+            .push(at.unwrap_or(0).max(0) as u64);
     }
 }
 
