@@ -27,6 +27,7 @@ CREATE TABLE actions (
     fail_status smallint,
     redrive_of bigint,
     redriven_as bigint,
+    resolved_as text,
     CONSTRAINT actions_body_check CHECK (((length(body) >= 1) AND (length(body) <= 1600))),
     CONSTRAINT actions_check CHECK (((state <> 'claimed'::text) OR ((owner IS NOT NULL) AND (lease_until IS NOT NULL) AND (epoch > 0)))),
     CONSTRAINT actions_check1 CHECK (((state = 'claimed'::text) OR (lease_until IS NULL))),
@@ -34,8 +35,9 @@ CREATE TABLE actions (
     CONSTRAINT actions_epoch_check CHECK ((epoch >= 0)),
     CONSTRAINT actions_expiry_check CHECK (((expires_at IS NULL) OR (not_before IS NULL) OR (expires_at > not_before))),
     CONSTRAINT actions_pkey PRIMARY KEY (id),
+    CONSTRAINT actions_resolved_as_check CHECK (((resolved_as IS NULL) OR (resolved_as = ANY (ARRAY['sent'::text, 'not_sent'::text])))),
     CONSTRAINT actions_scheduled_check CHECK (((state <> 'scheduled'::text) OR (not_before IS NOT NULL))),
-    CONSTRAINT actions_state_check CHECK ((state = ANY (ARRAY['scheduled'::text, 'pending'::text, 'claimed'::text, 'dispatched'::text, 'done'::text, 'failed'::text, 'cancelled'::text, 'expired'::text]))),
+    CONSTRAINT actions_state_check CHECK ((state = ANY (ARRAY['scheduled'::text, 'pending'::text, 'claimed'::text, 'dispatched'::text, 'done'::text, 'failed'::text, 'cancelled'::text, 'expired'::text, 'unknown'::text]))),
     CONSTRAINT actions_uid_key UNIQUE (uid)
 ) WITH (fillfactor=80);
 
@@ -1000,7 +1002,8 @@ DECLARE
     old record;
     made bigint;
 BEGIN
-    SELECT a.id, a.store, a.recipient, a.body, a.state, a.fail_status, a.redriven_as
+    SELECT a.id, a.store, a.recipient, a.body, a.state, a.fail_status, a.resolved_as,
+           a.redriven_as
     INTO old FROM actions a
     WHERE a.id = redrive.action_id
       AND (redrive.stores IS NULL OR a.store = ANY (redrive.stores))
@@ -1017,10 +1020,12 @@ BEGIN
         RETURN QUERY SELECT 'refused'::text, NULL::bigint, old.state,
             CASE WHEN old.state IN ('cancelled', 'expired')
                  THEN 'it was never sent: enqueue it again'
-                 ELSE 'only an action the provider refused can be re-driven' END;
+                 WHEN old.state = 'unknown'
+                 THEN 'its outcome is unknown: resolve it as not sent first'
+                 ELSE 'only an action the provider refused, or one resolved as not sent, can be re-driven' END;
         RETURN;
     END IF;
-    IF old.fail_status IS DISTINCT FROM 400 THEN
+    IF old.fail_status IS DISTINCT FROM 400 AND old.resolved_as IS DISTINCT FROM 'not_sent' THEN
         RETURN QUERY SELECT 'refused'::text, NULL::bigint, old.state,
             CASE WHEN old.fail_status = 422
                  THEN 'the provider answered 422: its key already has a message'
@@ -1034,6 +1039,43 @@ BEGIN
     INSERT INTO events (kind, action_id, detail)
     VALUES ('redrive', old.id, format('by=%s as=%s', redrive.by_name, made));
     RETURN QUERY SELECT 'redriven'::text, made, 'pending'::text, NULL::text;
+END $function$;
+
+CREATE OR REPLACE FUNCTION courier.resolve(action_id bigint, resolution text, by_name text, stores text[] DEFAULT NULL::text[])
+ RETURNS TABLE(outcome text, state text)
+ LANGUAGE plpgsql
+ SET search_path TO '$user', 'public'
+AS $function$
+#variable_conflict use_column
+DECLARE
+    found_state text;
+    now_state text;
+BEGIN
+    IF resolve.resolution IS NULL OR resolve.resolution NOT IN ('sent', 'not_sent') THEN
+        RETURN QUERY SELECT 'invalid'::text, NULL::text;
+        RETURN;
+    END IF;
+    SELECT a.state INTO found_state FROM actions a
+    WHERE a.id = resolve.action_id
+      AND (resolve.stores IS NULL OR a.store = ANY (resolve.stores))
+    FOR UPDATE;
+    IF NOT FOUND THEN
+        RETURN QUERY SELECT 'not_found'::text, NULL::text;
+        RETURN;
+    END IF;
+    IF found_state <> 'unknown' THEN
+        RETURN QUERY SELECT 'refused'::text, found_state;
+        RETURN;
+    END IF;
+    now_state := CASE resolve.resolution WHEN 'sent' THEN 'done' ELSE 'failed' END;
+    UPDATE actions a SET state = now_state, done_at = now(), resolved_as = resolve.resolution,
+        fail_reason = CASE WHEN now_state = 'failed'
+                           THEN 'not sent: resolved by ' || resolve.by_name END
+    WHERE a.id = resolve.action_id;
+    INSERT INTO events (kind, action_id, detail)
+    VALUES ('resolve', resolve.action_id,
+            format('by=%s as=%s', resolve.by_name, resolve.resolution));
+    RETURN QUERY SELECT 'resolved'::text, now_state;
 END $function$;
 
 CREATE OR REPLACE FUNCTION courier.schedule_problem(not_before timestamp with time zone, expires_at timestamp with time zone, at timestamp with time zone)

@@ -23,9 +23,11 @@ pub mod retention;
 pub mod state;
 pub mod status;
 pub mod step;
+pub mod tier;
 
 pub use key::{action_key, validate_key, KeyError};
 pub use limits::{Limits, LimitsError, BODY_CHARS_MAX, ENQUEUE_MANY_MAX};
 pub use retention::{Retention, RetentionError};
 pub use state::ActionState;
 pub use status::{merge, Merge, Status};
+pub use tier::{Tier, UnknownPolicy};

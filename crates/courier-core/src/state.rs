@@ -5,9 +5,14 @@
 //! `claimed` (at a new epoch). A scheduled or pending action may end
 //! `cancelled` (by a caller) or `expired` (its `expires_at` passed); a
 //! claimed one may end `expired` when its owner found the deadline passed
-//! and the provider without the message. The database's copy of this list
-//! is the CHECK on `actions.state` (migration 23); a store test asserts that
-//! the two list the same states.
+//! and the provider without the message. A claimed one ends `unknown` when
+//! its provider's guarantee tier gives no way to learn whether an earlier
+//! attempt went out (`courier_core::tier`): it waits there for a webhook
+//! that carries its key (then `dispatched` or `done`) or for an operator,
+//! who resolves it as sent (`done`) or not sent (`failed`, which a re-drive
+//! admits). The database's copy of this list is the CHECK on
+//! `actions.state` (migration 25); a store test asserts that the two list
+//! the same states.
 
 use serde::{Deserialize, Serialize};
 use std::fmt;
@@ -33,11 +38,15 @@ pub enum ActionState {
     Cancelled,
     /// Not sent before its `expires_at`, and never will be.
     Expired,
+    /// Held: an attempt may or may not have reached the provider, and its
+    /// tier offers no way to tell (no lookup, or the key's window passed).
+    /// Never resent; listed for an operator, who resolves it.
+    Unknown,
 }
 
 impl ActionState {
     /// Every state, in the order of an action's life.
-    pub const ALL: [ActionState; 8] = [
+    pub const ALL: [ActionState; 9] = [
         ActionState::Scheduled,
         ActionState::Pending,
         ActionState::Claimed,
@@ -46,6 +55,7 @@ impl ActionState {
         ActionState::Failed,
         ActionState::Cancelled,
         ActionState::Expired,
+        ActionState::Unknown,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -58,6 +68,7 @@ impl ActionState {
             ActionState::Failed => "failed",
             ActionState::Cancelled => "cancelled",
             ActionState::Expired => "expired",
+            ActionState::Unknown => "unknown",
         }
     }
 

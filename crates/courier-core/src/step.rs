@@ -15,7 +15,8 @@
 //! Extend(then) ──after_extend──> then | Abandon
 //! CountAttempt ──after_count──> Request | Lookup | Extend(Send) | Abandon
 //! Request ──after_send──> Settle | Fail | RetryLookup
-//! Lookup ──after_lookup──> Settle | Send | RetryLookup | Expire
+//! Lookup ──tier::find_out──> (ask the provider) ──tier::after_lookup──>
+//!        Settle | Send | RetryLookup | Expire;  or instead Send | Hold
 //! RetryLookup ──after_backoff──> Lookup
 //! any step ──unless_fenced──> Abandon, once the heartbeat found another owner
 //! ```
@@ -32,6 +33,9 @@
 //!   can have left for its key (the claim's own first attempt, unsent), or
 //!   when a lookup answers "not found" after the deadline plus the lookup
 //!   lag; a message found is settled as usual.
+//! - Where the provider's tier offers no lookup (`crate::tier`), the lookup
+//!   is a resend with the same key (tier `a-`, inside the key's window) or
+//!   a hold (`Step::Hold`): the action ends `unknown`, never resent.
 
 pub use crate::lease::may_send;
 use crate::lease::LocalLease;
@@ -65,8 +69,34 @@ pub enum Step {
     /// The deadline passed with no message at the provider: end the action
     /// `expired` (fenced). Nothing is sent for it again.
     Expire,
+    /// Nothing can tell whether an earlier attempt reached the provider
+    /// (`crate::tier`): end the action `unknown` (fenced), alert, and send
+    /// nothing for it again.
+    Hold(HoldReason),
     /// Another owner holds the action: write nothing more, send nothing more.
     Abandon(FencedAt),
+}
+
+/// Why an action is held `unknown`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum HoldReason {
+    /// The provider has no lookup and the tier's policy is `hold`.
+    NoLookup,
+    /// Tier `a-`: the key's window has passed, so a resend would create.
+    KeyWindow,
+    /// No lookup, and the deadline has passed: a resend would go out late.
+    Deadline,
+}
+
+impl HoldReason {
+    /// The reason recorded on the action and in its `events` row.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            HoldReason::NoLookup => "no_lookup",
+            HoldReason::KeyWindow => "key_window_passed",
+            HoldReason::Deadline => "deadline_passed_without_lookup",
+        }
+    }
 }
 
 /// Where [`Step::Extend`] goes once the lease was extended.
@@ -88,6 +118,7 @@ pub enum FencedAt {
     Attempt,
     Settle,
     Fail,
+    Hold,
 }
 
 impl FencedAt {
@@ -100,6 +131,7 @@ impl FencedAt {
             FencedAt::Attempt => "attempt",
             FencedAt::Settle => "settle",
             FencedAt::Fail => "fail",
+            FencedAt::Hold => "hold",
         }
     }
 }
@@ -474,6 +506,7 @@ mod tests {
                 reason: "x".into(),
             },
             Step::Expire,
+            Step::Hold(HoldReason::NoLookup),
         ];
         for s in steps {
             assert_eq!(
@@ -503,6 +536,7 @@ mod tests {
             FencedAt::Attempt,
             FencedAt::Settle,
             FencedAt::Fail,
+            FencedAt::Hold,
         ];
         let names: std::collections::HashSet<_> = all.iter().map(|f| f.as_str()).collect();
         assert_eq!(names.len(), all.len());

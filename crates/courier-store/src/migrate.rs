@@ -152,6 +152,16 @@ pub const MIGRATIONS: &[(i32, &str, &str)] = &[
         "time_and_intent_validate",
         include_str!("../migrations/0024_time_and_intent_validate.sql"),
     ),
+    (
+        25,
+        "guarantee_tiers",
+        include_str!("../migrations/0025_guarantee_tiers.sql"),
+    ),
+    (
+        26,
+        "guarantee_tiers_validate",
+        include_str!("../migrations/0026_guarantee_tiers_validate.sql"),
+    ),
 ];
 
 /// The first line that makes a migration run outside a transaction.
@@ -333,7 +343,7 @@ mod tests {
             .filter(|m| is_no_transaction(m.2))
             .map(|m| m.0)
             .collect();
-        assert_eq!(marked, vec![7, 14, 16, 20, 24]);
+        assert_eq!(marked, vec![7, 14, 16, 20, 24, 26]);
     }
 
     #[test]

@@ -20,6 +20,9 @@ pub struct Intent {
     pub status: Status,
     /// True when this call wrote the intent; false when it already existed.
     pub written_now: bool,
+    /// How long ago the intent was written (when the key's first attempt
+    /// was counted), in milliseconds by the store's clock; 0 when written now.
+    pub age_ms: u64,
 }
 
 /// The answer to counting an attempt.
@@ -55,7 +58,13 @@ impl PgStore {
         let row = client
             .query_one(
                 &client.prepare_cached(sql!("outbox/intent")).await?,
-                &[&lease.action_id, &lease.owner.as_ref(), &lease.epoch, &key],
+                &[
+                    &lease.action_id,
+                    &lease.owner.as_ref(),
+                    &lease.epoch,
+                    &key,
+                    &self.clock.now(),
+                ],
             )
             .await?;
         let held: bool = row.get("held");
@@ -77,6 +86,7 @@ impl PgStore {
             attempts: u32::try_from(row.get::<_, i32>("attempts")).unwrap_or(0),
             status: status_col(&row, "status")?,
             written_now: written == 1,
+            age_ms: u64::try_from(row.get::<_, i64>("age_ms")).unwrap_or(0),
         }))
     }
 
