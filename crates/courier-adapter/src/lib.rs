@@ -116,6 +116,8 @@ fn worker_config(cfg: &Config) -> WorkerConfig {
         idle_poll_ms: cfg.idle_poll_ms,
         reconcile: false,
         seed: u64::from(std::process::id()),
+        // The stub answers as the contract says.
+        tier: courier_core::Tier::A,
     }
 }
 

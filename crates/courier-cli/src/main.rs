@@ -42,9 +42,14 @@ enum Command {
     /// Cancel a scheduled or pending action (exit 1 if a worker holds it
     /// or it has ended).
     Cancel(cmd::intent::Args),
-    /// Re-drive an action the provider refused with a 400, as a new action
-    /// with a new key (exit 1 for any other ending).
+    /// Re-drive an action the provider refused with a 400, or one resolved
+    /// as not sent, as a new action with a new key (exit 1 for any other
+    /// ending).
     Redrive(cmd::intent::Args),
+    /// Resolve an action held unknown (its provider's tier could not tell
+    /// whether it went out) as `sent` or `not-sent` (exit 1 if it is not
+    /// held unknown).
+    Resolve(cmd::intent::ResolveArgs),
     /// API tokens: create (printed once), list, revoke.
     Token(cmd::token::Args),
     /// The managed local PostgreSQL: start | stop | status | url.
@@ -107,6 +112,7 @@ fn main() -> ExitCode {
             Command::Status(a) => cmd::status::run(a).await,
             Command::Cancel(a) => cmd::intent::cancel(a).await,
             Command::Redrive(a) => cmd::intent::redrive(a).await,
+            Command::Resolve(a) => cmd::intent::resolve(a).await,
             Command::Token(a) => cmd::token::run(a).await,
             Command::Db(a) => cmd::db::run(a).await,
             Command::Provider(a) => cmd::provider::run(a).await,

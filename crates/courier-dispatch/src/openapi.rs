@@ -55,11 +55,12 @@ pub const NOT_PROVOKED: &[(&str, &str, u16)] = &[
         crate::server::get_action,
         crate::server::cancel_action,
         crate::server::redrive_action,
+        crate::server::resolve_action,
         crate::server::webhook
     ),
     modifiers(&BearerScheme),
     tags(
-        (name = "actions", description = "Enqueue (one or a batch, now or scheduled, with a deadline or not), read, cancel and re-drive actions (bearer token when configured)."),
+        (name = "actions", description = "Enqueue (one or a batch, now or scheduled, with a deadline or not), read, cancel, re-drive and resolve actions (bearer token when configured)."),
         (name = "webhooks", description = "The provider's status reports (HMAC-signed).")
     )
 )]

@@ -35,8 +35,8 @@ use courier_core::{ActionState, Limits};
 use courier_provider::signature;
 use courier_provider::wire::WebhookEvent;
 use courier_store::{
-    CancelOutcome, EnqueueError, MergeOutcome, NewAction, PgStore, RedriveOutcome, StoreError,
-    WebhookIn,
+    CancelOutcome, EnqueueError, MergeOutcome, NewAction, PgStore, RedriveOutcome, Resolution,
+    ResolveOutcome, StoreError, WebhookIn,
 };
 use serde::Deserialize;
 use serde_json::json;
@@ -555,6 +555,12 @@ fn cancel_refused(id: i64, now: ActionState) -> ApiError {
             ),
         ),
         ActionState::Dispatched => ("dispatched", format!("the provider has the message; {wait}")),
+        ActionState::Unknown => (
+            "unknown",
+            "an attempt may have reached the provider and nothing can tell; an operator \
+             resolves it (POST /v1/actions/{id}/resolve)"
+                .to_string(),
+        ),
         _ => ("final", "it has ended".to_string()),
     };
     ApiError::new(
@@ -564,7 +570,8 @@ fn cancel_refused(id: i64, now: ActionState) -> ApiError {
     )
 }
 
-/// Re-drive an action the provider refused with a 400 (operators only).
+/// Re-drive an action the provider refused with a 400, or one resolved as
+/// not sent (operators only).
 #[utoipa::path(
     post,
     path = "/v1/actions/{id}/redrive",
@@ -578,7 +585,7 @@ fn cancel_refused(id: i64, now: ActionState) -> ApiError {
         (status = 403, description = "A store token: re-drives need an admin token.", body = ErrorDoc),
         (status = 404, description = "No action has this id.", body = ErrorDoc),
         (status = 408, description = "The request took longer than the server's request time-out.", body = ErrorDoc),
-        (status = 409, description = "`not_redrivable`: only an action the provider refused with a 400 (which created nothing) can be re-driven; any other ending may have had an effect, or its key already has a message (422).", body = ErrorDoc),
+        (status = 409, description = "`not_redrivable`: only an action the provider refused with a 400 (which created nothing), or one an operator resolved as `not_sent`, can be re-driven; any other ending may have had an effect, or its key already has a message (422).", body = ErrorDoc),
         (status = 503, description = "The database is unavailable; retry.", body = ErrorDoc),
     ),
     security((), ("bearer" = []))
@@ -617,6 +624,79 @@ async fn redrive_action(
         .await?
         .ok_or_else(|| not_found(new_id))?;
     Ok((status, Json(view)).into_response())
+}
+
+/// How an operator resolves an action held `unknown`.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ResolveRequest {
+    /// `sent`: the provider has the message (the action ends `done`);
+    /// `not_sent`: nothing went out (it ends `failed`, and may be re-driven).
+    #[schema(value_type = String, example = "not_sent")]
+    pub outcome: Resolution,
+}
+
+/// Resolve an action held `unknown` (operators only).
+#[utoipa::path(
+    post,
+    path = "/v1/actions/{id}/resolve",
+    tag = "actions",
+    params(("id" = i64, Path, description = "The action's id")),
+    request_body(content = ResolveRequest, content_type = "application/json"),
+    responses(
+        (status = 200, description = "Resolved: `sent` ended it `done`, `not_sent` ended it `failed` (re-drive it to send it again, with a new key). An `events` row records the token's name.", body = ActionDoc),
+        (status = 400, description = "The id is not an integer, or the body is not `{\"outcome\": \"sent\" | \"not_sent\"}`.", body = ErrorDoc),
+        (status = 401, description = "No valid token: none, not `Bearer <token>`, or one never issued, revoked or wrong.", body = ErrorDoc),
+        (status = 403, description = "A store token: resolutions need an admin token.", body = ErrorDoc),
+        (status = 404, description = "No action has this id.", body = ErrorDoc),
+        (status = 408, description = "The request took longer than the server's request time-out.", body = ErrorDoc),
+        (status = 409, description = "`not_unknown`: the action is not held `unknown` (its outcome is known, or a webhook carrying its key moved it on); nothing changed.", body = ErrorDoc),
+        (status = 503, description = "The database is unavailable; retry.", body = ErrorDoc),
+    ),
+    security((), ("bearer" = []))
+)]
+async fn resolve_action(
+    State(state): State<Arc<AppState>>,
+    Extension(caller): Extension<Caller>,
+    id: Result<Path<String>, PathRejection>,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<Response, ApiError> {
+    let id = action_id(id)?;
+    if !caller.is_admin() {
+        return Err(ApiError::new(
+            StatusCode::FORBIDDEN,
+            "admin_only",
+            "resolutions need an admin token",
+        ));
+    }
+    let req: ResolveRequest = serde_json::from_slice(&body_or_error(body)?).map_err(|e| {
+        ApiError::new(
+            StatusCode::BAD_REQUEST,
+            "bad_body",
+            format!("expected {{\"outcome\": \"sent\" | \"not_sent\"}}: {e}"),
+        )
+    })?;
+    let outcome = state
+        .store
+        .action_resolve(id, req.outcome, caller.name(), None)
+        .await?;
+    match outcome {
+        ResolveOutcome::Resolved(_) => {
+            metrics::counter!("courier_resolved_total", "as" => req.outcome.as_str()).increment(1);
+            let view = state
+                .store
+                .action_get(id)
+                .await?
+                .ok_or_else(|| not_found(id))?;
+            Ok(Json(view).into_response())
+        }
+        ResolveOutcome::NotFound => Err(not_found(id)),
+        ResolveOutcome::Refused(now) => Err(ApiError::new(
+            StatusCode::CONFLICT,
+            "not_unknown",
+            format!("action {id} is {now}, not unknown: only an action held unknown is resolved"),
+        )),
+    }
 }
 
 /// A status webhook from the provider.
@@ -808,6 +888,7 @@ pub fn router_with_auth(store: PgStore, cfg: ServerConfig, auth: Auth) -> Router
         .route("/v1/actions/{id}", get(get_action))
         .route("/v1/actions/{id}/cancel", post(cancel_action))
         .route("/v1/actions/{id}/redrive", post(redrive_action))
+        .route("/v1/actions/{id}/resolve", post(resolve_action))
         .route_layer(guard);
     actions
         .route("/v1/webhooks/provider", post(webhook))

@@ -62,6 +62,7 @@ async fn a_library_worker_prunes_finished_actions_past_their_retention() {
             idle_poll_ms: 10,
             reconcile: false,
             seed: 1,
+            tier: courier_core::Tier::A,
         },
     );
     let shutdown = CancellationToken::new();

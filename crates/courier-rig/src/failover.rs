@@ -118,7 +118,8 @@ fn rank(s: ActionState) -> u8 {
         ActionState::Scheduled => 0,
         ActionState::Pending => 1,
         ActionState::Claimed => 2,
-        ActionState::Dispatched => 3,
+        // Held unknown, it moves on to dispatched or to an end.
+        ActionState::Dispatched | ActionState::Unknown => 3,
         ActionState::Done | ActionState::Failed | ActionState::Cancelled | ActionState::Expired => {
             4
         }

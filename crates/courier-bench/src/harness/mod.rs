@@ -39,5 +39,7 @@ pub(crate) fn bench_worker(
         // No maintenance: the figures measure the protocol alone.
         pruner: None,
         seed,
+        // The contract's tier: the fake provider and the stub follow it.
+        tier: courier_core::Tier::A,
     }
 }

@@ -1,7 +1,9 @@
-//! `courier cancel ID` and `courier redrive ID`: an operator's cancel and
-//! re-drive, straight on the database, through the same SQL functions as
-//! the API's routes (`courier.cancel`, `courier.redrive`, migration 23), with
-//! an admin's reach (every store). The `events` row names the caller
+//! `courier cancel ID`, `courier redrive ID` and `courier resolve ID
+//! sent|not-sent`: an operator's cancel, re-drive and resolution of an
+//! action held `unknown`, straight on the database, through the same SQL
+//! functions as the API's routes (`courier.cancel`, `courier.redrive`,
+//! migration 23; `courier.resolve`, migration 25), with an admin's reach
+//! (every store). The `events` row names the caller
 //! `cli:<$USER>`.
 //!
 //! Exit codes: 0 done (a re-drive repeated answers the first one's action,
@@ -10,7 +12,7 @@
 
 use super::common::DbArgs;
 use courier_core::ActionState;
-use courier_store::{CancelOutcome, RedriveOutcome};
+use courier_store::{CancelOutcome, RedriveOutcome, Resolution, ResolveOutcome};
 use std::process::ExitCode;
 
 /// Longest caller name recorded (the rest of `$USER` is dropped).
@@ -70,6 +72,43 @@ pub async fn redrive(args: Args) -> anyhow::Result<ExitCode> {
             ExitCode::from(1)
         }
     })
+}
+
+#[derive(clap::Args)]
+pub struct ResolveArgs {
+    #[command(flatten)]
+    db: DbArgs,
+    /// The action's id (`courier status` lists the actions held unknown).
+    id: i64,
+    /// What you found out: `sent` (the provider has the message: the action
+    /// ends done) or `not-sent` (nothing went out: it ends failed, and
+    /// `courier redrive` may send it again with a new key).
+    outcome: Resolution,
+}
+
+/// `courier resolve`: an action held `unknown` ends as the operator says.
+pub async fn resolve(args: ResolveArgs) -> anyhow::Result<ExitCode> {
+    let store = args.db.connect(1).await?;
+    let (id, outcome) = (args.id, args.outcome);
+    Ok(
+        match store.action_resolve(id, outcome, &caller(), None).await? {
+            ResolveOutcome::Resolved(state) => {
+                let next = match outcome {
+                    Resolution::Sent => String::new(),
+                    Resolution::NotSent => {
+                        format!("; `courier redrive {id}` sends it again with a new key")
+                    }
+                };
+                println!("action {id} resolved as {outcome}: now {state}{next}");
+                ExitCode::SUCCESS
+            }
+            ResolveOutcome::NotFound => not_found(id),
+            ResolveOutcome::Refused(state) => {
+                eprintln!("refused: action {id} is {state}, not unknown: nothing to resolve");
+                ExitCode::from(1)
+            }
+        },
+    )
 }
 
 fn not_found(id: i64) -> ExitCode {

@@ -1,6 +1,7 @@
 //! `courier status`: counts by state (every state of `ActionState::ALL`,
-//! in that order, zeros included), per-store backlog, oldest open intent,
-//! the node written to and its standbys' lag.
+//! in that order, zeros included), the actions held `unknown` (newest
+//! first, for an operator to resolve), per-store backlog, oldest open
+//! intent, the node written to and its standbys' lag.
 
 use super::common::DbArgs;
 use courier_core::{ActionState, Limits};
@@ -18,6 +19,9 @@ pub struct Args {
     /// Stores to list (noisiest first).
     #[arg(long, default_value_t = 10)]
     stores: usize,
+    /// Actions held unknown to list (newest hold first).
+    #[arg(long, default_value_t = 20)]
+    unknown: i64,
     #[arg(long)]
     json: bool,
 }
@@ -31,6 +35,7 @@ pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
     let s = store.summary(alert_s).await?;
     let r = store.replication().await?;
     let due = store.scheduled_due(SCHEDULED_DUE_COUNTED_MAX).await?;
+    let unknown = store.actions_unknown(args.unknown.max(0), None).await?;
     let by_state: Vec<(ActionState, i64)> = ActionState::ALL
         .iter()
         .map(|st| (*st, s.state(st)))
@@ -40,6 +45,7 @@ pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
         v["by_state"] = serde_json::to_value(&by_state)?;
         v["replication"] = serde_json::to_value(&r)?;
         v["scheduled_due"] = serde_json::to_value(due)?;
+        v["unknown"] = serde_json::to_value(&unknown)?;
         println!("{}", serde_json::to_string_pretty(&v)?);
         return Ok(ExitCode::SUCCESS);
     }
@@ -60,6 +66,7 @@ pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
         counted(due.within_minute),
         counted(due.within_hour)
     );
+    print_unknown(s.state(&ActionState::Unknown), &unknown);
     println!("messages by status:");
     for (k, v) in &s.by_status {
         println!("  {k:<12} {v:>8}");
@@ -95,6 +102,30 @@ pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
         println!("  {:<20} {:>8} {:>9}", b.store, b.pending, b.in_flight);
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// The actions held unknown: how many, and the newest of them.
+fn print_unknown(count: i64, listed: &[courier_store::HeldUnknown]) {
+    if count == 0 {
+        return;
+    }
+    println!(
+        "ALERT: {count} actions held unknown (an attempt may have reached the provider and \
+         its tier cannot tell); resolve each with `courier resolve ID sent|not-sent`:"
+    );
+    println!(
+        "  {:>10} {:<20} {:<24} {:>8} {:<30}",
+        "id", "store", "held at", "attempts", "reason"
+    );
+    for u in listed {
+        println!(
+            "  {:>10} {:<20} {:<24} {:>8} {:<30}",
+            u.id, u.store, u.held_at, u.attempts, u.reason
+        );
+    }
+    if (listed.len() as i64) < count {
+        println!("  ... {} more (--unknown N lists more)", count - listed.len() as i64);
+    }
 }
 
 /// The node and its standbys; no standby lines when there are none.

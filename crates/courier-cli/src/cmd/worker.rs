@@ -3,6 +3,7 @@
 use super::common::{shutdown_on_signal, DbArgs, LimitArgs, ProviderArgs, RetentionArgs};
 #[cfg(feature = "negative-controls")]
 use courier_dispatch::broken::{UnsafeProvider, UnsafeResend};
+use courier_core::Tier;
 use courier_dispatch::pruner::PrunerConfig;
 use courier_dispatch::worker::{Provider, Worker, WorkerConfig};
 use courier_store::{ClaimMode, PgStore};
@@ -32,6 +33,16 @@ pub struct Args {
     /// Do not run the reconciler in this process.
     #[arg(long)]
     no_reconcile: bool,
+    /// The provider's guarantee tier (courier_core::tier, docs/operations.md):
+    /// a: a key and a lookup by key (the contract; exactly one effect);
+    /// a-: a key, no lookup (a resend with the same key is the lookup, inside
+    /// --key-retention-s; then hold); b: no dedup, a lookup by reference that
+    /// lags at most --lookup-lag-ms (a "not found" is trusted only after it);
+    /// c: neither, an unknown outcome is held for an operator (at most one
+    /// effect); c-resend: neither, sent again (at least one effect,
+    /// duplicates possible).
+    #[arg(long, default_value = "a")]
+    tier: Tier,
     /// Seed of this worker's jitter (random when not given).
     #[arg(long)]
     seed: Option<u64>,
@@ -88,8 +99,10 @@ pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
     let owner = courier_dispatch::owner_name();
     let seed = args.seed.unwrap_or_else(rand_seed);
     eprintln!(
-        "courier worker {owner} (seed {seed}, claim {:?})",
-        args.claim
+        "courier worker {owner} (seed {seed}, claim {:?}, provider tier {}: {})",
+        args.claim,
+        args.tier,
+        args.tier.promise()
     );
     let shutdown = shutdown_on_signal();
     if let Some(listen) = &args.metrics_listen {
@@ -114,6 +127,7 @@ pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
         reconcile: !args.no_reconcile,
         pruner: Some(pruner),
         seed,
+        tier: args.tier,
     };
     #[cfg(feature = "negative-controls")]
     if let Some(mode) = args.unsafe_resend {

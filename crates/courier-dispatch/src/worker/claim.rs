@@ -77,7 +77,12 @@ pub(super) async fn run<P: Provider>(ctx: Arc<Ctx<P>>, shutdown: CancellationTok
                 for c in taken.claimed {
                     let expires =
                         expires_ms(sent_ms, c.expires_in_ms).filter(|_| !ctx.ignore_expiry);
-                    start(&ctx, &mut tasks, c, (deadline, expires), rng.random()).await;
+                    let times = ClaimTimes {
+                        sent_ms,
+                        deadline_ms: deadline,
+                        expires_ms: expires,
+                    };
+                    start(&ctx, &mut tasks, c, times, rng.random()).await;
                 }
                 // The deliveries are under way; now the sweep the claim owes,
                 // or later, with the next claims' sweeps.
@@ -168,14 +173,30 @@ async fn sweep<P: Provider>(ctx: &Ctx<P>, stores: Option<Vec<String>>) {
     }
 }
 
+/// One claim's times on the local lease clock.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct ClaimTimes {
+    /// When the claim statement was sent.
+    pub sent_ms: u64,
+    /// The lease's end, measured from then.
+    pub deadline_ms: u64,
+    /// The action's deadline, measured from then.
+    pub expires_ms: Option<u64>,
+}
+
 /// Holds the lease in the map the heartbeat renews, and starts the delivery.
 async fn start<P: Provider>(
     ctx: &Arc<Ctx<P>>,
     tasks: &mut JoinSet<()>,
     c: Claimed,
-    (deadline_ms, expires_ms): (u64, Option<u64>),
+    times: ClaimTimes,
     seed: u64,
 ) {
+    let ClaimTimes {
+        deadline_ms,
+        expires_ms,
+        ..
+    } = times;
     ctx.observe(Event::Claimed {
         lease: &c.lease,
         reclaimed: c.reclaimed,
@@ -186,7 +207,9 @@ async fn start<P: Provider>(
     ctx.held.lock().expect("held map").insert(id, held.clone());
     let ctx = ctx.clone();
     tasks.spawn(async move {
-        Delivery::new(&ctx, c, &held, seed).run().await;
+        Delivery::new(&ctx, c, &held, times.sent_ms, seed)
+            .run()
+            .await;
         release(&mut ctx.held.lock().expect("held map"), id, &held);
     });
 }

@@ -5,8 +5,10 @@
 //!
 //! - this file: the loop, reading a previous owner's intent, abandoning;
 //! - [`send`]: the local lease check, extending, counting the attempt, the request;
-//! - [`lookup`]: the lookup and its backoff;
-//! - [`settle`]: settling (group commit), failing or expiring the action.
+//! - [`lookup`]: the lookup (or, by the provider's tier, what stands for
+//!   it) and its backoff;
+//! - [`settle`]: settling (group commit), failing, expiring or holding the
+//!   action.
 //!
 //! # Invariants
 //! - [`Delivery::run`] performs the step core chose and nothing else: it
@@ -22,6 +24,7 @@ use super::event::Event;
 use super::Provider;
 use courier_core::action_key;
 use courier_core::step::{self, after_intent, FencedAt, IntentRead, Step};
+use courier_core::tier::{self, Attempts};
 use courier_store::{Claimed, Lease};
 use rand::{rngs::StdRng, SeedableRng};
 
@@ -51,12 +54,35 @@ pub(super) struct Delivery<'a, P> {
     found_epoch: Option<i64>,
     /// Lookups retried after unknown answers: the backoff's exponent.
     retries: u32,
+    /// The times of the earlier attempts that the provider's tier decides
+    /// by (the key's window, when a "not found" may be trusted).
+    attempts: Attempts,
     /// This delivery's jitter (seeded by the claimer, so a seed replays it).
     rng: StdRng,
 }
 
 impl<'a, P: Provider> Delivery<'a, P> {
-    pub fn new(ctx: &'a Ctx<P>, claimed: Claimed, held: &'a Held, seed: u64) -> Self {
+    /// `claim_sent_ms`: when the claim was sent, on the lease clock.
+    pub fn new(
+        ctx: &'a Ctx<P>,
+        claimed: Claimed,
+        held: &'a Held,
+        claim_sent_ms: u64,
+        seed: u64,
+    ) -> Self {
+        let limits = &ctx.cfg.limits;
+        // A fresh claim counted the key's first attempt: its window starts
+        // no earlier than the claim was sent (a reclaim's intent read
+        // measures it again). Every request of an earlier owner left
+        // before its lease ended, which was before this claim was answered.
+        let attempts = Attempts {
+            key_until_ms: tier::key_until_ms(claim_sent_ms, limits.key_retention_s * 1_000),
+            not_found_trusted_from_ms: tier::not_found_trusted_from_ms(
+                ctx.now_ms(),
+                limits.request_timeout_ms,
+                limits.lookup_lag_ms,
+            ),
+        };
         Delivery {
             ctx,
             key: action_key(&claimed.uid),
@@ -70,6 +96,7 @@ impl<'a, P: Provider> Delivery<'a, P> {
             from_lookup: false,
             found_epoch: None,
             retries: 0,
+            attempts,
             rng: StdRng::seed_from_u64(seed),
         }
     }
@@ -92,6 +119,7 @@ impl<'a, P: Provider> Delivery<'a, P> {
                 Step::Settle(status) => return self.settle(status).await,
                 Step::Fail { status, reason } => return self.fail(status, &reason).await,
                 Step::Expire => return self.expire().await,
+                Step::Hold(reason) => return self.hold(reason).await,
                 Step::Abandon(at) => return self.abandon(at).await,
             };
         }
@@ -100,6 +128,7 @@ impl<'a, P: Provider> Delivery<'a, P> {
     /// A reclaim: read (fenced) the intent a previous owner wrote.
     async fn read_intent(&mut self) -> Step {
         let (ctx, lease, key) = (self.ctx, &self.lease, &self.key);
+        let sent_ms = ctx.now_ms();
         let read = ctx
             .with_retry(&self.held.fenced, &mut self.rng, || {
                 ctx.store.outbox_intent(lease, key)
@@ -107,10 +136,17 @@ impl<'a, P: Provider> Delivery<'a, P> {
             .await;
         match read {
             None => Step::Abandon(FencedAt::Heartbeat),
-            Some(Ok(i)) => after_intent(IntentRead::Held {
-                attempts: i.attempts,
-                status: i.status,
-            }),
+            Some(Ok(i)) => {
+                // The key's first attempt was counted `age_ms` before the
+                // read ran, which was no earlier than it was sent.
+                let retention_ms = ctx.cfg.limits.key_retention_s * 1_000;
+                let started_ms = sent_ms.saturating_sub(i.age_ms);
+                self.attempts.key_until_ms = tier::key_until_ms(started_ms, retention_ms);
+                after_intent(IntentRead::Held {
+                    attempts: i.attempts,
+                    status: i.status,
+                })
+            }
             Some(Err(f)) => {
                 self.found_epoch = f.current_epoch;
                 after_intent(IntentRead::Fenced)

@@ -2,7 +2,7 @@
 //! to [`super::context::Ctx::observe`] (in `observe.rs`), the one place that
 //! counts it.
 
-use courier_core::step::{FencedAt, SendAnswer};
+use courier_core::step::{FencedAt, HoldReason, SendAnswer};
 use courier_core::Status;
 use courier_provider::{LookupOutcome, SendOutcome};
 use courier_store::{Lease, ScheduleTick, StoreError};
@@ -51,6 +51,13 @@ pub(super) enum Event<'a> {
     /// it was marked expired.
     Expired {
         action_id: i64,
+    },
+    /// Nothing could tell whether an earlier attempt went out (the
+    /// provider's tier); the action was held `unknown` (its `events` row
+    /// written by the same statement).
+    Held {
+        action_id: i64,
+        reason: HoldReason,
     },
     /// One tick of the schedule ran.
     ScheduleTicked {

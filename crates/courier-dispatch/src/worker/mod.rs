@@ -21,6 +21,8 @@
 //! and runs it, and starts no loop of its own for it.
 //!
 //! Every decision comes from `courier_core::step` (what to do next),
+//! `courier_core::tier` (what finding out about earlier attempts means for
+//! the provider's tier),
 //! `courier_core::lease` (the local deadline) and `courier_core::backoff`
 //! (how long to wait); this module performs them and reports each outcome
 //! once: an [`event::Event`] handed to `Ctx::observe` ([`observe`]).
@@ -47,7 +49,7 @@ mod schedule;
 
 use crate::pruner::PrunerConfig;
 use context::Ctx;
-use courier_core::Limits;
+use courier_core::{Limits, Tier};
 /// The provider trait lives with the contract (`courier-provider`); it is
 /// re-exported here, where the worker is.
 pub use courier_provider::Provider;
@@ -74,6 +76,9 @@ pub struct WorkerConfig {
     /// maintenance, and tests that count rows.
     pub pruner: Option<PrunerConfig>,
     pub seed: u64,
+    /// The provider's guarantee tier (`courier_core::tier`): what a lookup
+    /// means for it, and so what this worker promises.
+    pub tier: Tier,
 }
 
 /// Counters of one worker, also exported as metrics (both written by
@@ -98,6 +103,9 @@ pub struct WorkerStats {
     pub expired: AtomicU64,
     /// Scheduled actions its schedule ticks made pending.
     pub promoted: AtomicU64,
+    /// Actions it held `unknown` (the provider's tier gave no way to learn
+    /// an attempt's outcome).
+    pub held_unknown: AtomicU64,
     pub fenced: AtomicU64,
     pub store_retries: AtomicU64,
 }

@@ -61,6 +61,17 @@ impl<P> Ctx<P> {
                     "deadline passed with no message at the provider; marked it expired"
                 );
             }
+            Event::Held { action_id, reason } => {
+                add(&self.stats.held_unknown);
+                metrics::counter!("courier_held_unknown_total", "reason" => reason.as_str())
+                    .increment(1);
+                tracing::error!(
+                    action = action_id,
+                    reason = reason.as_str(),
+                    "outcome unknown and no way to find it out: held the action as unknown \
+                     for an operator (courier status lists it; courier resolve ends it)"
+                );
+            }
             Event::ScheduleTicked { tick } => {
                 self.stats
                     .promoted

@@ -4,12 +4,15 @@
 //!
 //! # Invariants
 //! - It only reads the provider and merges forward; it never sends.
+//! - At a tier without a lookup (`courier_core::Tier::has_lookup`) it asks
+//!   the provider nothing: statuses come from webhooks alone, and only the
+//!   age of open intents is reported.
 
 use super::context::Ctx;
 use super::event::{Event, Looker};
 use super::Provider;
 use courier_provider::LookupOutcome;
-use courier_store::DueCheck;
+use courier_store::{DueCheck, StoreError};
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::time::Instant;
@@ -29,15 +32,8 @@ pub(super) async fn run<P: Provider>(ctx: Arc<Ctx<P>>, shutdown: CancellationTok
             _ = shutdown.cancelled() => return,
         }
         let overdue_ms = ctx.cfg.limits.final_overdue_ms;
-        match ctx
-            .store
-            .outbox_due_checks(DUE_CHECKS_MAX, overdue_ms)
-            .await
-        {
-            Ok(due) => {
-                futures::future::join_all(due.into_iter().map(|d| check(&ctx, d))).await;
-            }
-            Err(e) => {
+        if ctx.cfg.tier.has_lookup() {
+            if let Err(e) = check_due(&ctx, overdue_ms).await {
                 tracing::warn!(error = %e, "reconciler: cannot read due checks");
                 continue;
             }
@@ -47,6 +43,16 @@ pub(super) async fn run<P: Provider>(ctx: Arc<Ctx<P>>, shutdown: CancellationTok
             count_old_intents(&ctx).await;
         }
     }
+}
+
+/// The due checks of one turn, looked up at once.
+async fn check_due<P: Provider>(ctx: &Ctx<P>, overdue_ms: u64) -> Result<(), StoreError> {
+    let due = ctx
+        .store
+        .outbox_due_checks(DUE_CHECKS_MAX, overdue_ms)
+        .await?;
+    futures::future::join_all(due.into_iter().map(|d| check(ctx, d))).await;
+    Ok(())
 }
 
 /// One due check: look the key up and merge a found status.

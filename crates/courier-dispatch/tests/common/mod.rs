@@ -81,6 +81,7 @@ pub fn worker<P: Provider>(store: &PgStore, c: P, l: Limits, name: &str) -> Work
             reconcile: true,
             pruner: None,
             seed: 7,
+            tier: courier_core::Tier::A,
         },
     )
 }

@@ -1,20 +1,32 @@
-//! The lookup steps: ask the provider about the key, and wait (capped,
-//! jittered backoff) before asking again after an unknown answer.
+//! The lookup steps: find out what became of the earlier attempts (ask the
+//! provider about the key, or what the provider's tier has instead:
+//! `courier_core::tier::find_out`), and wait (capped, jittered backoff)
+//! before asking again after an unknown answer.
 //!
 //! # Invariants
-//! - Only a definite "not found" leads to a send (core's `after_lookup`).
+//! - Only a definite "not found" leads to a send (core's `after_lookup`),
+//!   at tier `b` only once it may be trusted; tiers without a lookup send
+//!   again only as `tier::find_out` allows.
 //! - A backoff ends early when the heartbeat finds the action fenced.
 
 use super::Delivery;
 use crate::worker::event::{Event, Looker};
 use crate::worker::Provider;
 use courier_core::backoff::delay_ms;
-use courier_core::step::{self, Step};
+use courier_core::step::Step;
+use courier_core::tier::{self, FindOut};
 use courier_provider::LookupOutcome;
 use std::time::Duration;
 
 impl<P: Provider> Delivery<'_, P> {
     pub(super) async fn lookup(&mut self) -> Step {
+        let lease = self.ctx.local_lease(self.held);
+        let margin_ms = self.ctx.cfg.limits.send_margin_ms;
+        if let FindOut::Instead(step) =
+            tier::find_out(self.ctx.cfg.tier, self.attempts, lease, margin_ms)
+        {
+            return step;
+        }
         #[cfg(feature = "failpoints")]
         if self.skip_lookup().await {
             // The negative control of the failpoint test only: act as if the
@@ -41,11 +53,14 @@ impl<P: Provider> Delivery<'_, P> {
 
     /// Core's decision from a lookup's answer, the lease and the deadline
     /// as measured now. A "not found" past the deadline is trusted once a
-    /// request's time-out and the provider's lookup lag have passed since.
+    /// request's time-out and the provider's lookup lag have passed since
+    /// (and at tier `b`, once they have since the last request).
     fn after_lookup(&self, answer: &courier_core::step::LookupAnswer) -> Step {
         let limits = &self.ctx.cfg.limits;
-        step::after_lookup(
+        tier::after_lookup(
+            self.ctx.cfg.tier,
             answer,
+            self.attempts,
             self.ctx.local_lease(self.held),
             limits.send_margin_ms,
             limits.request_timeout_ms + limits.lookup_lag_ms,
@@ -65,6 +80,6 @@ impl<P: Provider> Delivery<'_, P> {
             _ = tokio::time::sleep(Duration::from_millis(wait)) => {}
             _ = self.held.fenced.cancelled() => {}
         }
-        step::after_backoff()
+        courier_core::step::after_backoff()
     }
 }

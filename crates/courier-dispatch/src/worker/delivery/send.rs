@@ -70,6 +70,14 @@ impl<P: Provider> Delivery<'_, P> {
             self.lease.action_id
         );
         self.unsent_attempt = false;
+        // Tier b: a "not found" is trusted only once this request has had
+        // its time-out to land and the lookup its lag to show it.
+        let limits = &self.ctx.cfg.limits;
+        self.attempts.not_found_trusted_from_ms = courier_core::tier::not_found_trusted_from_ms(
+            self.ctx.now_ms(),
+            limits.request_timeout_ms,
+            limits.lookup_lag_ms,
+        );
         #[cfg(feature = "failpoints")]
         self.crash_point(crate::failpoint::Point::AfterCount).await;
         let out = self.ctx.client.send(&self.key, &self.to, &self.body).await;

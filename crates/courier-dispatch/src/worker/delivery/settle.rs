@@ -1,6 +1,7 @@
 //! The last steps: settle (the provider has the message), fail (the
-//! provider refused the action) or expire (the deadline passed and the
-//! provider has no message).
+//! provider refused the action), expire (the deadline passed and the
+//! provider has no message) or hold (nothing can tell whether an earlier
+//! attempt went out: the provider's tier, `courier_core::tier`).
 //!
 //! # Invariants
 //! - A settle waits for the commit of the batch that holds it (group commit).
@@ -9,7 +10,7 @@
 use super::Delivery;
 use crate::worker::event::Event;
 use crate::worker::Provider;
-use courier_core::step::FencedAt;
+use courier_core::step::{FencedAt, HoldReason};
 use courier_core::Status;
 use courier_store::{SettleOutcome, SettleReq};
 
@@ -91,6 +92,31 @@ impl<P: Provider> Delivery<'_, P> {
             Some(_) => {
                 ctx.observe(Event::Expired {
                     action_id: lease.action_id,
+                })
+                .await;
+            }
+        }
+    }
+
+    pub(super) async fn hold(&mut self, reason: HoldReason) {
+        let (ctx, lease) = (self.ctx, &self.lease);
+        let held = ctx
+            .with_retry(&self.held.fenced, &mut self.rng, || {
+                ctx.store.action_hold(lease, reason.as_str())
+            })
+            .await;
+        match held {
+            None => self.abandon(FencedAt::Heartbeat).await,
+            Some(Err(f)) if f.current_epoch != Some(lease.epoch) => {
+                self.found_epoch = f.current_epoch;
+                self.abandon(FencedAt::Hold).await;
+            }
+            // Held, or refused at this epoch: its own earlier write,
+            // committed before its answer was lost (as for a fail).
+            Some(_) => {
+                ctx.observe(Event::Held {
+                    action_id: lease.action_id,
+                    reason,
                 })
                 .await;
             }
