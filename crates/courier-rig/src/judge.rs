@@ -14,8 +14,10 @@ use std::io::BufRead;
 use std::path::Path;
 
 /// What the courier's database says about each action: its key, id, final
-/// message status, whether the provider refused it, whether it was
-/// cancelled or expired, and its `not_before` and `expires_at`. Only reads.
+/// message status, whether the provider refused it (or an operator resolved
+/// it as not sent: both end `failed`, and expect no effect), whether it was
+/// cancelled, expired or is held `unknown`, and its `not_before` and
+/// `expires_at`. Only reads.
 pub async fn expectations(store: &PgStore) -> Result<Vec<Expectation>, RigError> {
     Ok(store
         .action_outcomes()
@@ -30,6 +32,7 @@ pub async fn expectations(store: &PgStore) -> Result<Vec<Expectation>, RigError>
             expires_at: o.expires_at,
             cancelled: o.state == ActionState::Cancelled,
             expired: o.state == ActionState::Expired,
+            unknown: o.state == ActionState::Unknown,
         })
         .collect())
 }

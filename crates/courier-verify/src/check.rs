@@ -21,9 +21,13 @@
 //!   1.500 to 1.599 s; milliseconds at the finest), and a line counts only
 //!   when every instant it may stand for breaks the rule. Each action
 //!   breaking a rule counts once.
+//! - The fold is the same under every [`Promise`]: the promise decides only
+//!   which of its counts [`Verifier::finish`] files as violations and which
+//!   as counts it allows (`crate::promise`).
 
+use crate::promise::Promise;
 use crate::read::Expectation;
-use crate::report::{Check, Report, Stats};
+use crate::report::{Check, Duplicates, Report, Stats, UnknownHeld};
 use chrono::{DateTime, SecondsFormat, Utc};
 use courier_core::Status;
 use courier_provider::wire::{LogEntry, LogOp, LookupResult, SendResult};
@@ -38,9 +42,18 @@ use std::collections::HashMap;
 /// after it left, never before.
 pub const EXPIRY_CLOCK_MARGIN_MS: u64 = 1_000;
 
-/// Verifies a log held in memory.
+/// Verifies a log held in memory against [`Promise::ExactlyOnce`].
 pub fn verify(entries: &[LogEntry], expected: Option<&[Expectation]>) -> Report {
-    let mut v = Verifier::new();
+    verify_under(entries, expected, Promise::ExactlyOnce)
+}
+
+/// Verifies a log held in memory against the given promise.
+pub fn verify_under(
+    entries: &[LogEntry],
+    expected: Option<&[Expectation]>,
+    promise: Promise,
+) -> Report {
+    let mut v = Verifier::with_promise(promise);
     for e in entries {
         v.observe(e);
     }
@@ -76,6 +89,8 @@ struct KeyState {
 /// A streaming verifier: feed it entries in log order, then [`finish`](Self::finish).
 #[derive(Debug, Default)]
 pub struct Verifier {
+    /// The promise the log is judged against.
+    promise: Promise,
     /// Keys in the order they first appear, with their state.
     keys: Vec<(String, KeyState)>,
     index: HashMap<String, usize>,
@@ -90,11 +105,23 @@ pub struct Verifier {
 }
 
 impl Verifier {
+    /// A verifier of [`Promise::ExactlyOnce`].
     pub fn new() -> Self {
+        Verifier::with_promise(Promise::ExactlyOnce)
+    }
+
+    /// A verifier of the given promise.
+    pub fn with_promise(promise: Promise) -> Self {
         Verifier {
+            promise,
             next_seq: 1,
             ..Verifier::default()
         }
+    }
+
+    /// The promise this verifier judges.
+    pub fn promise(&self) -> Promise {
+        self.promise
     }
 
     fn state(&mut self, key: &str) -> &mut KeyState {
@@ -234,16 +261,26 @@ impl Verifier {
     }
 
     /// Compares what the log says with the courier's expectations, when
-    /// given, and builds the report.
+    /// given, and builds the report of the verifier's promise.
     pub fn finish(self, expected: Option<&[Expectation]>) -> Report {
+        let p = self.promise;
+        let (blind_resends, resends_without_lookup) = if p.allows_resend_without_lookup() {
+            (Check::default(), Some(self.blind))
+        } else {
+            (self.blind, None)
+        };
         let mut report = Report {
+            promise: p,
             with_expectations: expected.is_some(),
             entries: self.entries,
             actions: 0,
             exactly_one: 0,
             more_than_one: Check::default(),
             no_effect: Check::default(),
-            blind_resends: self.blind,
+            blind_resends,
+            resends_without_lookup,
+            duplicates_allowed: p.allows_duplicates().then(Duplicates::default),
+            unknown_held: expected.is_some().then(UnknownHeld::default),
             outcomes_differ: None,
             refused_with_effect: None,
             cancelled_with_effect: None,
@@ -279,19 +316,14 @@ impl Verifier {
 }
 
 /// Without expectations: every key with a send is an action, and its
-/// effects are counted from the log alone.
+/// effects are counted from the log alone. No action is known to be held
+/// as unknown, so under every promise an action with no effect is one.
 fn judge_alone(keys: &[(String, KeyState)], report: &mut Report) {
     for (key, st) in keys.iter().filter(|(_, st)| st.sends > 0) {
-        report.actions += 1;
-        match st.created {
-            0 => {
-                report.no_effect.add_key(key);
-                if st.rejected_sends == st.sends {
-                    report.stats.keys_only_rejected += 1;
-                }
-            }
-            1 => report.exactly_one += 1,
-            _ => report.more_than_one.add_key(key),
+        judge_more_than_one(report, key, st.created);
+        judge_effects(report, key, st.created, false);
+        if st.created == 0 && st.rejected_sends == st.sends {
+            report.stats.keys_only_rejected += 1;
         }
     }
     if report.stats.keys_only_rejected > 0 {
@@ -300,6 +332,54 @@ fn judge_alone(keys: &[(String, KeyState)], report: &mut Report) {
              give the courier's expectations to tell refusals from lost actions",
             report.stats.keys_only_rejected
         ));
+    }
+    if report.promise.allows_unknown_without_effect() && report.no_effect.count > 0 {
+        report.warnings.push(format!(
+            "{} allows no effect for actions the courier holds as unknown; \
+             give the courier's expectations to tell them from lost actions",
+            report.promise
+        ));
+    }
+}
+
+/// Counts an action with more than one effect: a violation, or a duplicate
+/// the promise allows. Called for every action, whatever its ending.
+fn judge_more_than_one(report: &mut Report, key: &str, created: u64) {
+    if created < 2 {
+        return;
+    }
+    match report.duplicates_allowed.as_mut() {
+        Some(d) => {
+            d.actions.add_key(key);
+            d.extra_effects += created - 1;
+        }
+        None => report.more_than_one.add_key(key),
+    }
+}
+
+/// Counts one action the promise judges by its number of effects; more
+/// than one is [`judge_more_than_one`]'s. An action the courier holds as
+/// unknown with no effect is not missing when the promise allows it.
+fn judge_effects(report: &mut Report, key: &str, created: u64, unknown: bool) {
+    report.actions += 1;
+    match created {
+        0 if unknown && report.promise.allows_unknown_without_effect() => {}
+        0 => report.no_effect.add_key(key),
+        1 => report.exactly_one += 1,
+        _ => {}
+    }
+}
+
+/// Counts an action the courier holds as unknown by its effects.
+fn count_unknown_held(held: &mut UnknownHeld, key: &str, st: &KeyState) {
+    held.actions.add_key(key);
+    match st.created {
+        0 => held.no_effect += 1,
+        1 => held.one_effect += 1,
+        _ => held.more_than_one += 1,
+    }
+    if st.provider_final.is_some() {
+        held.provider_final += 1;
     }
 }
 
@@ -311,9 +391,7 @@ fn judge_against(
     report: &mut Report,
     expected: &[Expectation],
 ) {
-    let mut outcomes = Check::default();
-    let mut refused = Check::default();
-    let mut times = TimeChecks::default();
+    let mut intent = IntentChecks::default();
     let mut expected_keys: HashMap<&str, &str> = HashMap::new();
     let no_state = KeyState::default();
     for e in expected {
@@ -324,44 +402,11 @@ fn judge_against(
             ));
         }
         let st = index.get(&e.key).map_or(&no_state, |&i| &keys[i].1);
-        if st.created > 1 {
-            report.more_than_one.add_key(&e.key);
-        }
-        times.judge(e, st, &mut report.stats);
-        if e.cancelled {
-            report.stats.actions_cancelled += 1;
-            if st.created > 0 {
-                times.cancelled.add_key(&e.key);
-            }
-            continue;
-        }
-        if e.expired {
-            report.stats.actions_expired += 1;
-            if st.created == 0 {
-                report.stats.actions_expired_unsent += 1;
-                continue;
-            }
-        }
-        if e.refused {
-            report.stats.actions_refused += 1;
-            if st.created > 0 {
-                refused.add_key(&e.key);
-            }
-            continue;
-        }
-        report.actions += 1;
-        match st.created {
-            0 => report.no_effect.add_key(&e.key),
-            1 => report.exactly_one += 1,
-            _ => {}
-        }
-        if e.courier_final != st.provider_final {
-            outcomes.add(format!(
-                "{} (courier: {}, provider: {})",
-                e.key,
-                e.courier_final.map_or("none", Status::as_str),
-                st.provider_final.map_or("none", Status::as_str),
-            ));
+        judge_more_than_one(report, &e.key, st.created);
+        intent.judge_times(e, st, &mut report.stats);
+        if intent.judge_ending(e, st, &mut report.stats) {
+            judge_effects(report, &e.key, st.created, e.unknown);
+            judge_outcome(e, st, report, &mut intent.outcomes);
         }
     }
     for (key, st) in keys {
@@ -371,24 +416,56 @@ fn judge_against(
             }
         }
     }
-    if times.untimed > 0 {
+    if intent.untimed > 0 {
         report.warnings.push(format!(
             "{} send lines of actions with a not_before or an expires_at have no RFC 3339 `at`: \
              they were not checked against those times",
-            times.untimed
+            intent.untimed
         ));
     }
-    report.outcomes_differ = Some(outcomes);
-    report.refused_with_effect = Some(refused);
-    report.cancelled_with_effect = Some(times.cancelled);
-    report.sent_before_not_before = Some(times.early);
-    report.sent_after_expires_at = Some(times.late);
+    report.outcomes_differ = Some(intent.outcomes);
+    report.refused_with_effect = Some(intent.refused);
+    report.cancelled_with_effect = Some(intent.cancelled);
+    report.sent_before_not_before = Some(intent.early);
+    report.sent_after_expires_at = Some(intent.late);
 }
 
-/// The rows of the courier's intent: cancelled actions with an effect, and
-/// actions sent outside their time window.
+/// Compares the courier's final status of a judged action with the
+/// provider's last one. An action held as unknown has no outcome to compare
+/// and is counted with its effects instead; one with several effects under
+/// a promise that allows it is not compared either, since the provider's
+/// last final line may be of any of its messages.
+fn judge_outcome(e: &Expectation, st: &KeyState, report: &mut Report, outcomes: &mut Check) {
+    if e.unknown {
+        if let Some(held) = report.unknown_held.as_mut() {
+            count_unknown_held(held, &e.key, st);
+        }
+        return;
+    }
+    if let Some(d) = report
+        .duplicates_allowed
+        .as_mut()
+        .filter(|_| st.created > 1)
+    {
+        d.outcomes_not_compared += 1;
+        return;
+    }
+    if e.courier_final != st.provider_final {
+        outcomes.add(format!(
+            "{} (courier: {}, provider: {})",
+            e.key,
+            e.courier_final.map_or("none", Status::as_str),
+            st.provider_final.map_or("none", Status::as_str),
+        ));
+    }
+}
+
+/// The rows of the courier's intent: outcomes, refused and cancelled
+/// actions with an effect, and actions sent outside their time window.
 #[derive(Default)]
-struct TimeChecks {
+struct IntentChecks {
+    outcomes: Check,
+    refused: Check,
     cancelled: Check,
     early: Check,
     late: Check,
@@ -396,9 +473,37 @@ struct TimeChecks {
     untimed: u64,
 }
 
-impl TimeChecks {
+impl IntentChecks {
+    /// Judges how an action ended: a cancelled or refused action, or an
+    /// expired one with no effect, expects none. Returns whether the action
+    /// is judged by its effects, as the promise says.
+    fn judge_ending(&mut self, e: &Expectation, st: &KeyState, stats: &mut Stats) -> bool {
+        if e.cancelled {
+            stats.actions_cancelled += 1;
+            if st.created > 0 {
+                self.cancelled.add_key(&e.key);
+            }
+            return false;
+        }
+        if e.expired {
+            stats.actions_expired += 1;
+            if st.created == 0 {
+                stats.actions_expired_unsent += 1;
+                return false;
+            }
+        }
+        if e.refused {
+            stats.actions_refused += 1;
+            if st.created > 0 {
+                self.refused.add_key(&e.key);
+            }
+            return false;
+        }
+        true
+    }
+
     /// Checks the times of one expected action's `send` lines.
-    fn judge(&mut self, e: &Expectation, st: &KeyState, stats: &mut Stats) {
+    fn judge_times(&mut self, e: &Expectation, st: &KeyState, stats: &mut Stats) {
         if let Some(nb) = e.not_before {
             stats.actions_scheduled += 1;
             let nb_ms = nb.timestamp_millis();

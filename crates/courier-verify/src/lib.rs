@@ -1,4 +1,5 @@
-//! courier-verify: judges exactly-once claims from a provider's own log.
+//! courier-verify: judges a courier's promise (exactly once, at most once,
+//! at least once) from a provider's own log.
 //!
 //! The log (`docs/provider-api.md`, "The provider's own log") is the ground
 //! truth, not the courier's database, and any provider that follows the
@@ -6,12 +7,19 @@
 //! fields are ignored, and nothing here depends on how our fake provider
 //! happens to phrase things beyond the contract.
 //!
-//! The work is split three ways:
-//! - [`read`]: turns bytes into [`LogEntry`] values ([`read_log`], or
-//!   [`LogReader`] to stream) and reads [`Expectation`]s from JSON.
+//! The work is split four ways:
+//! - [`read`]: turns bytes into [`LogEntry`](courier_provider::wire::LogEntry)
+//!   values ([`read_log`], or [`LogReader`] to stream) and reads
+//!   [`Expectation`]s from JSON.
+//! - [`promise`]: the [`Promise`] a log is judged against, and which counts
+//!   break it.
 //! - [`check`]: a pure fold over entries ([`Verifier`], or [`verify`] for a
 //!   slice) that keeps one small state per key, not the whole log.
 //! - [`report`]: the [`Report`], its table and its JSON form.
+//!
+//! Each entry point judges [`Promise::ExactlyOnce`]; its `_under` twin
+//! ([`verify_under`], [`verify_reader_under`], [`verify_log_under`],
+//! [`Verifier::with_promise`]) takes the promise.
 //!
 //! # Invariants
 //! - Each check counts something a human can recount by hand from the log:
@@ -26,24 +34,51 @@
 //!   the expectation's times, at the precision of that `at`). An action
 //!   the courier ended expired expects no effect; one it has anyway is
 //!   judged like any action.
+//! - The verdict follows the promise, and the report names it
+//!   ([`Report::promise`]). Under every promise these are violations: an
+//!   action with no effect that the courier did not mark refused, cancelled
+//!   or expired (nor, where the promise allows it, holds as unknown),
+//!   effects of refused or cancelled actions, sends outside an
+//!   action's window, effects for keys of no action, gaps in `seq`, and
+//!   outcomes that differ (but for actions the courier holds as unknown,
+//!   whose outcome it does not know, and duplicated actions under
+//!   `at-least-once`). Besides:
+//!   - `exactly-once`: more than one effect, no effect on an action held as
+//!     unknown, and a resend with no lookup since the previous send are
+//!     violations.
+//!   - `exactly-once-by-resend`: the same, but resends with no lookup are by
+//!     design (the provider deduplicates by key) and only counted.
+//!   - `at-most-once`: more than one effect and a resend with no lookup are
+//!     violations; an action the courier holds as unknown may have no effect
+//!     or one (each counted), and an action with no effect must be one it
+//!     holds as unknown.
+//!   - `at-least-once`: an action the courier holds as unknown may have no
+//!     effect; duplicates (actions and extra effects) and resends with no
+//!     lookup are counted, never violations.
 //! - The verifier can fail: every check has a test with a hand-made log that
 //!   breaks it and the exact count it must report
-//!   (`tests/verify.rs`, `tests/verify_props.rs`).
+//!   (`tests/verify.rs`, `tests/verify_props.rs`), and every promise a log
+//!   that keeps it and logs that break it (`tests/verify_promises.rs`).
 //! - A check that needs the courier's database is reported as such when the
 //!   expectations are absent; it never silently passes.
 //! - Reading is bounded: [`ReadLimits`] caps the bytes of one line and the
 //!   number of lines, and samples are capped at [`SAMPLES_PER_CHECK_MAX`].
 
 pub mod check;
+pub mod promise;
 pub mod read;
 pub mod report;
 
-pub use check::{verify, Verifier, EXPIRY_CLOCK_MARGIN_MS};
+pub use check::{verify, verify_under, Verifier, EXPIRY_CLOCK_MARGIN_MS};
+pub use promise::{Promise, UnknownPromise};
 pub use read::{
     read_expectations, read_log, read_log_with, validate_expectations, Expectation, LogReader,
     ProviderLog, ReadLimits,
 };
-pub use report::{Check, Report, Stats, WithVerdict, NEEDS_DATABASE, SAMPLES_PER_CHECK_MAX};
+pub use report::{
+    Check, Duplicates, Report, Stats, UnknownHeld, WithVerdict, NEEDS_DATABASE,
+    SAMPLES_PER_CHECK_MAX,
+};
 
 /// Why a log or an expectations file could not be read. Every variant means
 /// the same thing to the caller: the input is unusable, so no verdict can be
@@ -66,16 +101,26 @@ pub enum VerifyError {
     Expectations(String),
 }
 
-/// Reads a whole log and verifies it in one pass, without keeping the
-/// entries in memory: the memory used grows with the number of keys, not
-/// with the number of lines.
+/// Reads a whole log and verifies it in one pass against
+/// [`Promise::ExactlyOnce`], without keeping the entries in memory: the
+/// memory used grows with the number of keys, not with the number of lines.
 pub fn verify_reader(
     r: impl std::io::BufRead,
     limits: &ReadLimits,
     expected: Option<&[Expectation]>,
 ) -> Result<Report, VerifyError> {
+    verify_reader_under(r, limits, expected, Promise::ExactlyOnce)
+}
+
+/// [`verify_reader`] against the given promise.
+pub fn verify_reader_under(
+    r: impl std::io::BufRead,
+    limits: &ReadLimits,
+    expected: Option<&[Expectation]>,
+    promise: Promise,
+) -> Result<Report, VerifyError> {
     let mut reader = LogReader::new(r, limits.clone());
-    let mut verifier = Verifier::new();
+    let mut verifier = Verifier::with_promise(promise);
     while let Some(entry) = reader.next_entry()? {
         verifier.observe(&entry);
     }
@@ -84,10 +129,20 @@ pub fn verify_reader(
     Ok(report)
 }
 
-/// Verifies a log read by [`read_log`], carrying its reading warnings (such
-/// as a torn final line) into the report.
+/// Verifies a log read by [`read_log`] against [`Promise::ExactlyOnce`],
+/// carrying its reading warnings (such as a torn final line) into the
+/// report.
 pub fn verify_log(log: &ProviderLog, expected: Option<&[Expectation]>) -> Report {
-    let mut report = verify(&log.entries, expected);
+    verify_log_under(log, expected, Promise::ExactlyOnce)
+}
+
+/// [`verify_log`] against the given promise.
+pub fn verify_log_under(
+    log: &ProviderLog,
+    expected: Option<&[Expectation]>,
+    promise: Promise,
+) -> Report {
+    let mut report = verify_under(&log.entries, expected, promise);
     report.warnings.extend(log.warnings.iter().cloned());
     report
 }

@@ -12,8 +12,9 @@
 //!   line that ends in `\n` is always an error.
 //! - No line longer than [`ReadLimits::line_bytes_max`] is buffered, and no
 //!   more than [`ReadLimits::lines_max`] lines are read.
-//! - Expectations name each key and each action at most once
-//!   ([`validate_expectations`]).
+//! - Expectations name each key and each action at most once, and each
+//!   action ends at most one way: refused, cancelled, expired or held as
+//!   unknown ([`validate_expectations`]).
 
 use crate::VerifyError;
 use chrono::{DateTime, Utc};
@@ -213,6 +214,13 @@ pub struct Expectation {
     /// (its outcomes compared).
     #[serde(default)]
     pub expired: bool,
+    /// The courier holds the action as `unknown`: it does not know whether
+    /// the provider made the effect, and lists the action for an operator.
+    /// Its `courier_final` is not compared with the provider's final status
+    /// (the courier has no outcome to compare); whether it may have no
+    /// effect depends on the [`Promise`](crate::Promise).
+    #[serde(default)]
+    pub unknown: bool,
 }
 
 fn id_text<'de, D: Deserializer<'de>>(d: D) -> Result<String, D::Error> {
@@ -251,8 +259,8 @@ pub fn read_expectations(
 
 /// Checks that every key is a contract key, that no key or action id
 /// appears twice, that each courier status given is a final one, that at
-/// most one of `refused`, `cancelled` and `expired` is set, and that no
-/// `expires_at` is before its `not_before`.
+/// most one of `refused`, `cancelled`, `expired` and `unknown` is set, and
+/// that no `expires_at` is before its `not_before`.
 pub fn validate_expectations(expected: &[Expectation]) -> Result<(), VerifyError> {
     let mut keys = HashSet::with_capacity(expected.len());
     let mut ids = HashSet::with_capacity(expected.len());
@@ -271,10 +279,11 @@ pub fn validate_expectations(expected: &[Expectation]) -> Result<(), VerifyError
                 ));
             }
         }
-        let endings = [e.refused, e.cancelled, e.expired];
+        let endings = [e.refused, e.cancelled, e.expired, e.unknown];
         if endings.iter().filter(|set| **set).count() > 1 {
             return fail(
-                "more than one of refused, cancelled and expired is set (an action ends one way)"
+                "more than one of refused, cancelled, expired and unknown is set \
+                 (an action ends one way)"
                     .to_string(),
             );
         }

@@ -62,6 +62,7 @@ fn expect(key: &str, id: u32, courier_final: Option<Status>) -> Expectation {
         expires_at: None,
         cancelled: false,
         expired: false,
+        unknown: false,
     }
 }
 
@@ -531,11 +532,11 @@ fn verify_intent_expectations_that_contradict_themselves_are_refused() {
     let bad = [
         (
             r#"[{"key":"k","action_id":"1","refused":true,"cancelled":true}]"#,
-            "more than one of refused, cancelled and expired",
+            "more than one of refused, cancelled, expired and unknown",
         ),
         (
             r#"[{"key":"k","action_id":"1","cancelled":true,"expired":true}]"#,
-            "more than one of refused, cancelled and expired",
+            "more than one of refused, cancelled, expired and unknown",
         ),
         (
             r#"[{"key":"k","action_id":"1","not_before":"2026-01-01T00:00:02Z","expires_at":"2026-01-01T00:00:01Z"}]"#,

@@ -3,7 +3,7 @@
 
 use courier_core::Status;
 use courier_provider::wire::{LogEntry, LogOp, LookupResult, SendResult, WebhookAnswer};
-use courier_verify::{verify, Expectation};
+use courier_verify::{verify, verify_under, Expectation, Promise};
 use proptest::prelude::*;
 
 /// One key's well-behaved history, in order.
@@ -148,6 +148,7 @@ fn expectations(hs: &[KeyHistory]) -> Vec<Expectation> {
             expires_at: None,
             cancelled: false,
             expired: false,
+            unknown: false,
         })
         .collect()
 }
@@ -212,6 +213,50 @@ proptest! {
     }
 
     #[test]
+    fn verify_well_behaved_histories_keep_every_promise((hs, ops) in histories()) {
+        let entries = numbered(&ops);
+        let expected = expectations(&hs);
+        for p in Promise::ALL {
+            let r = verify_under(&entries, Some(&expected), p);
+            prop_assert!(r.passed(), "{}", r);
+            prop_assert_eq!(r.exactly_one, hs.len() as u64);
+            let resends = r.resends_without_lookup.as_ref().map(|c| c.count);
+            prop_assert_eq!(resends, p.allows_resend_without_lookup().then_some(0));
+        }
+    }
+
+    #[test]
+    fn verify_one_injected_created_line_is_a_duplicate_each_promise_judges_its_way(
+        (hs, ops) in histories(),
+        which in any::<prop::sample::Index>(),
+        at in any::<prop::sample::Index>(),
+    ) {
+        let key = format!("courier-{}", which.index(hs.len()));
+        let mut ops = ops;
+        let pos = at.index(ops.len() + 1);
+        // With a lookup of its key on each side, so that neither it nor the
+        // key's next send breaks the resend rule.
+        ops.insert(pos, lookup(&key, LookupResult::NotFound));
+        ops.insert(pos, send(&key, SendResult::Created));
+        ops.insert(pos, lookup(&key, LookupResult::NotFound));
+        let entries = numbered(&ops);
+        let expected = expectations(&hs);
+        for p in Promise::ALL {
+            let r = verify_under(&entries, Some(&expected), p);
+            prop_assert_eq!(r.exactly_one, hs.len() as u64 - 1);
+            if p.allows_duplicates() {
+                let d = r.duplicates_allowed.clone().unwrap();
+                prop_assert_eq!((d.actions.count, d.extra_effects), (1, 1));
+                prop_assert_eq!(r.more_than_one.count, 0);
+                prop_assert!(r.passed(), "{}", r);
+            } else {
+                prop_assert_eq!(&r.more_than_one.samples, &vec![key.clone()]);
+                prop_assert_eq!(r.violations(), 1, "{}", r);
+            }
+        }
+    }
+
+    #[test]
     fn verify_one_injected_created_line_is_exactly_one_duplicate(
         (hs, ops) in histories(),
         which in any::<prop::sample::Index>(),
@@ -251,6 +296,17 @@ proptest! {
         let r = verify(&numbered(&ops), Some(&expectations(&hs)));
         prop_assert_eq!(r.blind_resends.count, 1, "{}", r);
         prop_assert_eq!(r.violations(), 1);
+        for p in Promise::ALL {
+            let r = verify_under(&numbered(&ops), Some(&expectations(&hs)), p);
+            let counted = r.resends_without_lookup.as_ref().map(|c| c.count);
+            if p.allows_resend_without_lookup() {
+                prop_assert_eq!((counted, r.blind_resends.count), (Some(1), 0));
+                prop_assert!(r.passed(), "{}", r);
+            } else {
+                prop_assert_eq!((counted, r.blind_resends.count), (None, 1));
+                prop_assert_eq!(r.violations(), 1);
+            }
+        }
     }
 
     #[test]

@@ -1,5 +1,6 @@
-//! `courier verify`: judges a provider's log, prints the table (or JSON) and
-//! exits 0 when no check failed, 1 on any violation, 2 on unreadable input.
+//! `courier verify`: judges a provider's log against a promise (`--promise`,
+//! exactly-once unless given), prints the table (or JSON) and exits 0 when
+//! no check failed, 1 on any violation, 2 on unreadable input.
 //!
 //! The work is in `courier_verify`; this file reads flags and files.
 //! The courier's expectations (what its database says about each action) come
@@ -7,7 +8,7 @@
 //! [`expectations`] with `--database-url`.
 
 use anyhow::Context;
-use courier_verify::{read_expectations, verify_reader, Expectation, ReadLimits};
+use courier_verify::{read_expectations, verify_reader_under, Expectation, Promise, ReadLimits};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
@@ -20,9 +21,16 @@ pub struct Args {
     #[arg(long, env = "DATABASE_URL", value_name = "URL", hide_env_values = true)]
     pub database_url: Option<String>,
     /// The courier's view as a JSON array of {key, action_id, courier_final,
-    /// refused}, instead of the database. Takes precedence over --database-url.
+    /// refused, cancelled, expired, unknown, not_before, expires_at}, instead
+    /// of the database. Takes precedence over --database-url.
     #[arg(long, value_name = "FILE")]
     pub expectations: Option<PathBuf>,
+    /// The promise the log is judged against: exactly-once,
+    /// exactly-once-by-resend (resends with no lookup are by design),
+    /// at-most-once (an action with no effect must be held as unknown) or
+    /// at-least-once (duplicates are counted, not violations).
+    #[arg(long, value_name = "PROMISE", default_value_t = Promise::ExactlyOnce)]
+    pub promise: Promise,
     /// Print the report as JSON instead of the table.
     #[arg(long)]
     pub json: bool,
@@ -49,11 +57,12 @@ pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
         (None, None) => None,
     };
     let path = args.provider_log.clone();
+    let promise = args.promise;
     let report = tokio::task::spawn_blocking(move || -> anyhow::Result<_> {
         let file = std::fs::File::open(&path)
             .with_context(|| format!("cannot open the provider log {}", path.display()))?;
         let r = std::io::BufReader::with_capacity(1 << 16, file);
-        verify_reader(r, &ReadLimits::default(), expected.as_deref())
+        verify_reader_under(r, &ReadLimits::default(), expected.as_deref(), promise)
             .with_context(|| format!("cannot verify the provider log {}", path.display()))
     })
     .await
@@ -108,8 +117,13 @@ mod tests {
             provider_log: fixture(log),
             database_url: None,
             expectations: None,
+            promise: Promise::ExactlyOnce,
             json: false,
         }
+    }
+
+    fn exit(code: ExitCode) -> String {
+        format!("{code:?}")
     }
 
     #[tokio::test]
@@ -127,6 +141,44 @@ mod tests {
         };
         let code = run(with_file).await.unwrap();
         assert_eq!(format!("{code:?}"), format!("{:?}", ExitCode::from(0)));
+    }
+
+    #[tokio::test]
+    async fn verify_judges_the_promise_given() {
+        // Two effects for one action: a violation of exactly-once, counted
+        // under at-least-once.
+        for (promise, code) in [
+            (Promise::ExactlyOnce, 1),
+            (Promise::AtMostOnce, 1),
+            (Promise::AtLeastOnce, 0),
+        ] {
+            let a = Args {
+                promise,
+                ..args("duplicate.jsonl")
+            };
+            assert_eq!(exit(run(a).await.unwrap()), exit(ExitCode::from(code)));
+        }
+    }
+
+    #[test]
+    fn verify_promise_flag_reads_names_and_defaults_to_exactly_once() {
+        use clap::Parser;
+        #[derive(clap::Parser)]
+        struct Cli {
+            #[command(flatten)]
+            args: Args,
+        }
+        let parse = |extra: &[&str]| {
+            let mut argv = vec!["verify", "--provider-log", "p.jsonl"];
+            argv.extend_from_slice(extra);
+            Cli::try_parse_from(argv).map(|c| c.args.promise)
+        };
+        assert_eq!(parse(&[]).unwrap(), Promise::ExactlyOnce);
+        for p in Promise::ALL {
+            assert_eq!(parse(&["--promise", p.as_str()]).unwrap(), p);
+        }
+        let err = parse(&["--promise", "twice"]).unwrap_err().to_string();
+        assert!(err.contains("unknown promise"), "{err}");
     }
 
     #[tokio::test]
