@@ -80,6 +80,12 @@ impl ActionState {
         )
     }
 
+    /// True when no worker will touch it again: final, or held `unknown`
+    /// (only a webhook carrying its key, or an operator, moves it on).
+    pub fn is_at_rest(self) -> bool {
+        self.is_final() || self == ActionState::Unknown
+    }
+
     /// True while a caller may still cancel it: no worker holds it, so no
     /// request can be on the wire.
     pub fn is_cancellable(self) -> bool {
@@ -159,5 +165,10 @@ mod tests {
             .filter(|s| s.is_cancellable())
             .collect();
         assert_eq!(cancellable, [ActionState::Scheduled, ActionState::Pending]);
+        let resting: Vec<ActionState> = ActionState::ALL
+            .into_iter()
+            .filter(|s| s.is_at_rest() && !s.is_final())
+            .collect();
+        assert_eq!(resting, [ActionState::Unknown]);
     }
 }

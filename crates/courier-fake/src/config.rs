@@ -3,6 +3,29 @@
 //! Every limit carries its unit last in its name. Durations that the command
 //! line gives in seconds (`--key-retention-s`) are kept here in milliseconds
 //! so tests can use tiny values.
+//!
+//! # Tier modes
+//! Two settings make the fake behave like a provider that offers less than
+//! the contract, so that a run can prove what courier promises at each of
+//! its guarantee tiers from the fake's log:
+//! - [`FakeConfig::ignore_key`] (`--ignore-key`): no deduplication. Every
+//!   valid send creates a new message with its own id, plan, webhooks and
+//!   `created` line; there is no replay, no `409` and no `422`. The key is
+//!   only the client's reference: a lookup answers the earliest-created
+//!   message of that reference that is visible, each message becoming
+//!   visible `lookup_lag_ms` after its own creation. The time-out fault is
+//!   drawn per send (by the key and the send's number among the key's sends).
+//! - [`FakeConfig::lookup`] false (`--no-lookup`): every lookup is answered
+//!   `501 {"error":"lookup_not_supported"}` and logged `faulted`.
+//!
+//! | tier | settings | the provider offers |
+//! |---|---|---|
+//! | `a` | the defaults | a key and a lookup by key (the contract) |
+//! | `a-` | `--no-lookup` | a key, no lookup |
+//! | `b` | `--ignore-key --lookup-lag-ms N` | no dedup, a lookup by reference that lags `N` ms |
+//! | `c` | `--ignore-key --no-lookup` | neither |
+//!
+//! [`TIERS`] is this table; `--tier` sets the two booleans from it.
 
 use std::fmt;
 use std::path::PathBuf;
@@ -21,8 +44,9 @@ pub const BODY_CHARS_MAX: usize = 1600;
 /// The four injected fault rates, each a probability per decision.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct FaultRates {
-    /// Per first send of a key: the answer is held and lost (half of them
-    /// after the message was created, half before anything was created).
+    /// Per first send of a key (per send in ignore-key mode): the answer is
+    /// held and lost (half of them after the message was created, half
+    /// before anything was created).
     pub timeout: f64,
     /// Per status event: the event is delivered once more after a 2xx.
     pub duplicate_webhook: f64,
@@ -278,6 +302,41 @@ impl FromStr for MsRange {
     }
 }
 
+/// A guarantee tier by the two modes that stand for it (module docs).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TierModes {
+    /// The tier's name, as `courier provider --tier` takes it.
+    pub name: &'static str,
+    /// [`FakeConfig::ignore_key`].
+    pub ignore_key: bool,
+    /// [`FakeConfig::lookup`].
+    pub lookup: bool,
+}
+
+/// Every pairing of the two modes, by the tier it stands for.
+pub const TIERS: [TierModes; 4] = [
+    TierModes {
+        name: "a",
+        ignore_key: false,
+        lookup: true,
+    },
+    TierModes {
+        name: "a-",
+        ignore_key: false,
+        lookup: false,
+    },
+    TierModes {
+        name: "b",
+        ignore_key: true,
+        lookup: true,
+    },
+    TierModes {
+        name: "c",
+        ignore_key: true,
+        lookup: false,
+    },
+];
+
 /// Everything the fake provider needs to run.
 #[derive(Debug, Clone)]
 pub struct FakeConfig {
@@ -292,13 +351,25 @@ pub struct FakeConfig {
     pub faults: FaultRates,
     /// How long a timed-out send is held before it is answered `504`.
     pub timeout_hold_ms: u64,
-    /// How long after a key's first send its lookups still answer `404`.
+    /// No deduplication (tiers `b` and `c`): every valid send makes a new
+    /// message, and the key is only the client's reference that lookups
+    /// find messages by (module docs). The log records the mode (each
+    /// `created` line carries its send's number), and a restart in the
+    /// other mode refuses the log.
+    pub ignore_key: bool,
+    /// Whether lookups are answered (false: `501`, tiers `a-` and `c`).
+    pub lookup: bool,
+    /// How long after a key's first send its lookups still answer `404`;
+    /// in ignore-key mode, how long after each message's creation before
+    /// a lookup can find that message.
     pub lookup_lag_ms: u64,
     /// Delay applied to each send and lookup.
     pub latency: Latency,
     /// What a send's latency is drawn from.
     pub latency_subject: LatencySubject,
-    /// How long a key is remembered after its first send.
+    /// How long a key is remembered after its first send. In ignore-key
+    /// mode, how long each send is remembered after it ended (its message
+    /// stays findable by lookup for that long).
     pub key_retention_ms: u64,
     /// Delay from `accepted` to `sent`.
     pub sent_after_ms: MsRange,
@@ -319,7 +390,10 @@ pub struct FakeConfig {
     pub webhook_concurrency_max: usize,
     /// Largest send request body read; larger ones get `413`.
     pub request_bytes_max: usize,
-    /// Keys remembered at once; beyond it new keys get `503`.
+    /// Keys remembered at once; beyond it new keys get `503`. In ignore-key
+    /// mode it counts sends remembered instead (each message, each send
+    /// still in flight and each send lost before creating), since one key
+    /// may name any number of messages; beyond it every send gets `503`.
     pub keys_max: usize,
     /// `fdatasync` the log after each write (power-loss durability; slow).
     pub fsync: bool,
@@ -335,6 +409,8 @@ impl FakeConfig {
             seed: 1,
             faults: FaultRates::DEFAULT,
             timeout_hold_ms: 5_000,
+            ignore_key: false,
+            lookup: true,
             lookup_lag_ms: 0,
             latency: Latency::ZERO,
             latency_subject: LatencySubject::Request,
@@ -352,6 +428,25 @@ impl FakeConfig {
             keys_max: 5_000_000,
             fsync: false,
         }
+    }
+
+    /// The tier the two modes stand for (`a`, `a-`, `b` or `c`).
+    pub fn tier(&self) -> &'static str {
+        TIERS
+            .iter()
+            .find(|t| t.ignore_key == self.ignore_key && t.lookup == self.lookup)
+            .map_or("a", |t| t.name)
+    }
+
+    /// Sets the two modes to a tier's (`a`, `a-`, `b` or `c`).
+    pub fn set_tier(&mut self, name: &str) -> Result<(), String> {
+        let t = TIERS
+            .iter()
+            .find(|t| t.name == name)
+            .ok_or_else(|| format!("--tier must be one of a, a-, b, c; got {name:?}"))?;
+        self.ignore_key = t.ignore_key;
+        self.lookup = t.lookup;
+        Ok(())
     }
 
     /// Checks every setting; the message names the flag to fix.
@@ -380,6 +475,9 @@ impl FakeConfig {
             if ms > DELAY_MS_MAX {
                 return Err(format!("{flag} must be at most {DELAY_MS_MAX}, got {ms}"));
             }
+        }
+        if !self.lookup && self.lookup_lag_ms > 0 {
+            return Err("--lookup-lag-ms has no effect with --no-lookup: drop one".into());
         }
         self.latency
             .check()
@@ -567,11 +665,36 @@ mod tests {
                 with(|c| c.timeout_hold_ms = DELAY_MS_MAX + 1),
                 "--timeout-hold-ms",
             ),
+            (
+                with(|c| {
+                    c.lookup = false;
+                    c.lookup_lag_ms = 100;
+                }),
+                "--no-lookup",
+            ),
         ];
         for (cfg, flag) in cases {
             let err = cfg.validate().expect_err(flag);
             assert!(err.contains(flag), "{err:?} does not name {flag}");
         }
+    }
+
+    #[test]
+    fn each_tier_sets_its_two_modes_and_is_named_back() {
+        let mut cfg = with(|_| {});
+        assert_eq!(cfg.tier(), "a", "the defaults are the contract");
+        for (name, ignore_key, lookup) in [
+            ("a-", false, false),
+            ("b", true, true),
+            ("c", true, false),
+            ("a", false, true),
+        ] {
+            cfg.set_tier(name).unwrap();
+            assert_eq!((cfg.ignore_key, cfg.lookup), (ignore_key, lookup), "{name}");
+            assert_eq!(cfg.tier(), name);
+            assert_eq!(cfg.validate(), Ok(()), "{name}");
+        }
+        assert!(cfg.set_tier("c-resend").is_err());
     }
 
     #[test]

@@ -72,14 +72,15 @@ impl TimeoutFault {
     }
 }
 
-/// The time-out fate of the first send of a key. It is a function of the
-/// key alone, so a key forgotten after its retention and sent again meets
-/// the same fate as the first time.
-pub fn send_timeout(cfg: &FakeConfig, key: &str) -> Option<TimeoutFault> {
-    if unit(cfg.seed, key, Tag::Timeout, 0) >= cfg.faults.timeout {
+/// The time-out fate of a send: of the first send of a key, or in
+/// ignore-key mode of its `ordinal`-th send (the first is 0). It is a
+/// function of the key and the ordinal alone, so a key forgotten after its
+/// retention and sent again meets the same fate as the first time.
+pub fn send_timeout(cfg: &FakeConfig, key: &str, ordinal: u64) -> Option<TimeoutFault> {
+    if unit(cfg.seed, key, Tag::Timeout, ordinal) >= cfg.faults.timeout {
         return None;
     }
-    Some(if unit(cfg.seed, key, Tag::TimeoutSide, 0) < 0.5 {
+    Some(if unit(cfg.seed, key, Tag::TimeoutSide, ordinal) < 0.5 {
         TimeoutFault::BeforeCreate
     } else {
         TimeoutFault::AfterCreate
@@ -101,25 +102,26 @@ pub struct MessagePlan {
     pub out_of_order: bool,
 }
 
-/// The plan of the message created for `key`.
-pub fn plan(cfg: &FakeConfig, key: &str) -> MessagePlan {
-    let late_failed = unit(cfg.seed, key, Tag::LateFailed, 0) < cfg.faults.late_failed;
+/// The plan of the message created for `key` (by its `ordinal`-th send in
+/// ignore-key mode, so each of a key's messages has a life of its own; 0
+/// otherwise).
+pub fn plan(cfg: &FakeConfig, key: &str, ordinal: u64) -> MessagePlan {
+    let draw = |tag| unit(cfg.seed, key, tag, ordinal);
+    let late_failed = draw(Tag::LateFailed) < cfg.faults.late_failed;
     let final_range = if late_failed {
         cfg.failed_after_ms
     } else {
         cfg.delivered_after_ms
     };
     let plan = MessagePlan {
-        sent_ms: cfg
-            .sent_after_ms
-            .sample(unit(cfg.seed, key, Tag::SentDelay, 0)),
+        sent_ms: cfg.sent_after_ms.sample(draw(Tag::SentDelay)),
         final_status: if late_failed {
             Status::Failed
         } else {
             Status::Delivered
         },
-        final_ms: final_range.sample(unit(cfg.seed, key, Tag::FinalDelay, 0)),
-        out_of_order: unit(cfg.seed, key, Tag::OutOfOrder, 0) < cfg.faults.out_of_order,
+        final_ms: final_range.sample(draw(Tag::FinalDelay)),
+        out_of_order: draw(Tag::OutOfOrder) < cfg.faults.out_of_order,
     };
     debug_assert!(plan.final_status.is_final());
     plan
@@ -259,6 +261,19 @@ mod tests {
     }
 
     #[test]
+    fn each_send_of_a_key_draws_its_own_plan_and_fate() {
+        let mut cfg = FakeConfig::new("x", "k", "s");
+        cfg.faults.timeout = 0.5;
+        let plans: std::collections::HashSet<u64> =
+            (0..20).map(|i| plan(&cfg, "a", i).sent_ms).collect();
+        assert!(plans.len() > 1, "one plan for every send: {plans:?}");
+        let fates: Vec<bool> = (0..20)
+            .map(|i| send_timeout(&cfg, "a", i).is_some())
+            .collect();
+        assert!(fates.contains(&true) && fates.contains(&false), "{fates:?}");
+    }
+
+    #[test]
     fn units_are_uniform_over_similar_keys() {
         // Ten buckets over 100,000 near-identical keys: each within 5 standard
         // deviations of a binomial(100000, 0.1).
@@ -283,20 +298,20 @@ mod tests {
         let mut cfg = FakeConfig::new("x", "k", "s");
         cfg.faults.late_failed = 1.0;
         cfg.faults.out_of_order = 0.0;
-        let p = plan(&cfg, "a");
+        let p = plan(&cfg, "a", 0);
         assert_eq!(p.final_status, Status::Failed);
         assert!(!p.out_of_order);
         assert!(
             cfg.failed_after_ms.min_ms <= p.final_ms && p.final_ms <= cfg.failed_after_ms.max_ms
         );
         cfg.faults.late_failed = 0.0;
-        let p = plan(&cfg, "a");
+        let p = plan(&cfg, "a", 0);
         assert_eq!(p.final_status, Status::Delivered);
         assert!(cfg.sent_after_ms.min_ms <= p.sent_ms && p.sent_ms <= cfg.sent_after_ms.max_ms);
-        assert_eq!(plan(&cfg, "a"), plan(&cfg, "a"));
+        assert_eq!(plan(&cfg, "a", 0), plan(&cfg, "a", 0));
         cfg.faults.timeout = 0.0;
-        assert_eq!(send_timeout(&cfg, "a"), None);
+        assert_eq!(send_timeout(&cfg, "a", 0), None);
         cfg.faults.timeout = 1.0;
-        assert!(send_timeout(&cfg, "a").is_some());
+        assert!(send_timeout(&cfg, "a", 0).is_some());
     }
 }

@@ -12,10 +12,15 @@
 //! creates the message (or faults). That part runs in a tracked task when
 //! there is latency to wait, so a client that hangs up cannot leave the key
 //! claimed forever: like a real provider, the fake finishes what it started.
+//! In ignore-key mode every send goes that way, each one a send of its own.
+//!
+//! A lookup is checked for the bearer token (`401`) and the key (`400`);
+//! with lookups off (`--no-lookup`) it is then answered
+//! `501 {"error":"lookup_not_supported"}` at once and logged `faulted`.
 
 use crate::config::{check_callback, BODY_CHARS_MAX};
 use crate::fate::{self, TimeoutFault};
-use crate::state::{error_body, fingerprint, Begin};
+use crate::state::{error_body, fingerprint, Begin, Claim, Creation, LOOKUP_NOT_SUPPORTED};
 use crate::Shared;
 use axum::body::Body;
 use axum::extract::rejection::PathRejection;
@@ -136,8 +141,8 @@ async fn send(State(sh): State<Arc<Shared>>, headers: HeaderMap, body: Body) -> 
     let begin = sh.lock().begin_send(&sh.cfg, &key, fp, Instant::now());
     let answer = match begin {
         Err(_) => return log_unavailable(),
-        Ok(Begin::Claimed { first_ever }) => {
-            let work = first_send(sh.clone(), key, callback, first_ever, latency_ms);
+        Ok(Begin::Claimed(claim)) => {
+            let work = claimed_send(sh.clone(), key, callback, claim, latency_ms);
             return if latency_ms == 0 {
                 // Nothing to wait for before the effect: it happens inline,
                 // with no await between the claim and its end.
@@ -331,41 +336,46 @@ async fn read_body(body: Body, limit: usize, declared: Option<u64>) -> Result<By
     }
 }
 
-/// The first request for a key, after its claim: latency, then the effect
-/// (or a fault), then the answer.
-async fn first_send(
+/// A claimed send (the first request for a key; in ignore-key mode, any
+/// send): latency, then the effect (or a fault), then the answer.
+async fn claimed_send(
     sh: Arc<Shared>,
     key: String,
     callback: Option<Arc<str>>,
-    first_ever: bool,
+    claim: Claim,
     latency_ms: u64,
 ) -> Response {
     if !wait(&sh, latency_ms).await {
         // Shutting down before the effect: nothing is created.
-        return match sh.lock().finish_faulted(&key, "shutdown") {
+        return match sh
+            .lock()
+            .finish_faulted(&key, claim, "shutdown", Instant::now())
+        {
             Ok(()) => shutting_down(),
             Err(_) => log_unavailable(),
         };
     }
-    let fault = if first_ever {
-        fate::send_timeout(&sh.cfg, &key)
+    let fault = if claim.may_time_out {
+        fate::send_timeout(&sh.cfg, &key, claim.draw())
     } else {
         None
     };
     if fault == Some(TimeoutFault::BeforeCreate) {
-        if sh
-            .lock()
-            .finish_faulted(&key, TimeoutFault::BeforeCreate.as_str())
-            .is_err()
-        {
+        let why = TimeoutFault::BeforeCreate.as_str();
+        let faulted = sh.lock().finish_faulted(&key, claim, why, Instant::now());
+        if faulted.is_err() {
             return log_unavailable();
         }
         return hold(&sh).await;
     }
-    let plan = fate::plan(&sh.cfg, &key);
+    let creation = Creation {
+        callback,
+        plan: fate::plan(&sh.cfg, &key, claim.draw()),
+        fault,
+    };
     let created = sh
         .lock()
-        .finish_created(&key, callback, plan, fault, Instant::now());
+        .finish_created(&key, claim, creation, Instant::now());
     let (answer, wake) = match created {
         Ok(a) => a,
         Err(_) => return log_unavailable(),
@@ -402,6 +412,12 @@ async fn lookup(
     };
     if let Err(e) = validate_key(&key) {
         return error(StatusCode::BAD_REQUEST, &format!("bad key in path: {e}"));
+    }
+    if !sh.cfg.lookup {
+        return match sh.lock().log_lookup_unsupported(&key) {
+            Ok(()) => error(StatusCode::NOT_IMPLEMENTED, LOOKUP_NOT_SUPPORTED),
+            Err(_) => log_unavailable(),
+        };
     }
     if !wait(&sh, latency_for(&sh, &key, None)).await {
         return shutting_down();

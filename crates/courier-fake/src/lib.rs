@@ -8,7 +8,7 @@
 //! - `logfile`: the single log writer and the reader used on restart.
 //! - `state`: keys, messages, timers and webhook queues; every change is
 //!   logged in the same critical section. `state/recovery` rebuilds them
-//!   from the log after a restart.
+//!   from the log after a restart; `state/references` is ignore-key mode.
 //! - `http`: the axum handlers (auth, send, lookup).
 //! - `webhook`: signed, retried, bounded webhook delivery.
 //!
@@ -19,17 +19,40 @@
 //! that the log does not hold: a restart on the same log rebuilds keys,
 //! first answers, messages, remaining status changes and undelivered events.
 //!
+//! # Tier modes
+//! By default the fake offers the whole contract: a key that deduplicates
+//! sends and a lookup by key (courier's tier `a`). Two settings of
+//! [`FakeConfig`] take a part away, so that a run can prove what courier
+//! promises against a lesser provider from this log:
+//! - `ignore_key` (`--ignore-key`): no deduplication. Every valid send
+//!   creates a new message (its own id, plan, webhooks and `created` line);
+//!   a repeat is never replayed, `409` and `422` never happen. The key is
+//!   the client's reference: a lookup answers the earliest-created message
+//!   sent with it that is visible, each message `lookup_lag_ms` after its
+//!   own creation. The time-out fault is drawn per send.
+//! - `lookup` false (`--no-lookup`): every lookup is answered
+//!   `501 {"error":"lookup_not_supported"}` and logged `faulted`.
+//!
+//! Tier `a-` is `--no-lookup`, `b` is `--ignore-key --lookup-lag-ms N`, `c`
+//! is `--ignore-key --no-lookup` ([`config::TIERS`], `--tier`). The mode is
+//! the process's: a restart is given the same flags, and a log written in
+//! the other deduplication mode is refused, never misread.
+//!
 //! # Invariants
 //! - Every request and every effect is one log line; `seq` runs from 1
 //!   without gaps; a line is written (one `write(2)`) before its answer
 //!   leaves or its effect becomes visible, so it survives a SIGKILL.
 //! - Exactly one `created` line per key while the key is remembered: a
 //!   repeat, a concurrent request, a restart or a lost answer never makes a
-//!   second message (`state` claims the key before creating).
+//!   second message (`state` claims the key before creating). Ignore-key
+//!   mode drops this one on purpose: each send that is not lost before
+//!   creating is one `created` line.
 //! - Each message reaches exactly one final status, and its `status` lines
 //!   appear in their true order; only webhook *delivery* order is perturbed.
-//! - Fault and timing decisions depend on (seed, key), not on arrival order;
-//!   a message's plan is written in its `created` line and survives restarts.
+//! - Fault and timing decisions depend on (seed, key), not on arrival order
+//!   (in ignore-key mode on (seed, key, the send's number among the key's
+//!   sends)); a message's plan is written in its `created` line and
+//!   survives restarts.
 //!
 //! Test controls beside the seeded faults: what a send's latency is drawn
 //! from ([`LatencySubject`]), the per-request draw, the message's own, or a
@@ -40,8 +63,10 @@
 //! input leaves no effect), `tests/contract_faults.rs` (fault rates within a
 //! binomial tolerance, webhook signatures and retries),
 //! `tests/contract_restart.rs` (replays, lookups and webhooks survive a
-//! restart; torn lines; seq continues). Its benchmark is `courier bench
-//! provider` (`courier-bench`, `provider.rs`).
+//! restart; torn lines; seq continues), `tests/tier_modes.rs` (ignore-key
+//! and no-lookup: duplicates, per-message lag, `501`, recovery of several
+//! messages per key, a log of the other mode refused). Its benchmark is
+//! `courier bench provider` (`courier-bench`, `provider.rs`).
 
 pub mod config;
 mod fate;
@@ -50,7 +75,7 @@ mod logfile;
 mod state;
 mod webhook;
 
-pub use config::{FakeConfig, FaultRates, Latency, LatencySubject, MsRange};
+pub use config::{FakeConfig, FaultRates, Latency, LatencySubject, MsRange, TierModes, TIERS};
 pub use logfile::LogOpened;
 pub use state::RecoverySummary;
 

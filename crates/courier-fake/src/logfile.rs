@@ -3,9 +3,10 @@
 //!
 //! Lines are [`LogEntry`] objects plus a few fields of the fake's own
 //! ([`Extra`]) that a restart needs and that other readers ignore: the body
-//! fingerprint, callback and plan of a `created` line, the fault that shaped
-//! a line, and whether a webhook line was a deliberate duplicate or the last
-//! attempt before giving up.
+//! fingerprint, callback and plan of a `created` line, the number of a send
+//! among its key's sends (ignore-key mode), the fault that shaped a line,
+//! and whether a webhook line was a deliberate duplicate or the last attempt
+//! before giving up.
 //!
 //! # Invariants
 //! - `seq` runs 1, 2, 3, ... without gaps: only the holder of the state lock
@@ -41,6 +42,11 @@ pub(crate) struct Extra {
     /// `created`: the message's planned life.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub plan: Option<MessagePlan>,
+    /// `created` and `faulted`, in ignore-key mode only: the send's number
+    /// among its key's sends, from 0. Its fate and plan are drawn by it, and
+    /// its presence tells a restart that the log was written in that mode.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ordinal: Option<u64>,
     /// The injected fault or the refusal reason behind this line.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub fault: Option<Cow<'static, str>>,

@@ -1,6 +1,9 @@
 //! The provider's live memory (keys, messages, timers, webhook queues) and
 //! the decisions that change it. Its rebuilding from the log after a
-//! restart is [`recovery`].
+//! restart is [`recovery`]; ignore-key mode, where a key is only the
+//! client's reference to any number of messages, is [`references`]; status
+//! changes as they come due and the webhook queues they fill are
+//! [`schedule`].
 //!
 //! Every method that changes something writes its log line in the same
 //! critical section, before the change becomes visible to anyone else. The
@@ -12,11 +15,14 @@
 //!   `Created` only after the `created` line is on disk, so a concurrent
 //!   repeat sees `409` and never a second message, and no `replayed` line
 //!   can precede its `created` line.
-//! - While a key is remembered it names at most one message.
+//! - While a key is remembered it names at most one message (in the default
+//!   mode; in ignore-key mode `references` keeps its own invariants).
 //! - A message's status only moves forward: `accepted -> sent -> final`, one
 //!   final status, each step one `status` line at the moment it happens.
 
 mod recovery;
+mod references;
+mod schedule;
 
 use crate::config::FakeConfig;
 use crate::fate::{MessagePlan, TimeoutFault};
@@ -25,9 +31,9 @@ use bytes::Bytes;
 use chrono::{SecondsFormat, Utc};
 use courier_core::Status;
 use courier_provider::wire::{
-    ErrorBody, LogOp, LookupResult, MessageView, SendRequest, SendResult, WebhookAnswer,
-    WebhookEvent,
+    ErrorBody, LogOp, LookupResult, MessageView, SendRequest, SendResult,
 };
+use references::References;
 use sha2::{Digest, Sha256};
 use std::borrow::Cow;
 use std::cmp::Reverse;
@@ -37,6 +43,10 @@ use std::time::{Duration, Instant};
 
 /// How late a status change may fire to share a scheduler wake-up.
 const TIMER_SLACK: Duration = Duration::from_millis(2);
+
+/// The error of a lookup while lookups are off, in its answer and its log
+/// line's `fault`.
+pub(crate) const LOOKUP_NOT_SUPPORTED: &str = "lookup_not_supported";
 
 /// The fingerprint of a send's content; equal content, equal fingerprint.
 pub(crate) type Fingerprint = [u8; 16];
@@ -149,7 +159,8 @@ struct Message {
     /// An out-of-order `sent` event, released after the final one.
     held: Option<Event>,
     delivering: bool,
-    /// The key was forgotten; drop the message once it has nothing to do.
+    /// No remembered key (or reference) names the message any more; drop it
+    /// once it has nothing to do.
     key_gone: bool,
 }
 
@@ -187,15 +198,39 @@ enum Repeat {
     },
 }
 
+/// A send that goes on to create its message or to fault, as the first
+/// look at it decided; [`State::finish_created`] and
+/// [`State::finish_faulted`] are told which.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Claim {
+    /// In ignore-key mode, the send's number among its key's sends (from 0);
+    /// `None` in the default mode, where the key itself is claimed.
+    pub ordinal: Option<u64>,
+    /// The time-out fault may apply: no earlier request with this key is
+    /// remembered, or (ignore-key mode) to every send.
+    pub may_time_out: bool,
+}
+
+impl Claim {
+    /// The ordinal that the send's fate and plan are drawn by.
+    pub fn draw(self) -> u64 {
+        self.ordinal.unwrap_or(0)
+    }
+}
+
+/// What a send that creates its message brings, decided outside the lock.
+pub(crate) struct Creation {
+    pub callback: Option<Arc<str>>,
+    pub plan: MessagePlan,
+    /// `AfterCreate` when the answer will be lost; logged on the line.
+    pub fault: Option<TimeoutFault>,
+}
+
 /// What the first look at a send decided.
 pub(crate) enum Begin {
-    /// The key is claimed: process the request, then call
-    /// [`State::finish_created`] or [`State::finish_faulted`].
-    Claimed {
-        /// No earlier request with this key is remembered, so the time-out
-        /// fault may apply.
-        first_ever: bool,
-    },
+    /// Process the request, then call [`State::finish_created`] or
+    /// [`State::finish_faulted`] with the claim.
+    Claimed(Claim),
     Replay(Bytes),
     Conflict,
     Reused,
@@ -231,7 +266,12 @@ pub struct RecoverySummary {
 }
 
 pub(crate) struct State {
+    /// No deduplication: sends are remembered in `refs`, and `keys` and
+    /// `expiry` stay empty.
+    ignore_key: bool,
     keys: HashMap<Arc<str>, KeyEntry>,
+    /// Ignore-key mode's memory (empty in the default mode).
+    refs: References,
     messages: HashMap<u64, Message>,
     next_message: u64,
     /// Keys in the order they were settled, to forget them without a scan.
@@ -245,9 +285,11 @@ pub(crate) struct State {
 }
 
 impl State {
-    fn new(log: LogFile) -> Self {
+    fn new(log: LogFile, cfg: &FakeConfig) -> Self {
         State {
+            ignore_key: cfg.ignore_key,
             keys: HashMap::new(),
+            refs: References::new(cfg),
             messages: HashMap::new(),
             next_message: 1,
             expiry: VecDeque::new(),
@@ -295,17 +337,15 @@ impl State {
         fp: Fingerprint,
         now: Instant,
     ) -> Result<Begin, LogWriteError> {
+        if self.ignore_key {
+            return self.begin_unkeyed_send(cfg, key, fp);
+        }
         if self.keys.get(key).is_some_and(|e| e.expired(now)) {
             self.forget(key);
         }
         let first_ever = match self.seen(key, fp) {
             Seen::Nothing if self.keys.len() >= cfg.keys_max => {
-                let extra = Extra {
-                    fault: Some(Cow::Borrowed("keys_max")),
-                    ..Extra::default()
-                };
-                self.log_send(Some(key), SendResult::Faulted, None, &extra)?;
-                return Ok(Begin::Overloaded);
+                return self.log_overloaded(key);
             }
             Seen::Nothing => true,
             Seen::Faulted => false,
@@ -321,7 +361,20 @@ impl State {
                 expires_at: now + Duration::from_millis(cfg.key_retention_ms),
             },
         );
-        Ok(Begin::Claimed { first_ever })
+        Ok(Begin::Claimed(Claim {
+            ordinal: None,
+            may_time_out: first_ever,
+        }))
+    }
+
+    /// Logs a send refused because `keys_max` is reached (`503`).
+    fn log_overloaded(&mut self, key: &str) -> Result<Begin, LogWriteError> {
+        let extra = Extra {
+            fault: Some(Cow::Borrowed("keys_max")),
+            ..Extra::default()
+        };
+        self.log_send(Some(key), SendResult::Faulted, None, &extra)?;
+        Ok(Begin::Overloaded)
     }
 
     /// What the remembered entry of a key says, copied out so the log can
@@ -372,39 +425,28 @@ impl State {
         (k.clone(), e.fp, e.visible_at, e.expires_at)
     }
 
-    /// Creates the message of a claimed key: the `created` line, then the key,
-    /// the message and its first timer. Returns the answer body and whether
-    /// the scheduler must be woken.
+    /// Creates the message of a claimed send: the `created` line, then what
+    /// remembers it, the message and its first timer. Returns the answer
+    /// body and whether the scheduler must be woken.
     pub fn finish_created(
         &mut self,
         key: &str,
-        callback: Option<Arc<str>>,
-        plan: MessagePlan,
-        fault: Option<TimeoutFault>,
+        claim: Claim,
+        creation: Creation,
         now: Instant,
     ) -> Result<(Bytes, bool), LogWriteError> {
-        let (key, fp, visible_at, expires_at) = self.claimed(key);
-        let n = self.next_message;
-        let id = message_id(n);
-        let at = now_at();
-        let extra = Extra {
-            fp: Some(hex::encode(fp)),
-            callback: callback.as_deref().map(str::to_string),
-            plan: Some(plan),
-            fault: fault.map(|f| Cow::Borrowed(f.as_str())),
-            ..Extra::default()
-        };
-        let op = LogOp::Send {
-            key: Some(key.to_string()),
-            result: SendResult::Created,
-            message_id: Some(id.clone()),
-        };
-        if let Err(e) = self.log.append(&at, &op, &extra) {
-            self.keys.remove(&*key);
-            return Err(e);
+        debug_assert_eq!(claim.ordinal.is_some(), self.ignore_key);
+        if let Some(ordinal) = claim.ordinal {
+            return self.finish_unkeyed_created(key, ordinal, creation, now);
         }
-        self.next_message += 1;
-        let answer = first_answer(&id, &key);
+        let (key, fp, visible_at, expires_at) = self.claimed(key);
+        let (n, answer, wake) = match self.create_message(&key, fp, None, creation, now) {
+            Ok(created) => created,
+            Err(e) => {
+                self.keys.remove(&*key);
+                return Err(e);
+            }
+        };
         self.keys.insert(
             key.clone(),
             KeyEntry {
@@ -417,32 +459,77 @@ impl State {
                 expires_at,
             },
         );
-        self.expiry.push_back((expires_at, key.clone()));
-        self.messages.insert(
-            n,
-            Message {
-                key,
-                status: Status::Accepted,
-                updated_at: at,
-                plan,
-                callback,
-                outbox: VecDeque::new(),
-                held: None,
-                delivering: false,
-                key_gone: false,
-            },
-        );
+        self.expiry.push_back((expires_at, key));
+        Ok((answer, wake))
+    }
+
+    /// Logs a new message's `created` line, then makes the message and
+    /// queues its first timer. Returns the message's number, its answer
+    /// body and whether the scheduler must be woken.
+    fn create_message(
+        &mut self,
+        key: &Arc<str>,
+        fp: Fingerprint,
+        ordinal: Option<u64>,
+        creation: Creation,
+        now: Instant,
+    ) -> Result<(u64, Bytes, bool), LogWriteError> {
+        let Creation {
+            callback,
+            plan,
+            fault,
+        } = creation;
+        let n = self.next_message;
+        let id = message_id(n);
+        let at = now_at();
+        let extra = Extra {
+            fp: Some(hex::encode(fp)),
+            callback: callback.as_deref().map(str::to_string),
+            plan: Some(plan),
+            ordinal,
+            fault: fault.map(|f| Cow::Borrowed(f.as_str())),
+            ..Extra::default()
+        };
+        let op = LogOp::Send {
+            key: Some(key.to_string()),
+            result: SendResult::Created,
+            message_id: Some(id.clone()),
+        };
+        self.log.append(&at, &op, &extra)?;
+        self.next_message += 1;
+        let message = Message {
+            key: key.clone(),
+            status: Status::Accepted,
+            updated_at: at,
+            plan,
+            callback,
+            outbox: VecDeque::new(),
+            held: None,
+            delivering: false,
+            key_gone: false,
+        };
+        self.messages.insert(n, message);
         let wake = self.push_timer(Timer {
             due: now + Duration::from_millis(plan.sent_ms),
             message: n,
             to_final: false,
         });
-        Ok((answer, wake))
+        Ok((n, first_answer(&id, key), wake))
     }
 
     /// Ends a claim without a message: logged `faulted` (answered 5xx before
     /// anything was created).
-    pub fn finish_faulted(&mut self, key: &str, why: &'static str) -> Result<(), LogWriteError> {
+    pub fn finish_faulted(
+        &mut self,
+        key: &str,
+        claim: Claim,
+        why: &'static str,
+        now: Instant,
+    ) -> Result<(), LogWriteError> {
+        debug_assert_eq!(claim.ordinal.is_some(), self.ignore_key);
+        if let Some(ordinal) = claim.ordinal {
+            return self.finish_unkeyed_faulted(key, ordinal, why, now);
+        }
         let (key, fp, visible_at, expires_at) = self.claimed(key);
         let extra = Extra {
             fault: Some(Cow::Borrowed(why)),
@@ -467,22 +554,14 @@ impl State {
 
     /// Answers a lookup and logs it. `Some(body)` when found.
     pub fn lookup(&mut self, key: &str, now: Instant) -> Result<Option<Bytes>, LogWriteError> {
-        let found = match self.keys.get(key) {
-            Some(KeyEntry {
-                kind: KeyKind::Created { message, .. },
-                visible_at,
-                expires_at,
-                ..
-            }) if *expires_at > now && *visible_at <= now => {
-                self.messages.get(message).map(|m| MessageView {
-                    id: message_id(*message),
-                    key: key.to_string(),
-                    status: m.status,
-                    updated_at: Some(m.updated_at.clone()),
-                })
-            }
-            _ => None,
-        };
+        let found = self.visible_message(key, now).and_then(|n| {
+            self.messages.get(&n).map(|m| MessageView {
+                id: message_id(n),
+                key: key.to_string(),
+                status: m.status,
+                updated_at: Some(m.updated_at.clone()),
+            })
+        });
         let op = LogOp::Lookup {
             key: key.to_string(),
             result: if found.is_some() {
@@ -497,143 +576,37 @@ impl State {
             .map(|v| Bytes::from(serde_json::to_vec(&v).expect("a message view always encodes"))))
     }
 
-    /// Queues a timer; true when the scheduler must be woken for it: it is
-    /// idle, or the timer is due well before its next wake-up. Timers within
-    /// [`TIMER_SLACK`] of that wake-up wait for it, which saves a wake-up per
-    /// message at high send rates and delays a status change by at most that.
-    fn push_timer(&mut self, t: Timer) -> bool {
-        let due = t.due;
-        self.timers.push(Reverse(t));
-        if self.timer_wake_at.is_none_or(|w| due + TIMER_SLACK < w) {
-            self.timer_wake_at = Some(due);
-            true
-        } else {
-            false
+    /// The message a lookup of `key` finds now: the key's, once its lag has
+    /// passed and while it is remembered; in ignore-key mode the earliest
+    /// visible one of the reference.
+    fn visible_message(&self, key: &str, now: Instant) -> Option<u64> {
+        if self.ignore_key {
+            return self.refs.visible(key, now);
+        }
+        match self.keys.get(key) {
+            Some(KeyEntry {
+                kind: KeyKind::Created { message, .. },
+                visible_at,
+                expires_at,
+                ..
+            }) if *expires_at > now && *visible_at <= now => Some(*message),
+            _ => None,
         }
     }
 
-    /// The earliest pending timer.
-    pub fn next_due(&self) -> Option<Instant> {
-        self.timers.peek().map(|Reverse(t)| t.due)
-    }
-
-    /// Applies every status change due by `now`, logging them in one write.
-    /// Returns the messages whose webhook delivery must be started.
-    pub fn fire_due(&mut self, now: Instant) -> Result<Vec<u64>, LogWriteError> {
-        let mut starts = Vec::new();
-        let mut at: Option<String> = None;
-        let mut follow_ups = Vec::new();
-        while let Some(Reverse(t)) = self.timers.peek().copied() {
-            if t.due > now {
-                break;
-            }
-            self.timers.pop();
-            let Some(m) = self.messages.get_mut(&t.message) else {
-                continue;
-            };
-            let to = if t.to_final {
-                m.plan.final_status
-            } else {
-                Status::Sent
-            };
-            if m.status.rank() >= to.rank() {
-                continue;
-            }
-            debug_assert!(!m.status.is_final(), "a final status never changes");
-            let at = at.get_or_insert_with(now_at).clone();
-            let op = LogOp::Status {
-                key: m.key.to_string(),
-                message_id: message_id(t.message),
-                status: to,
-                is_final: to.is_final(),
-            };
-            self.log.stage(&at, &op, &Extra::default())?;
-            m.status = to;
-            m.updated_at.clone_from(&at);
-            if !to.is_final() {
-                follow_ups.push(Timer {
-                    due: now + Duration::from_millis(m.plan.final_ms),
-                    message: t.message,
-                    to_final: true,
-                });
-            }
-            if m.callback.is_some() {
-                let event = Event {
-                    status: to,
-                    occurred_at: at,
-                    attempts_done: 0,
-                };
-                if to == Status::Sent && m.plan.out_of_order {
-                    m.held = Some(event);
-                } else {
-                    m.outbox.push_back(event);
-                    if let Some(held) = m.held.take() {
-                        m.outbox.push_back(held);
-                    }
-                    if !m.delivering {
-                        m.delivering = true;
-                        starts.push(t.message);
-                    }
-                }
-            }
-        }
-        self.log.commit()?;
-        for t in follow_ups {
-            self.push_timer(t);
-        }
-        Ok(starts)
-    }
-
-    /// The next event of a message to deliver, or `None` (the message's
-    /// delivery task then ends).
-    pub fn next_webhook(&mut self, n: u64, cfg: &FakeConfig) -> Option<WebhookJob> {
-        let m = self.messages.get_mut(&n)?;
-        loop {
-            let (Some(event), Some(url)) = (m.outbox.pop_front(), m.callback.clone()) else {
-                m.delivering = false;
-                if m.key_gone && m.settled() {
-                    self.messages.remove(&n);
-                }
-                return None;
-            };
-            if event.attempts_done >= cfg.webhook_attempts_max {
-                continue;
-            }
-            let event_id = event_id(n, event.status);
-            let body = WebhookEvent {
-                event_id: event_id.clone(),
-                message_id: message_id(n),
-                key: m.key.to_string(),
-                status: event.status,
-                occurred_at: event.occurred_at,
-            };
-            return Some(WebhookJob {
-                url,
-                key: m.key.clone(),
-                event_id,
-                status: event.status,
-                body: Bytes::from(serde_json::to_vec(&body).expect("an event always encodes")),
-                next_attempt: event.attempts_done + 1,
-            });
-        }
-    }
-
-    /// Logs one webhook attempt.
-    pub fn log_webhook(
-        &mut self,
-        job: &WebhookJob,
-        attempt: u32,
-        answer: WebhookAnswer,
-        extra: &Extra,
-    ) -> Result<(), LogWriteError> {
-        let op = LogOp::Webhook {
-            key: job.key.to_string(),
-            event_id: job.event_id.clone(),
-            status: job.status,
-            attempt,
-            answer,
+    /// Logs a lookup refused because lookups are off: `faulted`, with the
+    /// fault [`LOOKUP_NOT_SUPPORTED`].
+    pub fn log_lookup_unsupported(&mut self, key: &str) -> Result<(), LogWriteError> {
+        let op = LogOp::Lookup {
+            key: key.to_string(),
+            result: LookupResult::Faulted,
+            status: None,
         };
-        self.log.append(&now_at(), &op, extra).map(drop)
+        let extra = Extra {
+            fault: Some(Cow::Borrowed(LOOKUP_NOT_SUPPORTED)),
+            ..Extra::default()
+        };
+        self.log.append(&now_at(), &op, &extra).map(drop)
     }
 
     /// Forgets a key; its message stays until it has nothing left to do.
@@ -642,19 +615,47 @@ impl State {
             return;
         };
         if let KeyKind::Created { message, .. } = entry.kind {
-            if let Some(m) = self.messages.get_mut(&message) {
-                m.key_gone = true;
-                if m.settled() {
-                    self.messages.remove(&message);
-                } else {
-                    self.lingering.push(message);
-                }
-            }
+            self.release(message);
         }
     }
 
-    /// Forgets keys past their retention; drops messages with nothing left to do.
+    /// A message that nothing remembered names any more: dropped now if it
+    /// has nothing left to do, else once it has.
+    fn release(&mut self, n: u64) {
+        let Some(m) = self.messages.get_mut(&n) else {
+            return;
+        };
+        m.key_gone = true;
+        if m.settled() {
+            self.messages.remove(&n);
+        } else {
+            self.lingering.push(n);
+        }
+    }
+
+    /// Forgets keys (in ignore-key mode, sends) past their retention and
+    /// drops messages with nothing left to do. Returns how many were
+    /// forgotten.
     pub fn sweep(&mut self, now: Instant) -> usize {
+        let forgotten = if self.ignore_key {
+            self.sweep_references(now)
+        } else {
+            self.sweep_keys(now)
+        };
+        let messages = &mut self.messages;
+        self.lingering.retain(|n| match messages.get(n) {
+            Some(m) if m.settled() => {
+                messages.remove(n);
+                false
+            }
+            Some(_) => true,
+            None => false,
+        });
+        forgotten
+    }
+
+    /// Keys past their retention, in the order they were settled.
+    fn sweep_keys(&mut self, now: Instant) -> usize {
         let mut forgotten = 0;
         while let Some((due, _)) = self.expiry.front() {
             if *due > now {
@@ -668,15 +669,6 @@ impl State {
             // Otherwise the key was claimed again after an earlier expiry and
             // its own, later record follows in the queue.
         }
-        let messages = &mut self.messages;
-        self.lingering.retain(|n| match messages.get(n) {
-            Some(m) if m.settled() => {
-                messages.remove(n);
-                false
-            }
-            Some(_) => true,
-            None => false,
-        });
         forgotten
     }
 }

@@ -37,9 +37,11 @@ use crate::load::{IntentCounts, IntentMix, IntentSnapshot, Load};
 use crate::plan::{FailoverCounts, FaultCounts, FaultKind, FaultPlan, Planned};
 use crate::progress::{status_line, Bars};
 use crate::spec::{
-    chaos_limits, chaos_retention, FakeSpec, ProviderTarget, ServerSpec, UnsafeResend, WorkerSpec,
+    chaos_limits, chaos_retention, FakeModes, FakeSpec, ProviderTarget, ServerSpec, UnsafeResend,
+    WorkerSpec,
 };
 use crate::{judge, load, RigError};
+use courier_core::{Limits, Tier};
 use courier_store::{PgStore, StoreConfig, Summary};
 use courier_verify::Report;
 use indicatif::{MultiProgress, ProgressBar};
@@ -55,6 +57,10 @@ pub const API_KEY: &str = "chaos-api-key";
 pub const SECRET: &str = "chaos-webhook-secret";
 /// How often a failover run asks Patroni whether the cluster is healthy.
 const HEALTH_EVERY_MS: u64 = 500;
+/// The lag of the fake's lookups in a tier-b run, and the lag the workers
+/// are told (`Limits::lookup_lag_ms`; every tier's workers get it, so that
+/// a negative control differs from its run in the tier alone).
+pub const CHAOS_LOOKUP_LAG_MS: u64 = 800;
 
 /// A provider the chaos run did not start (any implementation of the contract).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -90,6 +96,16 @@ pub struct ChaosConfig {
     pub unsafe_ignore_expiry: bool,
     /// The shares of scheduled, expiring and cancelled actions.
     pub intent: IntentMix,
+    /// The provider's guarantee tier: the fake behaves as a provider of
+    /// that tier (`FakeSpec::for_tier`), the workers decide by it, and the
+    /// verdict holds the run to its promise (`Tier::promise`).
+    pub tier: Tier,
+    /// DEMONSTRATION ONLY: the workers decide by this tier instead of
+    /// `tier` (a tier-c worker that resends, a tier-b worker that trusts a
+    /// "not found" at once), while the provider and the verdict stay at
+    /// `tier`: the negative controls of the tiers. Refused without the
+    /// `negative-controls` feature.
+    pub unsafe_worker_tier: Option<Tier>,
     /// `None`: the run starts the fake provider.
     pub provider: Option<ExternalProvider>,
     pub database: DatabaseSpec,
@@ -156,6 +172,8 @@ impl ChaosConfig {
             unsafe_resend: None,
             unsafe_ignore_expiry: false,
             intent: IntentMix::chaos(),
+            tier: Tier::A,
+            unsafe_worker_tier: None,
             provider: None,
             database: DatabaseSpec::Throwaway,
             timeout_s: 900,
@@ -174,6 +192,12 @@ impl ChaosConfig {
         }
         if self.unsafe_ignore_expiry && !cfg!(feature = "negative-controls") {
             return bad("unsafe_ignore_expiry needs a build with the negative-controls feature");
+        }
+        if self.unsafe_worker_tier.is_some() && !cfg!(feature = "negative-controls") {
+            return bad("unsafe_worker_tier needs a build with the negative-controls feature");
+        }
+        if self.tier != Tier::A && self.provider.is_some() {
+            return bad("a tier other than a needs the run's own fake provider, set to that tier");
         }
         self.intent
             .validate()
@@ -226,6 +250,9 @@ pub struct Done {
     pub failover: Option<FailoverDone>,
     /// What the load asked about time and intent, and how the actions ended.
     pub intent: IntentDone,
+    /// Actions the courier held `unknown` (its provider's tier could not
+    /// tell whether an attempt went out).
+    pub held_unknown: i64,
 }
 
 /// The time and intent of a run: what the load asked
@@ -252,6 +279,8 @@ struct ChaosReport<'a> {
     workers: usize,
     unsafe_resend: Option<UnsafeResend>,
     unsafe_ignore_expiry: bool,
+    tier: Tier,
+    unsafe_worker_tier: Option<Tier>,
     intent: IntentMix,
     done: &'a Done,
     verify: serde_json::Value,
@@ -321,8 +350,12 @@ impl Chaos {
                 api_key: provider.api_key.clone(),
                 callback_url: Some(format!("{api}/v1/webhooks/provider")),
             },
-            limits: chaos_limits(cfg.lease_ttl_ms, cfg.concurrency),
+            limits: Limits {
+                lookup_lag_ms: CHAOS_LOOKUP_LAG_MS,
+                ..chaos_limits(cfg.lease_ttl_ms, cfg.concurrency)
+            },
             retention: chaos_retention(),
+            tier: cfg.unsafe_worker_tier.unwrap_or(cfg.tier),
             unsafe_resend: cfg.unsafe_resend,
             unsafe_ignore_expiry: cfg.unsafe_ignore_expiry,
         };
@@ -404,7 +437,8 @@ impl Chaos {
         if let Some(p) = self.provider {
             p.stop(Duration::from_secs(5)).await?;
         }
-        let report = judge::verify_against(&self.store, &self.log).await?;
+        let promise = judge::promise_of(cfg.tier);
+        let report = judge::verify_against_under(&self.store, &self.log, promise).await?;
         let s = self.store.summary(1800).await?;
         let mut done = absorbed(live.done, &s, &report, judge::resends(&self.log)?);
         done.intent = IntentDone {
@@ -412,6 +446,7 @@ impl Chaos {
             expired: s.state("expired"),
             cancelled: s.state("cancelled"),
         };
+        done.held_unknown = s.state("unknown");
         if let Some(f) = done.failover.as_mut() {
             f.acked = acked.len();
             f.acked_missing = failover::acked_missing(&self.store, &acked).await?;
@@ -476,6 +511,7 @@ async fn start_provider(
         api_key: API_KEY.into(),
         webhook_secret: secret.to_string(),
         seed: cfg.seed,
+        modes: FakeModes::for_tier(cfg.tier, CHAOS_LOOKUP_LAG_MS),
     };
     let (proc, url) =
         spawn_service(exe, "provider", &fake.args(), &dir.join("provider.log")).await?;
@@ -570,7 +606,7 @@ impl Live {
     }
 
     fn judge(&mut self, s: &Summary, frozen: bool) -> Verdict {
-        let final_count = crate::progress::final_count(s);
+        let final_count = crate::progress::at_rest_count(s);
         // No action may be able to finish while the cluster heals (a strict
         // synchronous primary without a standby holds every commit): the
         // stall clock restarts when it is healthy again.
@@ -782,7 +818,7 @@ impl ChaosOutcome {
     pub fn done_table(&self) -> String {
         let d = &self.done;
         let i = &d.intent;
-        let rows: [(&str, String); 17] = [
+        let rows: [(&str, String); 18] = [
             (
                 "workers SIGKILLed (confirmed by wait status)",
                 format!("{} of {}", d.kills_confirmed, d.kills_sent),
@@ -836,6 +872,10 @@ impl ChaosOutcome {
                 "cancels refused with 409 (claimed, dispatched or final)",
                 i.asked.cancels_refused.to_string(),
             ),
+            (
+                "actions held unknown (the tier could not tell; listed for an operator)",
+                d.held_unknown.to_string(),
+            ),
         ];
         let mut t = String::from("| what was done to it | count |\n|---|---|\n");
         for (what, count) in rows {
@@ -874,6 +914,8 @@ impl ChaosOutcome {
             workers: self.cfg.workers,
             unsafe_resend: self.cfg.unsafe_resend,
             unsafe_ignore_expiry: self.cfg.unsafe_ignore_expiry,
+            tier: self.cfg.tier,
+            unsafe_worker_tier: self.cfg.unsafe_worker_tier,
             intent: self.cfg.intent,
             done: &self.done,
             verify: self.report.to_json(),

@@ -81,6 +81,7 @@ impl Demo {
             api_key: API_KEY.into(),
             webhook_secret: SECRET.into(),
             seed: cfg.seed,
+            modes: crate::spec::FakeModes::default(),
         };
         let (provider, provider_url) =
             spawn_service(exe, "provider", &fake.args(), &dir.join("provider.log")).await?;
@@ -93,6 +94,7 @@ impl Demo {
             },
             limits: Limits::default(),
             retention: courier_core::retention::Retention::default(),
+            tier: courier_core::Tier::A,
             unsafe_resend: None,
             unsafe_ignore_expiry: false,
         };

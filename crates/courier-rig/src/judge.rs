@@ -8,7 +8,7 @@
 use crate::RigError;
 use courier_core::ActionState;
 use courier_store::PgStore;
-use courier_verify::{verify_reader, Expectation, ReadLimits, Report};
+use courier_verify::{verify_reader_under, Expectation, Promise, ReadLimits, Report};
 use std::collections::HashSet;
 use std::io::BufRead;
 use std::path::Path;
@@ -37,14 +37,26 @@ pub async fn expectations(store: &PgStore) -> Result<Vec<Expectation>, RigError>
         .collect())
 }
 
-/// Verifies a provider log against the courier's database.
+/// Verifies a provider log against the courier's database, by the
+/// contract's promise: exactly one effect per action.
 pub async fn verify_against(store: &PgStore, log: &Path) -> Result<Report, RigError> {
+    verify_against_under(store, log, Promise::ExactlyOnce).await
+}
+
+/// Verifies a provider log against the courier's database, by `promise`
+/// (a provider's guarantee tier names its own: `courier_core::Tier::promise`).
+pub async fn verify_against_under(
+    store: &PgStore,
+    log: &Path,
+    promise: Promise,
+) -> Result<Report, RigError> {
     let expected = expectations(store).await?;
     let file = std::fs::File::open(log).map_err(|e| RigError::io(log, e))?;
-    verify_reader(
+    verify_reader_under(
         std::io::BufReader::new(file),
         &ReadLimits::default(),
         Some(&expected),
+        promise,
     )
     .map_err(|e| RigError::Verify {
         path: log.to_path_buf(),
@@ -72,9 +84,32 @@ pub fn resends(log: &Path) -> Result<u64, RigError> {
     Ok(sends - keys.len() as u64)
 }
 
+/// The verifier's promise for a provider's tier.
+pub fn promise_of(tier: courier_core::Tier) -> Promise {
+    tier.promise()
+        .parse()
+        .expect("every tier names one of the verifier's promises")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn every_tier_names_a_promise_the_verifier_knows() {
+        use courier_core::Tier;
+        let got: Vec<Promise> = Tier::ALL.into_iter().map(promise_of).collect();
+        assert_eq!(
+            got,
+            [
+                Promise::ExactlyOnce,
+                Promise::ExactlyOnceByResend,
+                Promise::ExactlyOnce,
+                Promise::AtMostOnce,
+                Promise::AtLeastOnce
+            ]
+        );
+    }
 
     #[test]
     fn resends_count_send_lines_after_the_first_per_key() {

@@ -1,28 +1,22 @@
 //! Progress bars, one per action state, drawn by indicatif on stderr (which
 //! hides them when stderr is not a terminal).
 
+use courier_core::ActionState;
 use courier_store::{PgStore, Summary};
 use indicatif::{MultiProgress, ProgressBar, ProgressStyle};
 use std::time::{Duration, Instant};
 
 /// The action states the bars show, in the order an action passes them.
-const STATES: [&str; 8] = [
-    "scheduled",
-    "pending",
-    "claimed",
-    "dispatched",
-    "done",
-    "failed",
-    "cancelled",
-    "expired",
-];
+fn states() -> impl Iterator<Item = &'static str> {
+    ActionState::ALL.into_iter().map(ActionState::as_str)
+}
 
-/// Actions in a state nothing changes any more (done, failed, cancelled,
-/// expired).
-pub fn final_count(s: &Summary) -> i64 {
+/// Actions no worker will touch again: final (done, failed, cancelled,
+/// expired) or held unknown.
+pub fn at_rest_count(s: &Summary) -> i64 {
     s.by_state
         .iter()
-        .filter(|(state, _)| state.is_final())
+        .filter(|(state, _)| state.is_at_rest())
         .map(|(_, n)| n)
         .sum()
 }
@@ -40,8 +34,7 @@ impl Bars {
         let style =
             ProgressStyle::with_template("{prefix:>10} {pos:>6}/{len:<6} {wide_bar:.cyan/blue}")
                 .expect("static template");
-        let bars = STATES
-            .into_iter()
+        let bars = states()
             .map(|s| {
                 let b = mp.add(ProgressBar::new(total as u64));
                 b.set_style(style.clone());
@@ -69,8 +62,7 @@ impl Bars {
     /// The counts as one plain line, for output that is not a terminal
     /// (where indicatif draws nothing) and for the record.
     pub fn line(s: &Summary) -> String {
-        STATES
-            .iter()
+        states()
             .map(|st| format!("{st} {}", s.state(st)))
             .collect::<Vec<_>>()
             .join(" · ")
@@ -85,8 +77,9 @@ pub fn status_line(mp: &MultiProgress, prefix: &'static str) -> ProgressBar {
     bar
 }
 
-/// Shows progress by state until every action is final (or the time is
-/// up); returns whether they all are, and the last counts read.
+/// Shows progress by state until every action is at rest (final, or held
+/// unknown; or the time is up); returns whether they all are, and the last
+/// counts read.
 pub async fn watch(store: &PgStore, total: usize, timeout: Duration) -> (bool, Option<Summary>) {
     let mp = MultiProgress::new();
     let bars = Bars::add_to(&mp, total);
@@ -97,8 +90,8 @@ pub async fn watch(store: &PgStore, total: usize, timeout: Duration) -> (bool, O
         match store.summary(1800).await {
             Ok(s) => {
                 bars.update(&s);
-                let final_count = final_count(&s);
-                finished = s.total() as usize >= total && final_count as usize >= total;
+                let at_rest = at_rest_count(&s);
+                finished = s.total() as usize >= total && at_rest as usize >= total;
                 last = Some(s);
                 if finished {
                     break;

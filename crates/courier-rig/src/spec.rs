@@ -6,7 +6,7 @@
 //! with the struct (a round trip), so a flag renamed on one side fails a test.
 
 use courier_core::retention::Retention;
-use courier_core::Limits;
+use courier_core::{Limits, Tier};
 use std::fmt::Display;
 use std::path::PathBuf;
 
@@ -63,6 +63,44 @@ pub struct FakeSpec {
     pub api_key: String,
     pub webhook_secret: String,
     pub seed: u64,
+    /// Which parts of the contract it leaves out (a lower guarantee tier).
+    pub modes: FakeModes,
+}
+
+/// The fake provider's tier modes (`courier provider --ignore-key
+/// --no-lookup --lookup-lag-ms`); the default is the contract.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct FakeModes {
+    /// No deduplication: every send creates a message.
+    pub ignore_key: bool,
+    /// No lookup: every lookup answers 501.
+    pub no_lookup: bool,
+    /// Lookups answer 404 for this long after a message was created.
+    pub lookup_lag_ms: u64,
+}
+
+impl FakeModes {
+    /// The fake as a provider of `tier`: a the contract, a- no lookup, b no
+    /// deduplication and lookups that lag `lag_ms`, c neither.
+    pub fn for_tier(tier: Tier, lag_ms: u64) -> Self {
+        match tier {
+            Tier::A => FakeModes::default(),
+            Tier::AMinus => FakeModes {
+                no_lookup: true,
+                ..FakeModes::default()
+            },
+            Tier::B => FakeModes {
+                ignore_key: true,
+                lookup_lag_ms: lag_ms,
+                ..FakeModes::default()
+            },
+            Tier::C(_) => FakeModes {
+                ignore_key: true,
+                no_lookup: true,
+                ..FakeModes::default()
+            },
+        }
+    }
 }
 
 impl FakeSpec {
@@ -73,6 +111,16 @@ impl FakeSpec {
         a.extend(flag("api-key", &self.api_key));
         a.extend(flag("webhook-secret", &self.webhook_secret));
         a.extend(flag("seed", self.seed));
+        let m = self.modes;
+        if m.ignore_key {
+            a.push("--ignore-key".to_string());
+        }
+        if m.no_lookup {
+            a.push("--no-lookup".to_string());
+        }
+        if m.lookup_lag_ms > 0 {
+            a.extend(flag("lookup-lag-ms", m.lookup_lag_ms));
+        }
         a
     }
 }
@@ -98,6 +146,8 @@ pub struct WorkerSpec {
     pub limits: Limits,
     /// The retention windows and the pruner's bounds: [`WORKER_RETENTION_FLAGS`].
     pub retention: Retention,
+    /// The provider's guarantee tier (`courier worker --tier`).
+    pub tier: Tier,
     /// DEMONSTRATION ONLY: the broken resend mode of a negative control
     /// (always `None` without the `negative-controls` feature).
     pub unsafe_resend: Option<UnsafeResend>,
@@ -109,7 +159,7 @@ pub struct WorkerSpec {
 
 /// The limit flags of `courier worker`, in the order [`WorkerSpec::args`]
 /// writes them.
-pub const WORKER_LIMIT_FLAGS: [&str; 10] = [
+pub const WORKER_LIMIT_FLAGS: [&str; 11] = [
     "lease-ttl-ms",
     "heartbeat-interval-ms",
     "send-margin-ms",
@@ -120,6 +170,7 @@ pub const WORKER_LIMIT_FLAGS: [&str; 10] = [
     "final-overdue-ms",
     "key-retention-s",
     "intent-age-alert-percent",
+    "lookup-lag-ms",
 ];
 
 /// The retention flags of `courier worker`, in the order [`WorkerSpec::args`]
@@ -144,7 +195,7 @@ impl WorkerSpec {
         if let Some(cb) = &self.provider.callback_url {
             a.extend(flag("callback-url", cb));
         }
-        let values: [u64; 10] = [
+        let values: [u64; 11] = [
             l.lease_ttl_ms,
             l.heartbeat_interval_ms,
             l.send_margin_ms,
@@ -155,6 +206,7 @@ impl WorkerSpec {
             l.final_overdue_ms,
             l.key_retention_s,
             l.intent_age_alert_percent.into(),
+            l.lookup_lag_ms,
         ];
         for (name, v) in WORKER_LIMIT_FLAGS.iter().zip(values) {
             a.extend(flag(name, v));
@@ -172,6 +224,7 @@ impl WorkerSpec {
             a.extend(flag(name, v));
         }
         a.extend(flag("seed", seed));
+        a.extend(flag("tier", self.tier));
         if let Some(mode) = self.unsafe_resend {
             // The workers build the broken provider wrapper (courier_dispatch::broken).
             a.extend(flag("unsafe-resend", mode.as_flag()));
@@ -228,6 +281,7 @@ mod tests {
             final_overdue_ms: 8,
             key_retention_s: 9,
             intent_age_alert_percent: 10,
+            lookup_lag_ms: 11,
             ..Limits::default()
         };
         let spec = WorkerSpec {
@@ -239,24 +293,27 @@ mod tests {
             },
             limits,
             retention: Retention {
-                action_retention_s: 11,
-                webhook_retry_horizon_s: 12,
-                webhook_event_retention_s: 13,
-                event_retention_s: 14,
-                prune_batch_rows_max: 15,
-                prune_interval_ms: 16,
+                action_retention_s: 12,
+                webhook_retry_horizon_s: 13,
+                webhook_event_retention_s: 14,
+                event_retention_s: 15,
+                prune_batch_rows_max: 16,
+                prune_interval_ms: 17,
             },
+            tier: Tier::AMinus,
             unsafe_resend: None,
             unsafe_ignore_expiry: false,
         };
         let a = spec.args(42);
+        let tier_at = a.iter().position(|x| x == "--tier").unwrap();
+        assert_eq!(a[tier_at + 1], "a-");
         for (i, name) in WORKER_LIMIT_FLAGS.iter().enumerate() {
             let at = a.iter().position(|x| *x == format!("--{name}")).unwrap();
             assert_eq!(a[at + 1], (i + 1).to_string(), "--{name}");
         }
         for (i, name) in WORKER_RETENTION_FLAGS.iter().enumerate() {
             let at = a.iter().position(|x| *x == format!("--{name}")).unwrap();
-            assert_eq!(a[at + 1], (i + 11).to_string(), "--{name}");
+            assert_eq!(a[at + 1], (i + 12).to_string(), "--{name}");
         }
         assert!(!a.contains(&"--callback-url".to_string()));
         assert!(!a.contains(&"--unsafe-resend".to_string()));
@@ -277,6 +334,7 @@ mod tests {
             },
             limits: Limits::default(),
             retention: Retention::default(),
+            tier: Tier::A,
             unsafe_resend: Some(UnsafeResend::NewKey),
             unsafe_ignore_expiry: false,
         };
@@ -295,6 +353,7 @@ mod tests {
             },
             limits: Limits::default(),
             retention: Retention::default(),
+            tier: Tier::A,
             unsafe_resend: None,
             unsafe_ignore_expiry: true,
         };

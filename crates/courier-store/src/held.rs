@@ -6,14 +6,16 @@
 //! # Invariants
 //! - A hold is fenced like a settle, and writes its `events` row in the
 //!   same statement: every action held `unknown` is on the list.
+//! - A hold never leaves `unknown` an action whose outbox row already has
+//!   a status from a webhook (evidence of a send).
 //! - Only an `unknown` action can be resolved; "not sent" ends it `failed`
 //!   with `resolved_as = 'not_sent'`, which `courier.redrive` admits.
 
-use crate::decode::parse_state;
+use crate::decode::{parse_state, status_col};
 use crate::error::StoreError;
 use crate::lease::{Fenced, Lease};
 use crate::pool::PgStore;
-use courier_core::ActionState;
+use courier_core::{ActionState, Status};
 use std::fmt;
 use std::str::FromStr;
 
@@ -53,6 +55,16 @@ impl FromStr for Resolution {
     }
 }
 
+/// How a hold ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Held {
+    /// Held `unknown`, listed for an operator.
+    Unknown,
+    /// A webhook had already reported this status for the action's key:
+    /// it ended `dispatched` (or `done` on a final status) instead.
+    Evidenced(Status),
+}
+
 /// What a resolution did.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ResolveOutcome {
@@ -82,15 +94,17 @@ pub struct HeldUnknown {
 impl PgStore {
     /// Ends a claimed action `unknown`, fenced on its lease, with its
     /// store's slot released and an `events` row (`held_unknown`) written
-    /// in the same statement.
+    /// in the same statement; or, when a webhook has already merged a
+    /// status for its key, `dispatched` (`done` on a final status), as a
+    /// settle would. Answers how it ended.
     pub async fn action_hold(
         &self,
         lease: &Lease,
         reason: &str,
-    ) -> Result<Result<(), Fenced>, StoreError> {
+    ) -> Result<Result<Held, Fenced>, StoreError> {
         let client = self.pool.get().await?;
-        let held = client
-            .execute(
+        let row = client
+            .query_one(
                 sql!("settle/hold"),
                 &[
                     &lease.action_id,
@@ -101,10 +115,14 @@ impl PgStore {
                 ],
             )
             .await?;
-        if held == 0 {
+        if row.get::<_, i64>("changed") == 0 {
             return Ok(Err(self.fenced_now(lease).await?));
         }
-        Ok(Ok(()))
+        let state = parse_state(row.get("state"))?;
+        Ok(Ok(match state {
+            ActionState::Unknown => Held::Unknown,
+            _ => Held::Evidenced(status_col(&row, "status")?),
+        }))
     }
 
     /// Resolves action `id`, held `unknown` (`courier.resolve`); `stores`

@@ -123,7 +123,7 @@ pub use action::*;
 pub use clock::Clock;
 pub use counts::Counts;
 pub use error::StoreError;
-pub use held::{HeldUnknown, Resolution, ResolveOutcome};
+pub use held::{Held, HeldUnknown, Resolution, ResolveOutcome};
 pub use intent::{CancelOutcome, RedriveOutcome, ScheduleTick, ScheduledDue};
 pub use lease::*;
 pub use merge::*;

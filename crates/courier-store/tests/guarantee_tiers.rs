@@ -32,11 +32,8 @@ async fn held(store: &PgStore, s: &str, n: usize) -> Vec<Claimed> {
     let got = claim(store, n as u32).await;
     assert_eq!(got.len(), n);
     for c in &got {
-        store
-            .action_hold(&c.lease, "no_lookup")
-            .await
-            .unwrap()
-            .unwrap();
+        let held = store.action_hold(&c.lease, "no_lookup").await.unwrap();
+        assert_eq!(held.ok(), Some(Held::Unknown));
     }
     got
 }
@@ -277,5 +274,52 @@ async fn an_unknown_action_is_never_claimed_and_never_pruned() {
     )
     .await;
     assert_eq!(done_rows, vec![0], "not final, so never pruned");
+    invariants_hold(&db).await;
+}
+
+#[tokio::test]
+async fn a_hold_after_a_webhook_reported_the_key_settles_instead() {
+    let db = fresh_db().await;
+    let store = &db.store;
+    for i in 0..2 {
+        store
+            .action_enqueue(&fixtures::new_action("s1", i))
+            .await
+            .unwrap();
+    }
+    let got = claim(store, 2).await;
+    let report = |c: &Claimed, event: &str, status: Status| WebhookIn {
+        event_id: event.into(),
+        key: courier_core::action_key(&c.uid),
+        status,
+        message_id: format!("m-{event}"),
+    };
+    // The webhooks land while the actions are claimed: merged into the
+    // outbox only (a merge never writes a claimed action).
+    store
+        .webhooks_merge(&[
+            report(&got[0], "e1", Status::Sent),
+            report(&got[1], "e2", Status::Delivered),
+        ])
+        .await
+        .unwrap();
+    assert_eq!(
+        state(store, got[0].lease.action_id).await,
+        ActionState::Claimed
+    );
+    let sent = store.action_hold(&got[0].lease, "no_lookup").await.unwrap();
+    let delivered = store.action_hold(&got[1].lease, "no_lookup").await.unwrap();
+    assert_eq!(sent.ok(), Some(Held::Evidenced(Status::Sent)));
+    assert_eq!(delivered.ok(), Some(Held::Evidenced(Status::Delivered)));
+    assert_eq!(
+        state(store, got[0].lease.action_id).await,
+        ActionState::Dispatched
+    );
+    assert_eq!(
+        state(store, got[1].lease.action_id).await,
+        ActionState::Done
+    );
+    assert!(store.actions_unknown(10, None).await.unwrap().is_empty());
+    assert_eq!(in_flight(store, "s1").await, 0);
     invariants_hold(&db).await;
 }

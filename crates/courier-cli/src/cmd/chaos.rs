@@ -4,6 +4,7 @@
 //! verdict by the same code as `courier verify`).
 
 use anyhow::Context;
+use courier_core::Tier;
 #[cfg(feature = "negative-controls")]
 use courier_dispatch::broken::UnsafeResend;
 use courier_rig::chaos::{Chaos, ChaosConfig, ExternalProvider, FailoverSpec};
@@ -78,6 +79,22 @@ pub struct Args {
     #[cfg(feature = "negative-controls")]
     #[arg(long)]
     unsafe_ignore_expiry: bool,
+    /// The provider's guarantee tier: the fake provider leaves out what the
+    /// tier lacks (a-: the lookup; b: the deduplication, and its lookups lag
+    /// 800 ms; c: both), the workers run with `--tier`, and the verdict
+    /// holds the run to the tier's promise (a, b: exactly once; a-: exactly
+    /// once by resend; c: at most once; c-resend: at least once).
+    #[arg(long, default_value = "a", conflicts_with = "provider_url")]
+    tier: Tier,
+    /// DEMONSTRATION ONLY: the workers decide by this tier while the provider
+    /// and the verdict stay at --tier (`--tier c --unsafe-worker-tier
+    /// c-resend`: a tier-c worker that resends under hold; `--tier b
+    /// --unsafe-worker-tier a`: one that trusts a "not found" at once), so
+    /// the verifier must fail. Only in a build with the `negative-controls`
+    /// feature.
+    #[cfg(feature = "negative-controls")]
+    #[arg(long)]
+    unsafe_worker_tier: Option<Tier>,
     /// Use a provider that chaos did not start (any implementation of the contract).
     #[arg(long, requires_all = ["provider_log", "provider_api_key", "webhook_secret"])]
     provider_url: Option<String>,
@@ -173,6 +190,11 @@ impl Args {
             unsafe_ignore_expiry: self.unsafe_ignore_expiry,
             #[cfg(not(feature = "negative-controls"))]
             unsafe_ignore_expiry: false,
+            tier: self.tier,
+            #[cfg(feature = "negative-controls")]
+            unsafe_worker_tier: self.unsafe_worker_tier,
+            #[cfg(not(feature = "negative-controls"))]
+            unsafe_worker_tier: None,
             intent: IntentMix {
                 scheduled_share: self.scheduled_share,
                 expiring_share: self.expiring_share,
@@ -200,16 +222,22 @@ pub async fn run(a: Args) -> anyhow::Result<ExitCode> {
         println!("WARNING: --unsafe-resend {mode:?}: the workers are broken on purpose; the verifier must fail");
     }
     #[cfg(feature = "negative-controls")]
+    if let Some(t) = a.unsafe_worker_tier {
+        println!("WARNING: --unsafe-worker-tier {t}: the workers decide as tier {t}, not {}, on purpose; the verifier must fail", a.tier);
+    }
+    #[cfg(feature = "negative-controls")]
     if a.unsafe_ignore_expiry {
         println!("WARNING: --unsafe-ignore-expiry: the workers send past expires_at on purpose; the verifier must fail");
     }
     let exe = std::env::current_exe().context("locating the courier binary")?;
     let chaos = Chaos::start(&exe, a.config(seed)?).await?;
     println!(
-        "run dir {} · server {} · provider {} · {} workers · lease {} ms",
+        "run dir {} · server {} · provider {} (tier {}: {}) · {} workers · lease {} ms",
         chaos.dir().display(),
         chaos.api(),
         chaos.provider_url(),
+        a.tier,
+        a.tier.promise(),
         a.workers,
         a.lease_ttl_ms
     );

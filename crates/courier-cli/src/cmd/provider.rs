@@ -2,6 +2,7 @@
 //! is in `courier-fake` (its benchmark is `courier bench provider`).
 
 use anyhow::Context;
+use courier_fake::config::TIERS;
 use courier_fake::{FakeConfig, FakeProvider, FaultRates, Latency, MsRange};
 use std::io::Write;
 use std::net::SocketAddr;
@@ -36,8 +37,8 @@ pub struct Args {
     /// Same as `--faults off`.
     #[arg(long)]
     no_faults: bool,
-    /// Share of first sends whose answer is lost (half after creating the
-    /// message, half before).
+    /// Share of first sends (with --ignore-key: of all sends) whose answer is
+    /// lost (half after creating the message, half before).
     #[arg(long, default_value_t = FaultRates::DEFAULT.timeout)]
     timeout_rate: f64,
     /// How long a lost answer is held before `504` (longer than a client's time-out).
@@ -52,14 +53,37 @@ pub struct Args {
     /// Share of messages that fail some time after `sent`.
     #[arg(long, default_value_t = FaultRates::DEFAULT.late_failed)]
     late_failed_rate: f64,
-    /// Lookups answer 404 for this long after a key's first send.
+    /// Lookups answer 404 for this long after a key's first send (with
+    /// --ignore-key: after each message's creation).
     #[arg(long, default_value_t = 0)]
     lookup_lag_ms: u64,
+    /// Do not deduplicate: every valid send creates a new message (no replay,
+    /// no 409, no 422), and the key is only the client's reference; a lookup
+    /// answers the earliest message sent with it. The time-out fault applies
+    /// to every send. Tier b (with --lookup-lag-ms N) or, with --no-lookup,
+    /// tier c. A restart must be given the same flag: a log written in the
+    /// other mode is refused.
+    #[arg(long, conflicts_with = "tier")]
+    ignore_key: bool,
+    /// Answer every lookup `501 {"error":"lookup_not_supported"}` (logged
+    /// `faulted`). Tier a-, or with --ignore-key tier c.
+    #[arg(long, conflicts_with = "tier")]
+    no_lookup: bool,
+    /// Behave as a provider of this guarantee tier: a (the contract, the
+    /// default), a- (= --no-lookup), b (= --ignore-key; add --lookup-lag-ms N
+    /// for the lag it states) or c (= --ignore-key --no-lookup).
+    #[arg(
+        long,
+        value_name = "TIER",
+        value_parser = clap::builder::PossibleValuesParser::new(TIERS.map(|t| t.name))
+    )]
+    tier: Option<String>,
     /// Latency of each send and lookup, in milliseconds: `0`, a fixed `25`,
     /// `uniform:5..50` (uniform, inclusive) or `lognormal:median=20,sigma=0.6`.
     #[arg(long, default_value = "0", value_name = "DIST")]
     latency_ms: Latency,
-    /// Keys are forgotten this long after their first send.
+    /// Keys are forgotten this long after their first send (with
+    /// --ignore-key: each send this long after it ended).
     #[arg(long, default_value_t = 3_600)]
     key_retention_s: u64,
     /// Delay from accepted to sent, `MIN..MAX` milliseconds.
@@ -92,7 +116,8 @@ pub struct Args {
     /// Largest send body read; larger ones are answered 413.
     #[arg(long, default_value_t = 64 * 1024)]
     request_bytes_max: usize,
-    /// Keys remembered at once; new keys beyond it are answered 503.
+    /// Keys remembered at once; new keys beyond it are answered 503 (with
+    /// --ignore-key it counts sends remembered, each message among them).
     #[arg(long, default_value_t = 5_000_000)]
     keys_max: usize,
     /// fdatasync the log after every write (power-loss durability; slower).
@@ -118,6 +143,13 @@ fn config(a: Args) -> anyhow::Result<FakeConfig> {
         }
     };
     cfg.timeout_hold_ms = a.timeout_hold_ms;
+    match &a.tier {
+        Some(tier) => cfg.set_tier(tier).map_err(|e| anyhow::anyhow!(e))?,
+        None => {
+            cfg.ignore_key = a.ignore_key;
+            cfg.lookup = !a.no_lookup;
+        }
+    }
     cfg.lookup_lag_ms = a.lookup_lag_ms;
     cfg.latency = a.latency_ms;
     cfg.key_retention_ms = a
@@ -145,7 +177,10 @@ async fn run_serve(a: Args) -> anyhow::Result<ExitCode> {
     let addr_file = a.addr_file.clone();
     let cfg = config(a)?;
     eprintln!(
-        "courier provider: seed {}; {}; latency-ms {}; lookup-lag-ms {}; timeout-hold-ms {}; key-retention-s {}",
+        "courier provider: tier {} (ignore-key {}, lookup {}); seed {}; {}; latency-ms {}; lookup-lag-ms {}; timeout-hold-ms {}; key-retention-s {}",
+        cfg.tier(),
+        cfg.ignore_key,
+        cfg.lookup,
         cfg.seed,
         cfg.faults,
         cfg.latency,
@@ -221,7 +256,8 @@ async fn stop_signal() {
 mod tests {
     use super::*;
     use clap::Parser;
-    use courier_rig::spec::FakeSpec;
+    use courier_core::Tier;
+    use courier_rig::spec::{FakeModes, FakeSpec};
 
     /// The rig's provider flags, parsed by `courier provider` itself.
     #[test]
@@ -232,6 +268,7 @@ mod tests {
             api_key: "key".into(),
             webhook_secret: "secret".into(),
             seed: 42,
+            modes: FakeModes::default(),
         };
         let argv = std::iter::once("courier".to_string()).chain(spec.args());
         let crate::Cli {
@@ -247,5 +284,68 @@ mod tests {
         );
         // Faults stay on: the rig's runs are judged under them.
         assert!(!a.no_faults && a.faults == "on");
+    }
+
+    /// Each tier's modes, as the rig writes them, reach the fake.
+    #[test]
+    fn the_rigs_tier_modes_round_trip_through_the_provider_flags() {
+        for tier in Tier::ALL {
+            let modes = FakeModes::for_tier(tier, 50);
+            let spec = FakeSpec {
+                listen: "127.0.0.1:0".into(),
+                log: PathBuf::from("/tmp/run/provider.jsonl"),
+                api_key: "key".into(),
+                webhook_secret: "secret".into(),
+                seed: 42,
+                modes,
+            };
+            let argv = std::iter::once("courier".to_string()).chain(spec.args());
+            let crate::Command::Provider(a) = crate::Cli::try_parse_from(argv)
+                .expect("the rig's flags parse")
+                .command
+            else {
+                panic!("not the provider command");
+            };
+            let cfg = config(a).unwrap_or_else(|e| panic!("{tier}: {e}"));
+            assert_eq!(
+                (cfg.ignore_key, cfg.lookup, cfg.lookup_lag_ms),
+                (modes.ignore_key, !modes.no_lookup, modes.lookup_lag_ms),
+                "{tier}"
+            );
+            assert_eq!(cfg.tier(), tier.as_str().trim_end_matches("-resend"));
+        }
+    }
+
+    fn parse(flags: &[&str]) -> Result<Args, clap::Error> {
+        let argv = ["courier", "provider", "--log", "p.jsonl"]
+            .into_iter()
+            .chain(["--api-key", "k", "--webhook-secret", "s"])
+            .chain(flags.iter().copied());
+        match crate::Cli::try_parse_from(argv)?.command {
+            crate::Command::Provider(a) => Ok(a),
+            _ => panic!("not the provider command"),
+        }
+    }
+
+    #[test]
+    fn tier_flags_set_the_fakes_two_modes() {
+        let modes = |flags: &[&str]| {
+            let cfg = config(parse(flags).expect("the flags parse")).expect("valid");
+            (cfg.tier(), cfg.ignore_key, cfg.lookup)
+        };
+        assert_eq!(modes(&[]), ("a", false, true));
+        assert_eq!(modes(&["--no-lookup"]), ("a-", false, false));
+        assert_eq!(modes(&["--ignore-key"]), ("b", true, true));
+        assert_eq!(modes(&["--ignore-key", "--no-lookup"]), ("c", true, false));
+        assert_eq!(modes(&["--tier", "c"]), ("c", true, false));
+        assert_eq!(
+            modes(&["--tier", "b", "--lookup-lag-ms", "50"]),
+            ("b", true, true)
+        );
+        assert!(
+            parse(&["--tier", "b", "--ignore-key"]).is_err(),
+            "conflicts"
+        );
+        assert!(parse(&["--tier", "d"]).is_err());
     }
 }

@@ -1,9 +1,9 @@
 //! `courier worker`: one worker process (run as many as you like).
 
 use super::common::{shutdown_on_signal, DbArgs, LimitArgs, ProviderArgs, RetentionArgs};
+use courier_core::Tier;
 #[cfg(feature = "negative-controls")]
 use courier_dispatch::broken::{UnsafeProvider, UnsafeResend};
-use courier_core::Tier;
 use courier_dispatch::pruner::PrunerConfig;
 use courier_dispatch::worker::{Provider, Worker, WorkerConfig};
 use courier_store::{ClaimMode, PgStore};
@@ -245,6 +245,7 @@ mod tests {
             final_overdue_ms: 4_000,
             key_retention_s: 7_200,
             intent_age_alert_percent: 40,
+            lookup_lag_ms: 1_500,
             ..Limits::default()
         };
         let mut spec = WorkerSpec {
@@ -256,6 +257,7 @@ mod tests {
             },
             limits,
             retention: courier_rig::spec::chaos_retention(),
+            tier: courier_core::Tier::B,
             unsafe_resend: None,
             unsafe_ignore_expiry: false,
         };
@@ -275,6 +277,7 @@ mod tests {
         assert_eq!(a.provider.provider_api_key, spec.provider.api_key);
         assert_eq!(a.provider.callback_url, spec.provider.callback_url);
         assert_eq!(a.seed, Some(99));
+        assert_eq!(a.tier, spec.tier);
         #[cfg(feature = "negative-controls")]
         {
             assert_eq!(a.unsafe_resend, spec.unsafe_resend);

@@ -5,14 +5,23 @@
 //! live [`State`]: keys still within their retention, timers for the status
 //! changes still to come, and webhook queues of the events not yet answered.
 //!
+//! In ignore-key mode a key may have any number of `created` lines; each is
+//! a send of its own, remembered by its key (see `references`) until its
+//! retention ends, and each message keeps its own plan and webhooks.
+//!
 //! # Invariants
 //! - Nothing is recovered that the log does not hold; a line that contradicts
 //!   an earlier one (a status moving backwards, a webhook for an event that
 //!   never happened) refuses the log rather than guessing.
+//! - A log written in the other mode is refused, never read as this one: in
+//!   ignore-key mode every `created` line and every `faulted` line of a
+//!   claimed send carries its send's `ordinal`, and in the default mode none
+//!   does.
 //! - Times are carried over as wall-clock offsets: a status change due 300 ms
 //!   after its previous one is due 300 ms after it still, or at once if that
 //!   moment has passed.
 
+use super::references::RestoredSend;
 use super::{
     event_parts, first_answer, message_id, message_number, Event, Fingerprint, KeyEntry, KeyKind,
     Message, RecoverySummary, State, Timer,
@@ -35,8 +44,18 @@ impl State {
         now: Instant,
         now_wall: DateTime<Utc>,
     ) -> Result<(State, RecoverySummary, Vec<u64>), crate::FakeError> {
-        let mut rec = Recovery::default();
-        let (log, opened) = LogFile::open(&cfg.log_path, cfg.fsync, |line| rec.apply(line))?;
+        let mut rec = Recovery {
+            ignore_key: cfg.ignore_key,
+            ..Recovery::default()
+        };
+        let opened = LogFile::open(&cfg.log_path, cfg.fsync, |line| rec.apply(line));
+        if let Some(why) = rec.mismatch.take() {
+            return Err(crate::FakeError::Config(format!(
+                "the log {}: {why}",
+                cfg.log_path.display()
+            )));
+        }
+        let (log, opened) = opened?;
         let (state, mut summary, starts) = rec.finish(log, cfg, now, now_wall);
         summary.lines = opened.lines;
         summary.torn_bytes = opened.torn_bytes;
@@ -70,12 +89,27 @@ struct RecKey {
     first: DateTime<Utc>,
 }
 
+/// One send of ignore-key mode: a `created` or `faulted` line.
+#[derive(Debug)]
+struct RecSend {
+    ordinal: u64,
+    message: Option<u64>,
+    ended: DateTime<Utc>,
+}
+
 /// Replays the log into keys, messages, timers and webhook queues.
 #[derive(Default)]
 struct Recovery {
+    /// The mode this provider runs in, which the log must have been written in.
+    ignore_key: bool,
+    /// The default mode's keys.
     keys: HashMap<Arc<str>, RecKey>,
+    /// Ignore-key mode's sends, by key, in the order of their lines.
+    sends: HashMap<Arc<str>, Vec<RecSend>>,
     messages: HashMap<u64, RecMessage>,
     last_message: u64,
+    /// Why the log cannot be read in this mode; reading stops at that line.
+    mismatch: Option<String>,
 }
 
 fn wall(at: &str) -> Result<DateTime<Utc>, String> {
@@ -104,20 +138,15 @@ impl Recovery {
                 key: Some(key),
                 result: SendResult::Created,
                 message_id: Some(id),
-            } => self.apply_created(key, id, line.at, line.extra),
+            } => {
+                self.check_mode(line.seq, line.extra.ordinal.is_some())?;
+                self.apply_created(key, id, line.at, line.extra)
+            }
             LogOp::Send {
                 key: Some(key),
                 result: SendResult::Faulted,
                 ..
-            } => {
-                let first = wall(&line.at)?;
-                self.keys.entry(Arc::from(key)).or_insert(RecKey {
-                    message: None,
-                    fp: [0; 16],
-                    first,
-                });
-                Ok(())
-            }
+            } => self.apply_faulted(key, line.seq, &line.at, &line.extra),
             LogOp::Status {
                 message_id, status, ..
             } => self.apply_status(&message_id, status, line.at),
@@ -142,6 +171,56 @@ impl Recovery {
         }
     }
 
+    /// Refuses a line written in the other mode (`ordinal` present or not).
+    fn check_mode(&mut self, seq: u64, ignore_key: bool) -> Result<(), String> {
+        if ignore_key == self.ignore_key {
+            return Ok(());
+        }
+        let (was, is) = if ignore_key {
+            ("with", "without")
+        } else {
+            ("without", "with")
+        };
+        let why = format!(
+            "line {seq} was written {was} --ignore-key and this provider runs {is} it; \
+             restart it with the flags the log was written with, or on a new log"
+        );
+        self.mismatch = Some(why.clone());
+        Err(why)
+    }
+
+    /// A `faulted` send line. In the default mode the key is remembered as
+    /// faulted; in ignore-key mode it is one more send of the key, unless it
+    /// was refused before it was claimed (`keys_max`, which has no ordinal).
+    fn apply_faulted(
+        &mut self,
+        key: String,
+        seq: u64,
+        at: &str,
+        extra: &Extra,
+    ) -> Result<(), String> {
+        let overload = extra.fault.as_deref() == Some("keys_max");
+        if !(self.ignore_key && overload) {
+            self.check_mode(seq, extra.ordinal.is_some())?;
+        }
+        let ended = wall(at)?;
+        if let Some(ordinal) = extra.ordinal {
+            let send = RecSend {
+                ordinal,
+                message: None,
+                ended,
+            };
+            self.sends.entry(Arc::from(key)).or_default().push(send);
+        } else if !self.ignore_key {
+            self.keys.entry(Arc::from(key)).or_insert(RecKey {
+                message: None,
+                fp: [0; 16],
+                first: ended,
+            });
+        }
+        Ok(())
+    }
+
     /// A `created` send line: the key, its message and the message's plan.
     fn apply_created(
         &mut self,
@@ -157,12 +236,21 @@ impl Recovery {
         let plan = extra.plan.ok_or("a created line without its plan")?;
         let first = wall(&at)?;
         let key: Arc<str> = Arc::from(key);
-        let rec_key = RecKey {
-            message: Some(n),
-            fp,
-            first,
-        };
-        self.keys.insert(key.clone(), rec_key);
+        if let Some(ordinal) = extra.ordinal {
+            let send = RecSend {
+                ordinal,
+                message: Some(n),
+                ended: first,
+            };
+            self.sends.entry(key.clone()).or_default().push(send);
+        } else {
+            let rec_key = RecKey {
+                message: Some(n),
+                fp,
+                first,
+            };
+            self.keys.insert(key.clone(), rec_key);
+        }
         let message = RecMessage {
             key,
             plan,
@@ -208,17 +296,18 @@ impl Recovery {
         now_wall: DateTime<Utc>,
     ) -> (State, RecoverySummary, Vec<u64>) {
         let clock = Clock { now, now_wall };
-        let mut state = State::new(log);
+        let mut state = State::new(log, cfg);
         state.next_message = self.last_message + 1;
         let mut summary = RecoverySummary::default();
         restore_keys(&mut state, self.keys, cfg, &clock);
+        restore_sends(&mut state, self.sends, cfg, &clock);
         let mut starts = Vec::new();
         for (n, m) in self.messages {
             if let Some(start) = restore_message(&mut state, &mut summary, n, m, cfg, &clock) {
                 starts.push(start);
             }
         }
-        summary.keys = state.keys.len();
+        summary.keys = state.keys.len() + state.refs.keys();
         summary.messages = state.messages.len();
         (state, summary, starts)
     }
@@ -264,6 +353,31 @@ fn restore_keys(
         .collect();
 }
 
+/// Ignore-key mode: the sends still within their retention, by key.
+fn restore_sends(
+    state: &mut State,
+    sends: HashMap<Arc<str>, Vec<RecSend>>,
+    cfg: &FakeConfig,
+    clock: &Clock,
+) {
+    let retention = chrono::Duration::milliseconds(cfg.key_retention_ms as i64);
+    let lag = chrono::Duration::milliseconds(cfg.lookup_lag_ms as i64);
+    for (key, sends) in sends {
+        let kept: Vec<RestoredSend> = sends
+            .into_iter()
+            .filter(|s| s.ended + retention > clock.now_wall)
+            .map(|s| RestoredSend {
+                ordinal: s.ordinal,
+                message: s.message,
+                visible_at: clock.instant(s.ended + lag),
+                expires_at: clock.instant(s.ended + retention),
+            })
+            .collect();
+        state.refs.restore(key, kept);
+    }
+    state.refs.sort_expiry();
+}
+
 /// One message: its next planned status change and its undelivered events.
 /// Returns the message when its webhook delivery must be started.
 fn restore_message(
@@ -274,10 +388,14 @@ fn restore_message(
     cfg: &FakeConfig,
     clock: &Clock,
 ) -> Option<u64> {
-    let key_gone = state
-        .keys
-        .get(&m.key)
-        .is_none_or(|e| !matches!(e.kind, KeyKind::Created { message, .. } if message == n));
+    let key_gone = if state.ignore_key {
+        !state.refs.names(&m.key, n)
+    } else {
+        state
+            .keys
+            .get(&m.key)
+            .is_none_or(|e| !matches!(e.kind, KeyKind::Created { message, .. } if message == n))
+    };
     let mut message = Message {
         key: m.key,
         status: m.status,

@@ -2,16 +2,39 @@
 -- learn whether an earlier attempt went out: courier_core::tier), fenced on
 -- (owner, epoch), releases its store's slot, and records the hold as an
 -- `events` row ('held_unknown', the reason as its detail) in the same
--- statement: the operators' list (report/unknown.sql) reads those rows. No
--- change when fenced (the caller tells that from the row count). $1 id,
--- $2 owner, $3 epoch, $4 reason, $5 the time (NULL: the database's clock,
--- see src/clock.rs).
-WITH held AS (
-    UPDATE actions SET state = 'unknown', lease_until = NULL, fail_reason = $4
-    WHERE id = $1 AND owner = $2 AND epoch = $3 AND state = 'claimed'
-    RETURNING id, store
+-- statement: the operators' list (report/unknown.sql) reads those rows.
+-- Unless a webhook carrying its key has already merged a status into its
+-- outbox row (a merge never writes a claimed action): that is evidence of
+-- a send, and the action ends 'dispatched' (or 'done' on a final status)
+-- instead. The outbox row is locked first, as a merge locks it before it
+-- writes actions, so a merge either commits before this reads the status
+-- or finds the action 'unknown' and moves it on. $1 id, $2 owner, $3
+-- epoch, $4 reason, $5 the time (NULL: the database's clock, see
+-- src/clock.rs). Answers the rows changed (0: fenced), the state and the
+-- outbox status.
+WITH o AS (
+    SELECT status FROM outbox WHERE action_id = $1 FOR UPDATE
+), next AS (
+    SELECT s.status,
+           CASE WHEN s.status IS NULL OR s.status = 'sending' THEN 'unknown'
+                WHEN courier_status_is_final(s.status) THEN 'done'
+                ELSE 'dispatched' END AS state
+    FROM (SELECT (SELECT status FROM o) AS status) s
+), held AS (
+    UPDATE actions a SET state = next.state, lease_until = NULL,
+           fail_reason = CASE WHEN next.state = 'unknown' THEN $4::text END,
+           done_at = CASE WHEN next.state = 'done'
+                          THEN coalesce($5::timestamptz, now()) END
+    FROM next
+    WHERE a.id = $1 AND a.owner = $2 AND a.epoch = $3 AND a.state = 'claimed'
+    RETURNING a.id, a.store, a.state
 ), released AS (
     INSERT INTO store_releases (store, n) SELECT store, 1 FROM held
+), recorded AS (
+    INSERT INTO events (at, kind, action_id, detail)
+    SELECT coalesce($5::timestamptz, now()), 'held_unknown', id, $4 FROM held
+    WHERE state = 'unknown'
 )
-INSERT INTO events (at, kind, action_id, detail)
-SELECT coalesce($5::timestamptz, now()), 'held_unknown', id, $4 FROM held
+SELECT (SELECT count(*) FROM held) AS changed,
+       (SELECT state FROM held) AS state,
+       (SELECT status FROM next) AS status

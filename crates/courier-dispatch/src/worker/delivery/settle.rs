@@ -12,7 +12,7 @@ use crate::worker::event::Event;
 use crate::worker::Provider;
 use courier_core::step::{FencedAt, HoldReason};
 use courier_core::Status;
-use courier_store::{SettleOutcome, SettleReq};
+use courier_store::{Held, SettleOutcome, SettleReq};
 
 impl<P: Provider> Delivery<'_, P> {
     pub(super) async fn settle(&mut self, status: Status) {
@@ -110,6 +110,14 @@ impl<P: Provider> Delivery<'_, P> {
             Some(Err(f)) if f.current_epoch != Some(lease.epoch) => {
                 self.found_epoch = f.current_epoch;
                 self.abandon(FencedAt::Hold).await;
+            }
+            // A webhook had reported the key: evidence of a send, settled.
+            Some(Ok(Held::Evidenced(status))) => {
+                ctx.observe(Event::Settled {
+                    action_id: lease.action_id,
+                    status,
+                })
+                .await;
             }
             // Held, or refused at this epoch: its own earlier write,
             // committed before its answer was lost (as for a fail).
