@@ -3,7 +3,8 @@
 // interval whatever the number of viewers) and redraws. The Action panel
 // reads one action (GET /v1/actions/{id}) and, after an in-page
 // confirmation, calls the API's cancel and re-drive routes, which decide
-// whether the page's token may. When the server has an API token, the page
+// whether the page's token may; the Held unknown panel calls the resolve
+// route the same way. When the server has an API token, the page
 // sends it as a bearer token; it is kept in this browser's localStorage.
 // Text from the server is set with textContent.
 "use strict";
@@ -12,7 +13,7 @@
   const NS = "http://www.w3.org/2000/svg";
   // ActionState::ALL, in the order of an action's life (a test of
   // dashboard.rs keeps the two equal).
-  const STATES = ["scheduled", "pending", "claimed", "dispatched", "done", "failed", "cancelled", "expired"];
+  const STATES = ["scheduled", "pending", "claimed", "dispatched", "done", "failed", "cancelled", "expired", "unknown"];
   const COLORS = {
     scheduled: "#6b46c1",
     pending: "#8a94a0",
@@ -22,6 +23,7 @@
     failed: "#b4442c",
     cancelled: "#4a5568",
     expired: "#b83280",
+    unknown: "#c05621",
   };
   const CANCELLABLE = ["scheduled", "pending"];
   const TOKEN_KEY = "courier.apiToken";
@@ -97,7 +99,8 @@
     const host = document.getElementById("cards");
     const cards = STATES.map((st) => {
       const n = (snap.by_state.find((p) => p[0] === st) || [st, 0])[1];
-      const c = h("div", { class: "card", dataset: { state: st, value: n } },
+      const held = st === "unknown" && n > 0;
+      const c = h("div", { class: "card" + (held ? " alert" : ""), dataset: { state: st, value: n } },
         h("div", { class: "k" }, st), h("div", { class: "v" }, fmtInt(n)));
       c.style.setProperty("--c", COLORS[st]);
       return c;
@@ -132,8 +135,11 @@
     const width = Math.max(280, Math.floor(host.clientWidth || 800));
     const height = 240;
     const pad = { l: 52, r: 14, t: 10, b: 26 };
+    // A state a point lacks is drawn at 0 rather than breaking the chart
+    // (metrics::HistoryPoint should name every state; its test says so).
+    const at = (p, st) => p[st] || 0;
     const legend = h("div", { class: "chart-legend" }, ...STATES.map((st) => {
-      const latest = history.length ? history[history.length - 1][st] : 0;
+      const latest = history.length ? at(history[history.length - 1], st) : 0;
       const sw = h("span", { class: "swatch" });
       sw.style.setProperty("--c", COLORS[st]);
       return h("span", { class: "legend-item" }, sw, `${st} ${fmtInt(latest)}`);
@@ -150,7 +156,7 @@
     const t1 = history[history.length - 1].t_ms;
     const t0 = Math.min(history[0].t_ms, t1 - 30000);
     let yMax = 0;
-    for (const p of history) for (const st of STATES) yMax = Math.max(yMax, p[st]);
+    for (const p of history) for (const st of STATES) yMax = Math.max(yMax, at(p, st));
     yMax = niceMax(yMax);
     const x = (t) => pad.l + ((t - t0) / Math.max(1, t1 - t0)) * (width - pad.l - pad.r);
     const y = (v) => pad.t + (1 - v / yMax) * (height - pad.t - pad.b);
@@ -171,7 +177,7 @@
       root.append(svg("text", { x: x(t), y: height - 8, "text-anchor": "middle" }, text));
     }
     for (const st of STATES) {
-      const pts = history.map((p) => `${x(p.t_ms).toFixed(1)},${y(p[st]).toFixed(1)}`).join(" ");
+      const pts = history.map((p) => `${x(p.t_ms).toFixed(1)},${y(at(p, st)).toFixed(1)}`).join(" ");
       root.append(svg("polyline", {
         points: pts, fill: "none", stroke: COLORS[st], "stroke-width": 2,
         "stroke-linejoin": "round", "data-state": st,
@@ -284,6 +290,7 @@
     }
     renderCards(data);
     renderChart(data.history);
+    renderHeld(data);
     renderStores(data.snapshot);
     renderWorkers(data);
     renderIntents(data);
@@ -337,12 +344,47 @@
     return token ? { Authorization: "Bearer " + token } : {};
   }
 
-  function setAnswer(text, state, code) {
-    const a = document.getElementById("action-answer");
+  // A panel's answer line (`action-answer`, `held-answer`): its text, its
+  // state (wait, ok, error) and the API's code, for styles and tests.
+  function showAnswer(id, text, state, code) {
+    const a = document.getElementById(id);
     a.textContent = text;
     a.dataset.state = state;
     if (code) a.dataset.code = code;
     else delete a.dataset.code;
+  }
+
+  function setAnswer(text, state, code) {
+    showAnswer("action-answer", text, state, code);
+  }
+
+  // One POST to an action's route (cancel, redrive, resolve) with the page's
+  // token, `body` sent as JSON when given; rejects when the server cannot
+  // be reached.
+  function postAction(id, op, body) {
+    const init = { method: "POST", headers: authHeaders(), cache: "no-store" };
+    if (body !== undefined) {
+      init.headers["Content-Type"] = "application/json";
+      init.body = JSON.stringify(body);
+    }
+    return fetch(`/v1/actions/${id}/${op}`, init);
+  }
+
+  // A panel's in-page confirmation (`action-confirm`, `held-confirm`): the
+  // question, the label of its yes button; its no button takes the focus.
+  function openConfirm(panel, op, text, yes) {
+    document.getElementById(`${panel}-confirm-text`).textContent = text;
+    document.getElementById(`${panel}-confirm-yes`).textContent = yes;
+    const box = document.getElementById(`${panel}-confirm`);
+    box.dataset.op = op;
+    box.hidden = false;
+    document.getElementById(`${panel}-confirm-no`).focus();
+  }
+
+  function closeConfirm(panel) {
+    const box = document.getElementById(`${panel}-confirm`);
+    box.hidden = true;
+    delete box.dataset.op;
   }
 
   // An RFC 3339 time from the server, in UTC, and how far from now.
@@ -446,21 +488,15 @@
   function askConfirm(op) {
     if (!shown) return;
     asked = { op, id: shown.id };
-    document.getElementById("action-confirm-text").textContent = op === "cancel"
+    openConfirm("action", op, op === "cancel"
       ? `Cancel action ${shown.id} (store ${shown.store}, ${shown.state})? It ends cancelled and is never sent.`
-      : `Re-drive action ${shown.id} (store ${shown.store})? A new action, with a new key, sends the same text to the same recipient.`;
-    document.getElementById("action-confirm-yes").textContent = op === "cancel" ? "Yes, cancel it" : "Yes, re-drive it";
-    const box = document.getElementById("action-confirm");
-    box.dataset.op = op;
-    box.hidden = false;
-    document.getElementById("action-confirm-no").focus();
+      : `Re-drive action ${shown.id} (store ${shown.store})? A new action, with a new key, sends the same text to the same recipient.`,
+    op === "cancel" ? "Yes, cancel it" : "Yes, re-drive it");
   }
 
   function hideConfirm() {
     asked = null;
-    const box = document.getElementById("action-confirm");
-    box.hidden = true;
-    delete box.dataset.op;
+    closeConfirm("action");
   }
 
   // The confirmed cancel or re-drive: one POST, then the API's answer.
@@ -473,7 +509,7 @@
     setAnswer(op.op === "cancel" ? `cancelling action ${op.id}…` : `re-driving action ${op.id}…`, "wait");
     let resp;
     try {
-      resp = await fetch(`/v1/actions/${op.id}/${op.op}`, { method: "POST", headers: authHeaders(), cache: "no-store" });
+      resp = await postAction(op.id, op.op);
     } catch (e) {
       setAnswer(`cannot reach the server (${e.message}); look the action up again to see whether it changed`, "error");
       return;
@@ -497,6 +533,124 @@
       lookUp(String(op.id), true);
     }
   }
+
+  // The Held unknown panel: the actions a worker held because their
+  // provider offers no way to learn whether an attempt went out (newest
+  // first, as the server last read them). Each is resolved, after an
+  // in-page confirmation, through the API's resolve route. The list is the
+  // server's latest read, so a row resolved here stays, marked and without
+  // its buttons, until a read without it arrives.
+  const OUTCOMES = { sent: "sent", not_sent: "not sent" };
+  const resolved = new Map(); // action id -> the state its resolution left
+  let heldAsked = null;
+  let heldShown = null;
+
+  function setHeldAnswer(text, state, code) {
+    showAnswer("held-answer", text, state, code);
+  }
+
+  function renderHeld(data) {
+    const list = data.held_unknown;
+    const byState = (data.snapshot.by_state.find((p) => p[0] === "unknown") || ["unknown", 0])[1];
+    const note = document.getElementById("held-note");
+    if (!list) {
+      note.textContent = data.held_unknown_error
+        ? `cannot read the list: ${data.held_unknown_error}`
+        : "waiting for the first read of the list…";
+      return;
+    }
+    for (const id of [...resolved.keys()]) if (!list.some((a) => a.id === id)) resolved.delete(id);
+    // A list shorter than its cap is all of them; else the maintained count.
+    const count = list.length < data.held_unknown_max ? list.length : Math.max(byState, list.length);
+    const panel = document.getElementById("held-panel");
+    panel.dataset.count = String(count);
+    const badge = document.getElementById("held-count");
+    badge.textContent = fmtInt(count);
+    badge.className = "badge" + (count > 0 ? " bad" : "");
+    const listed = count > list.length ? ` The newest ${fmtInt(list.length)} are listed.` : "";
+    const failed = data.held_unknown_error ? ` Cannot read the list now (${data.held_unknown_error}); it is older.` : "";
+    note.textContent = `${fmtInt(count)} held.${listed}${failed}`;
+    // Redrawn only when it changed, so a focused button keeps its focus.
+    const key = JSON.stringify([list, [...resolved]]);
+    if (key === heldShown) return;
+    heldShown = key;
+    const tbody = document.querySelector("#held tbody");
+    if (list.length === 0) return emptyRow(tbody, 6, "none held");
+    tbody.replaceChildren(...list.map((a) => {
+      const done = resolved.get(a.id);
+      const cell = done
+        ? h("td", {}, h("span", { class: "badge" }, `resolved: ${done}`))
+        : h("td", { class: "row-buttons" }, resolveButton(a, "sent"), resolveButton(a, "not_sent"));
+      return h("tr", { dataset: { id: a.id }, title: `key ${a.idempotency_key || "–"} · to ${a.to}` },
+        td(String(a.id), "num"), td(a.store, "mono"), td(a.held_at.replace("T", " ").replace("Z", "")),
+        td(fmtInt(a.attempts), "num"), td(a.reason, "mono"), cell);
+    }));
+  }
+
+  // Its visible text first in its name, then the action it resolves.
+  function resolveButton(a, outcome) {
+    const b = h("button", {
+      type: "button", dataset: { resolve: outcome },
+      "aria-label": `Resolve: ${OUTCOMES[outcome]}, action ${a.id}`,
+    }, `Resolve: ${OUTCOMES[outcome]}`);
+    b.addEventListener("click", () => askResolve(a, outcome));
+    return b;
+  }
+
+  function askResolve(a, outcome) {
+    heldAsked = { id: a.id, outcome };
+    openConfirm("held", outcome, outcome === "sent"
+      ? `Resolve action ${a.id} (store ${a.store}) as sent? Only if the provider has the message: it ends done and is never sent again.`
+      : `Resolve action ${a.id} (store ${a.store}) as not sent? Only if nothing went out: it ends failed, and a re-drive sends it again with a new key.`,
+    outcome === "sent" ? "Yes, it was sent" : "Yes, nothing was sent");
+  }
+
+  function hideResolve() {
+    heldAsked = null;
+    closeConfirm("held");
+  }
+
+  // The confirmed resolution: one POST, then the API's answer and a refresh.
+  async function runResolve() {
+    const ask = heldAsked;
+    hideResolve();
+    if (!ask) return;
+    setHeldAnswer(`resolving action ${ask.id} as ${OUTCOMES[ask.outcome]}…`, "wait");
+    let resp;
+    try {
+      resp = await postAction(ask.id, "resolve", { outcome: ask.outcome });
+    } catch (e) {
+      setHeldAnswer(`cannot reach the server (${e.message}); the list will show whether it changed`, "error");
+      return;
+    }
+    if (!resp.ok) {
+      const e = await errorAnswer(resp);
+      setHeldAnswer(e.text, "error", e.code);
+      refresh();
+      return;
+    }
+    const a = await resp.json();
+    resolved.set(a.id, a.state);
+    setHeldAnswer(`Action ${a.id} resolved as ${OUTCOMES[ask.outcome]}: it is ${a.state}.`, "ok", "resolved");
+    if (ask.outcome === "not_sent") {
+      document.getElementById("held-answer").append(" To send it again, with a new key, re-drive ", actionLink(a.id), ".");
+    }
+    if (shown && shown.id === a.id) {
+      lookupSeq++;
+      renderAction(a);
+    }
+    if (last && last.snapshot) renderHeld(last);
+    refresh();
+  }
+
+  document.getElementById("held-confirm-yes").addEventListener("click", runResolve);
+  document.getElementById("held-confirm-no").addEventListener("click", () => {
+    hideResolve();
+    setHeldAnswer("Nothing was sent to the server.", "ok", "dismissed");
+  });
+  document.getElementById("held-confirm").addEventListener("keydown", (ev) => {
+    if (ev.key === "Escape") document.getElementById("held-confirm-no").click();
+  });
 
   document.getElementById("action-form").addEventListener("submit", (ev) => {
     ev.preventDefault();

@@ -13,6 +13,13 @@
 //! through its button once the confirmation is accepted, a refusal's
 //! sentence shown, a 400 re-driven and linked both ways; and a dismissed
 //! confirmation that changes nothing.
+//!
+//! The Held unknown panel, against a server alone: an action held
+//! `unknown` (as a worker of a provider without a lookup holds it) is in
+//! the snapshot's list and on the panel, whose buttons name it (audited by
+//! axe-core); resolved as not sent once the confirmation is accepted, it
+//! is `failed` in the database, the panel shows none held, and its link
+//! leads to the Action panel, where it can be re-driven.
 
 #[path = "support/browser.rs"]
 mod browser;
@@ -697,12 +704,31 @@ async fn refused_with_400(
     api: &str,
     store: &courier_store::PgStore,
 ) -> i64 {
-    let id = enqueue(
+    let lease = claimed_to_send(
         http,
         api,
+        store,
         json!({"store": "s1", "to": "+15550000009", "body": "bad"}),
     )
     .await;
+    store
+        .action_fail(&lease, 400, "provider answered 400: bad number")
+        .await
+        .unwrap()
+        .unwrap();
+    lease.action_id
+}
+
+/// Enqueues `action` through the API (no other action may be pending) and
+/// claims it through the store to send, as a worker would (intent written,
+/// first attempt counted); returns its lease.
+async fn claimed_to_send(
+    http: &reqwest::Client,
+    api: &str,
+    store: &courier_store::PgStore,
+    action: Value,
+) -> courier_store::Lease {
+    let id = enqueue(http, api, action).await;
     let owner: std::sync::Arc<str> = std::sync::Arc::from("w1");
     let got = courier_testkit::fixtures::claim_to_send(
         store,
@@ -715,12 +741,7 @@ async fn refused_with_400(
     .await
     .unwrap();
     assert_eq!(got[0].lease.action_id, id);
-    store
-        .action_fail(&got[0].lease, 400, "provider answered 400: bad number")
-        .await
-        .unwrap()
-        .unwrap();
-    id
+    got[0].lease.clone()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -750,4 +771,232 @@ async fn the_action_panel_changes_nothing_when_the_confirmation_is_dismissed() {
     assert_eq!(buttons_enabled(&b), json!([true, false]));
     assert_eq!(db_state(&store).await, before);
     assert_eq!(page(&b, "return window.__dashboardErrors;"), json!([]));
+}
+
+/// An action held `unknown`: enqueued through the API, claimed and held
+/// through the store (`action_hold`, as a worker of a provider without a
+/// lookup holds one after an attempt whose outcome it cannot learn).
+async fn held_unknown(http: &reqwest::Client, api: &str, store: &courier_store::PgStore) -> i64 {
+    let lease = claimed_to_send(
+        http,
+        api,
+        store,
+        json!({"store": "s1", "to": "+15550000007", "body": "maybe"}),
+    )
+    .await;
+    store
+        .action_hold(&lease, "no_lookup")
+        .await
+        .unwrap()
+        .unwrap();
+    lease.action_id
+}
+
+/// The dashboard's snapshot once its held list has `id`.
+async fn snapshot_holding(http: &reqwest::Client, api: &str, id: i64) -> Value {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let v: Value = http
+            .get(format!("{api}/v1/ops/snapshot"))
+            .bearer_auth(TOKEN)
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        let listed = v["held_unknown"]
+            .as_array()
+            .is_some_and(|l| l.iter().any(|a| a["id"] == id));
+        if listed || Instant::now() > deadline {
+            assert!(listed, "the snapshot never listed action {id}: {v}");
+            break v;
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+}
+
+/// The Held unknown panel's rows: [id, store, attempts, reason, the
+/// buttons' accessible names].
+fn held_rows(b: &Browser) -> Value {
+    page(
+        b,
+        "return [...document.querySelectorAll('#held tbody tr[data-id]')].map(r => [Number(r.dataset.id),\
+           r.cells[1].textContent, r.cells[3].textContent, r.cells[4].textContent,\
+           [...r.querySelectorAll('button')].map(b => b.getAttribute('aria-label'))]);",
+    )
+}
+
+/// The panel's answer once it is no longer a "…ing" one: [state, code, text].
+fn held_answer(b: &Browser) -> Value {
+    b.wait_for("the held panel's answer", 10_000, |b| {
+        let v = page(
+            b,
+            "const a = document.getElementById('held-answer');\
+             return !a.dataset.state || a.dataset.state === 'wait' ? null\
+               : [a.dataset.state, a.dataset.code || '', a.textContent];",
+        );
+        (!v.is_null()).then_some(v)
+    })
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_held_unknown_panel_resolves_an_action_as_not_sent() {
+    let (server, store) = server_alone("dash_held").await;
+    let api = server.url.clone();
+    let http = reqwest::Client::new();
+    let id = held_unknown(&http, &api, &store).await;
+
+    // The snapshot carries the list, and the count by state has it.
+    let snap = snapshot_holding(&http, &api, id).await;
+    assert_eq!(snap["held_unknown_max"], 50, "{snap}");
+    let listed = snap["held_unknown"].as_array().unwrap();
+    assert_eq!(listed.len(), 1, "{snap}");
+    let row = &listed[0];
+    assert_eq!(
+        (&row["store"], &row["reason"], &row["attempts"]),
+        (&json!("s1"), &json!("no_lookup"), &json!(1)),
+        "{row}"
+    );
+    assert!(
+        chrono::DateTime::parse_from_rfc3339(row["held_at"].as_str().unwrap()).is_ok(),
+        "{row}"
+    );
+    assert!(row["idempotency_key"].is_string(), "{row}");
+
+    let axe = axe_source();
+    let b = Browser::launch(1200, 900);
+    open_with_token(&b, &api);
+    let rows = b.wait_for("the held action on the panel", 15_000, |b| {
+        let v = held_rows(b);
+        (v.as_array()?.len() == 1).then_some(v)
+    });
+    assert_eq!(
+        rows,
+        json!([[
+            id,
+            "s1",
+            "1",
+            "no_lookup",
+            [
+                format!("Resolve: sent, action {id}"),
+                format!("Resolve: not sent, action {id}")
+            ]
+        ]])
+    );
+    let figures = page(
+        &b,
+        "return [document.getElementById('held-panel').dataset.count,\
+           document.querySelector('#cards [data-state=\"unknown\"]').dataset.value];",
+    );
+    assert_eq!(figures, json!(["1", "1"]), "the panel's count and the card");
+    let serious = axe_serious(&b, &axe);
+    assert!(
+        serious.is_empty(),
+        "axe-core found serious or critical violations: {}",
+        serde_json::to_string_pretty(&serious).unwrap()
+    );
+
+    let dir = std::path::PathBuf::from(env!("CARGO_TARGET_TMPDIR"));
+    std::fs::write(dir.join("dashboard-held.png"), b.screenshot_full_page()).unwrap();
+
+    // Resolved as not sent, once the confirmation is accepted.
+    b.click(&b.find(&format!(
+        "#held tr[data-id=\"{id}\"] button[data-resolve=\"not_sent\"]"
+    )));
+    let asked = page(
+        &b,
+        "const c = document.getElementById('held-confirm');\
+         return c.hidden ? null : [c.dataset.op, document.getElementById('held-confirm-text').textContent];",
+    );
+    assert_eq!(asked[0], "not_sent", "{asked}");
+    assert!(
+        asked[1]
+            .as_str()
+            .unwrap()
+            .contains(&format!("Resolve action {id} (store s1) as not sent?")),
+        "{asked}"
+    );
+    b.click(&b.find("#held-confirm-yes"));
+    let resolved = held_answer(&b);
+    assert_eq!(resolved[0], "ok", "{resolved}");
+    assert_eq!(resolved[1], "resolved", "{resolved}");
+    assert!(
+        resolved[2]
+            .as_str()
+            .unwrap()
+            .contains(&format!("Action {id} resolved as not sent: it is failed.")),
+        "{resolved}"
+    );
+    let now = store.action_get(id).await.unwrap().unwrap();
+    assert_eq!(now.state, ActionState::Failed, "{now:?}");
+
+    // The next read no longer has it: none held.
+    b.wait_for("the panel to show none held", 15_000, |b| {
+        let v = page(
+            b,
+            "const e = document.querySelector('#held tbody td.empty');\
+             return [e ? e.textContent : null, document.getElementById('held-panel').dataset.count];",
+        );
+        (v == json!(["none held", "0"])).then_some(())
+    });
+    let v: Value = http
+        .get(format!("{api}/v1/ops/snapshot"))
+        .bearer_auth(TOKEN)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(v["held_unknown"], json!([]), "{v}");
+
+    // The answer's link opens it in the Action panel, where it can be re-driven.
+    b.click(&b.find("#held-answer [data-goto]"));
+    wait_shown(&b, id, "failed");
+    assert_eq!(buttons_enabled(&b), json!([false, true]));
+    assert_eq!(page(&b, "return window.__dashboardErrors;"), json!([]));
+}
+
+/// The path of axe-core's browser build (as `lesson_browser.rs` finds it);
+/// panics (the test fails) when it is missing.
+fn axe_source() -> String {
+    let path = std::env::var_os("AXE_CORE_JS")
+        .map(std::path::PathBuf::from)
+        .unwrap_or_else(|| {
+            std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+                .join("../../web/test/node_modules/axe-core/axe.min.js")
+        });
+    std::fs::read_to_string(&path).unwrap_or_else(|e| {
+        panic!(
+            "axe-core is missing at {} ({e}): run scripts/install-web-deps.sh, or set $AXE_CORE_JS",
+            path.display()
+        )
+    })
+}
+
+/// Runs axe-core on the page; returns the serious and critical violations
+/// (and checks that the audit really ran its rules).
+fn axe_serious(b: &Browser, axe: &str) -> Vec<Value> {
+    b.execute(axe, vec![]);
+    b.set_script_timeout(120_000);
+    let v = b.execute_async(
+        "const done = arguments[arguments.length - 1];\
+         axe.run(document, { resultTypes: ['violations'] })\
+           .then(r => done({ passes: r.passes.length, serious: r.violations\
+             .filter(v => v.impact === 'serious' || v.impact === 'critical')\
+             .map(v => ({ id: v.id, impact: v.impact, help: v.help,\
+                          nodes: v.nodes.slice(0, 5).map(n => [n.target.join(' '), n.failureSummary]) })) }))\
+           .catch(e => done({ error: String(e) }));",
+        vec![],
+    );
+    assert!(v["error"].is_null(), "axe-core failed: {v}");
+    assert!(
+        v["passes"].as_u64().is_some_and(|n| n >= 20),
+        "axe-core ran too few rules: {v}"
+    );
+    v["serious"]
+        .as_array()
+        .cloned()
+        .expect("axe-core's violations")
 }

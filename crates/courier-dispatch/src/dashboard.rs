@@ -4,22 +4,25 @@
 //! - `GET /` and `GET /dashboard`: the live dashboard (assets from
 //!   `web/dashboard/`, compiled in; no CDN): actions by state (every
 //!   `ActionState`) over the last minutes, one action looked up by id with
-//!   its Cancel and Re-drive buttons, stores by backlog and in-flight,
-//!   workers with their leases, the oldest open intents against the key
-//!   retention, the latest fenced writes and backward reports.
+//!   its Cancel and Re-drive buttons, the actions held `unknown` with
+//!   their Resolve buttons, stores by backlog and in-flight, workers with
+//!   their leases, the oldest open intents against the key retention, the
+//!   latest fenced writes and backward reports.
 //! - `GET /v1/ops/snapshot`: the data behind it, as JSON: the sampler's latest
-//!   sample (see [`crate::metrics::Sampler`]) and its history.
+//!   sample (see [`crate::metrics::Sampler`]) and its history, and the
+//!   latest read of the held list ([`HeldList`]).
 //! - `GET /report`: opens a JSON report chosen by the user (chaos, bench,
 //!   verify) in the browser; [`render_report_html`] writes the same view as
 //!   one self-contained HTML file.
 //!
 //! # Invariants
 //! - Read-only: nothing here writes to the database; the snapshot is read in
-//!   a read-only transaction by the sampler, never per request. The page's
-//!   Cancel and Re-drive buttons (each after an in-page confirmation) call
-//!   the API's routes, `POST /v1/actions/{id}/cancel` and `/redrive`
-//!   (`crate::server`), with the page's token: the API authorizes them and
-//!   records who asked, as for any other caller.
+//!   a read-only transaction by the sampler, and the held list by its own
+//!   loop on the same interval, never per request. The page's Cancel,
+//!   Re-drive and Resolve buttons (each after an in-page confirmation) call
+//!   the API's routes, `POST /v1/actions/{id}/cancel`, `/redrive` and
+//!   `/resolve` (`crate::server`), with the page's token: the API authorizes
+//!   them and records who asked, as for any other caller.
 //! - Unless the API is open, the data (`/v1/ops/snapshot`, `/metrics`) needs
 //!   an admin token (a store token gets 403); the static pages hold no data
 //!   and do not.
@@ -34,8 +37,10 @@ use axum::http::{header, HeaderMap, HeaderValue, Uri};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::{Json, Router};
-use courier_store::{OpsSnapshot, PgStore};
+use courier_store::{HeldUnknown, OpsSnapshot, PgStore};
 use serde::Serialize;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 use tokio_util::sync::CancellationToken;
 
 const INDEX_HTML: &str = include_str!("../../../web/dashboard/index.html");
@@ -48,10 +53,14 @@ const FAVICON_SVG: &str = include_str!("../../../web/dashboard/favicon.svg");
 const CSP: &str = "default-src 'self'; img-src 'self' data:; style-src 'self'; \
                    script-src 'self'; connect-src 'self'; frame-ancestors 'none'; base-uri 'none'";
 
+/// Actions held `unknown` the dashboard lists, newest hold first; their
+/// count is the maintained one (`by_state` of the snapshot).
+pub const HELD_LISTED_MAX: i64 = 50;
+
 /// Everything `courier serve` answers: the API (with its body limit and
 /// request time-out), `/openapi.json`, `/metrics` and the dashboard. It
-/// installs the process's metrics recorder and starts the database sampler,
-/// which runs until `shutdown`.
+/// installs the process's metrics recorder and starts the database sampler
+/// and the held list's loop, which run until `shutdown`.
 pub fn app(
     store: PgStore,
     cfg: ServerConfig,
@@ -60,21 +69,96 @@ pub fn app(
     shutdown: CancellationToken,
 ) -> Result<Router, MetricsError> {
     let handle = recorder()?;
-    let sampler = Sampler::start(store.clone(), sampler_cfg, shutdown)?;
+    let every = Duration::from_millis(sampler_cfg.interval_ms);
+    let sampler = Sampler::start(store.clone(), sampler_cfg, shutdown.clone())?;
+    let held = HeldList::start(store.clone(), every, shutdown);
     Ok(api_router(store, cfg, auth.clone())
         .merge(crate::openapi::router())
         .merge(crate::metrics::router(handle, auth.clone()))
-        .merge(router(sampler, auth)))
+        .merge(router(sampler, held, auth)))
+}
+
+/// The operators' list of actions held `unknown`
+/// ([`PgStore::actions_unknown`], at most [`HELD_LISTED_MAX`]), read every
+/// sampler interval by a loop of its own, so that any number of viewers
+/// costs one read per interval, as the snapshot does. It is not a gauge,
+/// so it lives here rather than in the metrics' [`Sampler`]; its figure
+/// (actions `unknown`) is the sampler's. Cheap to clone.
+#[derive(Clone, Default)]
+pub struct HeldList {
+    inner: Arc<Mutex<HeldRead>>,
+}
+
+#[derive(Default)]
+struct HeldRead {
+    /// The latest list read and when.
+    latest: Option<(Instant, Arc<Vec<HeldUnknown>>)>,
+    /// Why the latest read failed (the list kept is older).
+    error: Option<String>,
+}
+
+impl HeldList {
+    /// Reads the list every `every` until `shutdown`; the first read at once.
+    pub fn start(store: PgStore, every: Duration, shutdown: CancellationToken) -> HeldList {
+        let list = HeldList::default();
+        let me = list.clone();
+        tokio::spawn(async move {
+            let mut tick = tokio::time::interval(every);
+            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            loop {
+                tokio::select! {
+                    _ = tick.tick() => {}
+                    _ = shutdown.cancelled() => return,
+                }
+                let read = store.actions_unknown(HELD_LISTED_MAX, None).await;
+                me.publish(read);
+            }
+        });
+        list
+    }
+
+    fn publish(&self, read: Result<Vec<HeldUnknown>, courier_store::StoreError>) {
+        let mut r = self.inner.lock().expect("held list lock");
+        match read {
+            Ok(list) => {
+                r.latest = Some((Instant::now(), Arc::new(list)));
+                r.error = None;
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "dashboard: cannot read the held list");
+                r.error = Some(e.to_string());
+            }
+        }
+    }
+
+    /// The latest list, its age, and why the latest read failed.
+    fn latest(&self) -> HeldNow {
+        let r = self.inner.lock().expect("held list lock");
+        HeldNow {
+            list: r.latest.as_ref().map(|(_, list)| list.clone()),
+            age: r.latest.as_ref().map(|(at, _)| at.elapsed()),
+            error: r.error.clone(),
+        }
+    }
+}
+
+/// What [`HeldList::latest`] has: the list and its age (None before the
+/// first read), and why the latest read failed.
+struct HeldNow {
+    list: Option<Arc<Vec<HeldUnknown>>>,
+    age: Option<Duration>,
+    error: Option<String>,
 }
 
 #[derive(Clone)]
 struct DashState {
     sampler: Sampler,
+    held: HeldList,
     auth: Auth,
 }
 
 /// The dashboard's routes alone (no fallback, so it merges into the API's).
-pub fn router(sampler: Sampler, auth: Auth) -> Router {
+pub fn router(sampler: Sampler, held: HeldList, auth: Auth) -> Router {
     Router::new()
         .route("/", get(index))
         .route("/dashboard", get(index))
@@ -97,7 +181,11 @@ pub fn router(sampler: Sampler, auth: Auth) -> Router {
         )
         .route("/report", get(|| page(REPORT_HTML)))
         .route("/v1/ops/snapshot", get(snapshot))
-        .with_state(DashState { sampler, auth })
+        .with_state(DashState {
+            sampler,
+            held,
+            auth,
+        })
 }
 
 async fn index() -> Response {
@@ -149,6 +237,15 @@ pub struct SnapshotAnswer<'a> {
     pub lease_ttl_ms: u64,
     pub key_retention_s: u64,
     pub intent_alert_s: u64,
+    /// The actions held `unknown`, newest hold first, at most
+    /// `held_unknown_max` (their count is `snapshot.by_state`'s); None
+    /// before the first read.
+    pub held_unknown: Option<&'a [HeldUnknown]>,
+    pub held_unknown_max: i64,
+    /// How old that list is.
+    pub held_unknown_age_ms: Option<u64>,
+    /// Why the latest read of that list failed (the list shown is older).
+    pub held_unknown_error: Option<String>,
 }
 
 async fn snapshot(State(s): State<DashState>, uri: Uri, headers: HeaderMap) -> Response {
@@ -157,10 +254,10 @@ async fn snapshot(State(s): State<DashState>, uri: Uri, headers: HeaderMap) -> R
     }
     let cfg = s.sampler.config();
     let latest = s.sampler.latest();
+    let held = s.held.latest();
+    let ms = |age: &Duration| u64::try_from(age.as_millis()).unwrap_or(u64::MAX);
     let answer = SnapshotAnswer {
-        sample_age_ms: latest
-            .as_ref()
-            .map(|(_, age)| u64::try_from(age.as_millis()).unwrap_or(u64::MAX)),
+        sample_age_ms: latest.as_ref().map(|(_, age)| ms(age)),
         snapshot: latest.as_ref().map(|(snap, _)| snap.as_ref()),
         error: s.sampler.last_error(),
         interval_ms: cfg.interval_ms,
@@ -168,6 +265,10 @@ async fn snapshot(State(s): State<DashState>, uri: Uri, headers: HeaderMap) -> R
         lease_ttl_ms: cfg.query.lease_ttl_ms,
         key_retention_s: cfg.key_retention_s,
         intent_alert_s: cfg.query.intent_alert_s,
+        held_unknown: held.list.as_ref().map(|list| list.as_slice()),
+        held_unknown_max: HELD_LISTED_MAX,
+        held_unknown_age_ms: held.age.as_ref().map(ms),
+        held_unknown_error: held.error,
     };
     let mut r = Json(answer).into_response();
     r.headers_mut()
@@ -265,6 +366,96 @@ mod tests {
         // The pages load their scripts from files (the CSP forbids inline ones).
         for html in [INDEX_HTML, REPORT_HTML] {
             assert!(!html.contains("<script>"), "inline script in a page");
+        }
+    }
+
+    fn held(id: i64) -> HeldUnknown {
+        HeldUnknown {
+            id,
+            store: "s1".to_string(),
+            to: "+15550000001".to_string(),
+            held_at: "2025-01-02T03:04:05.678Z".to_string(),
+            reason: "no_lookup".to_string(),
+            attempts: 1,
+            idempotency_key: Some(format!("k-{id}")),
+        }
+    }
+
+    #[test]
+    fn the_dashboard_snapshot_carries_the_held_list() {
+        let list = vec![held(8), held(7)];
+        let answer = SnapshotAnswer {
+            snapshot: None,
+            sample_age_ms: None,
+            error: None,
+            interval_ms: 2_000,
+            history: Vec::new(),
+            lease_ttl_ms: 30_000,
+            key_retention_s: 86_400,
+            intent_alert_s: 3_600,
+            held_unknown: Some(&list),
+            held_unknown_max: HELD_LISTED_MAX,
+            held_unknown_age_ms: Some(5),
+            held_unknown_error: None,
+        };
+        let v = serde_json::to_value(&answer).unwrap();
+        assert_eq!(v["held_unknown_max"], 50);
+        assert_eq!(v["held_unknown_age_ms"], 5);
+        // What the page reads of each row.
+        assert_eq!(
+            v["held_unknown"][0],
+            json!({"id": 8, "store": "s1", "to": "+15550000001",
+                   "held_at": "2025-01-02T03:04:05.678Z", "reason": "no_lookup",
+                   "attempts": 1, "idempotency_key": "k-8"}),
+            "{v}"
+        );
+        assert_eq!(v["held_unknown"][1]["id"], 7);
+        for field in ["id", "store", "held_at", "attempts", "reason", "to"] {
+            assert!(
+                APP_JS.contains(&format!("a.{field}")),
+                "app.js reads {field}"
+            );
+        }
+    }
+
+    #[test]
+    fn the_dashboard_keeps_the_older_held_list_when_a_read_fails() {
+        let list = HeldList::default();
+        let now = list.latest();
+        assert!(
+            now.list.is_none() && now.age.is_none(),
+            "nothing before the first read"
+        );
+        list.publish(Ok(vec![held(3)]));
+        list.publish(Err(courier_store::StoreError::Unavailable(
+            "gone".to_string(),
+        )));
+        let now = list.latest();
+        assert_eq!(now.list.unwrap().as_slice(), &[held(3)]);
+        assert_eq!(now.error.as_deref(), Some("database unavailable: gone"));
+        list.publish(Ok(Vec::new()));
+        let now = list.latest();
+        assert!(now.list.unwrap().is_empty());
+        assert_eq!(now.error, None);
+    }
+
+    #[test]
+    fn the_dashboard_resolves_through_the_api_route_as_cancel_and_redrive_do() {
+        // One POST helper for every button, with the page's token.
+        assert_eq!(APP_JS.matches("fetch(`/v1/actions/${id}/${op}`").count(), 1);
+        assert!(APP_JS.contains("postAction(op.id, op.op)"));
+        assert!(APP_JS.contains("postAction(ask.id, \"resolve\", { outcome: ask.outcome })"));
+        for id in [
+            "held",
+            "held-confirm",
+            "held-confirm-yes",
+            "held-confirm-no",
+            "held-answer",
+        ] {
+            assert!(
+                INDEX_HTML.contains(&format!("id=\"{id}\"")),
+                "index.html lacks #{id}"
+            );
         }
     }
 

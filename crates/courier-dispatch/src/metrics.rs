@@ -335,6 +335,7 @@ pub struct HistoryPoint {
     pub failed: i64,
     pub cancelled: i64,
     pub expired: i64,
+    pub unknown: i64,
 }
 
 impl HistoryPoint {
@@ -349,6 +350,7 @@ impl HistoryPoint {
             failed: s.state(ActionState::Failed),
             cancelled: s.state(ActionState::Cancelled),
             expired: s.state(ActionState::Expired),
+            unknown: s.state(ActionState::Unknown),
         }
     }
 }

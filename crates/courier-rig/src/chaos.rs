@@ -59,8 +59,11 @@ pub const SECRET: &str = "chaos-webhook-secret";
 const HEALTH_EVERY_MS: u64 = 500;
 /// The lag of the fake's lookups in a tier-b run, and the lag the workers
 /// are told (`Limits::lookup_lag_ms`; every tier's workers get it, so that
-/// a negative control differs from its run in the tier alone).
-pub const CHAOS_LOOKUP_LAG_MS: u64 = 800;
+/// a negative control differs from its run in the tier alone). Longer than
+/// a chaos worker's request time-out (half its lease), so that a "not
+/// found" trusted at once, after a send whose answer was lost, can miss the
+/// message that send created.
+pub const CHAOS_LOOKUP_LAG_MS: u64 = 3_000;
 
 /// A provider the chaos run did not start (any implementation of the contract).
 #[derive(Debug, Clone, PartialEq, Eq)]

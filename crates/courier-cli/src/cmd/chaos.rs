@@ -81,7 +81,7 @@ pub struct Args {
     unsafe_ignore_expiry: bool,
     /// The provider's guarantee tier: the fake provider leaves out what the
     /// tier lacks (a-: the lookup; b: the deduplication, and its lookups lag
-    /// 800 ms; c: both), the workers run with `--tier`, and the verdict
+    /// 3 s, longer than a request's time-out; c: both), the workers run with `--tier`, and the verdict
     /// holds the run to the tier's promise (a, b: exactly once; a-: exactly
     /// once by resend; c: at most once; c-resend: at least once).
     #[arg(long, default_value = "a", conflicts_with = "provider_url")]
