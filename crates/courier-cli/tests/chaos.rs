@@ -1,9 +1,10 @@
 //! The chaos run in small: real worker processes SIGKILLed, PostgreSQL
 //! crash-restarted, a worker frozen past its lease, a share of the actions
-//! scheduled, expiring or cancelled; the verifier must pass. And its
-//! negative controls: broken workers (blind resends, new keys, sends past
-//! expires_at) must make the same verifier fail, or a green table would
-//! prove nothing. They need the binary built with the `negative-controls`
+//! scheduled, expiring or cancelled; the verifier must pass, at every
+//! guarantee tier by that tier's promise. And its negative controls: broken
+//! workers (blind resends, new keys, sends past expires_at, a tier-c worker
+//! that resends, a tier-b worker that trusts a "not found" at once) must
+//! make the same verifier fail, or a green table would prove nothing. They need the binary built with the `negative-controls`
 //! feature, as scripts/test.sh builds it (`cargo nextest run -p courier-cli
 //! --features negative-controls --test chaos`).
 
@@ -214,4 +215,88 @@ fn the_verifier_catches_second_messages_of_a_broken_worker() {
         .as_u64()
         .unwrap();
     assert!(extra > 0, "{}", r["verify"]);
+}
+
+/// The small run at a lower guarantee tier: the fake leaves out what the
+/// tier lacks, and the verdict is the tier's promise.
+fn tier_run(tier: &str, extra: &[&str]) -> (bool, Value, String) {
+    let mut args = vec!["--tier", tier];
+    args.extend_from_slice(extra);
+    chaos(&args, &format!("tier-{tier}"))
+}
+
+#[test]
+fn tier_a_minus_resends_with_the_same_key_and_keeps_exactly_one_effect() {
+    let (ok, r, stdout) = tier_run("a-", &[]);
+    assert!(ok, "{stdout}");
+    let v = &r["verify"];
+    assert_eq!(
+        (r["tier"].as_str(), v["promise"].as_str()),
+        (Some("a-"), Some("exactly-once-by-resend")),
+        "{r}"
+    );
+    assert_eq!(v["violations"], 0, "{v}");
+    // No lookup was asked of a provider that has none.
+    assert_eq!(count(&v["stats"]["lookup_lines"]), 0, "{v}");
+    assert_eq!(count(&v["more_than_one"]), 0);
+}
+
+#[test]
+fn tier_b_trusts_a_not_found_only_after_the_lag_and_keeps_exactly_one_effect() {
+    let (ok, r, stdout) = tier_run("b", &[]);
+    assert!(ok, "{stdout}");
+    let v = &r["verify"];
+    assert_eq!(v["promise"], "exactly-once");
+    assert_eq!(v["violations"], 0, "{v}");
+    assert_eq!(v["exactly_one"], v["actions"]);
+    assert!(count(&v["stats"]["lookup_lines"]) > 0, "{v}");
+}
+
+#[test]
+fn tier_c_holds_what_it_cannot_know_and_never_sends_twice() {
+    let (ok, r, stdout) = tier_run("c", &[]);
+    assert!(ok, "{stdout}");
+    let v = &r["verify"];
+    assert_eq!(v["promise"], "at-most-once");
+    assert_eq!(v["violations"], 0, "{v}");
+    assert_eq!(count(&v["more_than_one"]), 0);
+    assert_eq!(count(&v["stats"]["lookup_lines"]), 0, "{v}");
+    // The kills leave counted attempts nobody can look up: held, listed.
+    let held = count(&r["done"]["held_unknown"]);
+    assert!(held > 0, "{}", r["done"]);
+    assert!(count(&v["unknown_held"]["actions"]) >= held, "{v}");
+}
+
+#[test]
+fn tier_c_resend_sends_again_and_counts_its_duplicates() {
+    let (ok, r, stdout) = tier_run("c-resend", &[]);
+    assert!(ok, "{stdout}");
+    let v = &r["verify"];
+    assert_eq!(v["promise"], "at-least-once");
+    assert_eq!(v["violations"], 0, "{v}");
+    assert_eq!(count(&v["no_effect"]), 0, "{v}");
+    assert_eq!(count(&r["done"]["held_unknown"]), 0);
+    assert!(v["duplicates_allowed"].is_object(), "{v}");
+}
+
+#[cfg(feature = "negative-controls")]
+#[test]
+fn the_verifier_catches_a_tier_c_worker_that_resends_under_hold() {
+    let (ok, r, stdout) = tier_run("c", &["--unsafe-worker-tier", "c-resend"]);
+    assert!(!ok, "a broken worker must fail the run:\n{stdout}");
+    let v = &r["verify"];
+    assert_eq!(v["promise"], "at-most-once");
+    assert!(
+        count(&v["more_than_one"]) + count(&v["blind_resends"]) > 0,
+        "{v}"
+    );
+}
+
+#[cfg(feature = "negative-controls")]
+#[test]
+fn the_verifier_catches_a_tier_b_worker_that_trusts_a_not_found_at_once() {
+    let (ok, r, stdout) = tier_run("b", &["--unsafe-worker-tier", "a"]);
+    assert!(!ok, "a broken worker must fail the run:\n{stdout}");
+    let v = &r["verify"];
+    assert!(count(&v["more_than_one"]) > 0, "{v}");
 }

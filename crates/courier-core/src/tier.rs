@@ -47,8 +47,9 @@ pub enum UnknownPolicy {
     Resend,
 }
 
-/// A provider's guarantee tier (module docs).
+/// A provider's guarantee tier (module docs); in JSON, its name.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
+#[serde(try_from = "String", into = "String")]
 pub enum Tier {
     /// A key and a lookup by key: the contract.
     #[default]
@@ -102,6 +103,19 @@ impl Tier {
 impl fmt::Display for Tier {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.pad(self.as_str())
+    }
+}
+
+impl From<Tier> for String {
+    fn from(t: Tier) -> String {
+        t.as_str().to_string()
+    }
+}
+
+impl TryFrom<String> for Tier {
+    type Error = UnknownTier;
+    fn try_from(s: String) -> Result<Self, Self::Error> {
+        s.parse()
     }
 }
 
@@ -233,6 +247,11 @@ mod tests {
         }
         assert_eq!("c-hold".parse::<Tier>(), Ok(Tier::C(UnknownPolicy::Hold)));
         assert!("d".parse::<Tier>().is_err());
+        for t in Tier::ALL {
+            let json = serde_json::to_string(&t).unwrap();
+            assert_eq!(json, format!("\"{}\"", t.as_str()));
+            assert_eq!(serde_json::from_str::<Tier>(&json).unwrap(), t);
+        }
         assert!("A".parse::<Tier>().is_err());
         assert_eq!(Tier::default(), Tier::A);
     }
