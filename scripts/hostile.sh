@@ -65,9 +65,9 @@ done
 echo "== courier serve at $api (seed $seed, $max_examples examples per operation)"
 
 # A key reused with different content is a legitimate 422 for valid data;
-# a valid webhook without its HMAC signature is a legitimate 401; a cancel
-# or a re-drive of an action whose state does not allow it (claimed, ended,
-# never refused) is a legitimate 409.
+# a valid webhook without its HMAC signature is a legitimate 401; a cancel,
+# a re-drive or a resolve of an action whose state does not allow it
+# (claimed, ended, never refused, not held unknown) is a legitimate 409.
 cat >"$run/schemathesis.toml" <<'TOML'
 [checks.positive_data_acceptance]
 expected-statuses = ["2xx", "401", "404", "422"]
@@ -80,6 +80,11 @@ checks.positive_data_acceptance.expected-statuses = ["2xx", "401", "404", "409"]
 # describes a lambda); their fuzzing and stateful phases still run, and
 # crates/courier-cli/tests/hostile_intent.rs sends their hostile cases.
 phases.coverage.enabled = false
+
+# A resolve of an action not held unknown is a legitimate 409 too.
+[[operations]]
+include-path-regex = "/resolve$"
+checks.positive_data_acceptance.expected-statuses = ["2xx", "401", "404", "409"]
 TOML
 
 # Webhook cases that carry an X-Signature get a genuine one over the exact

@@ -263,3 +263,115 @@ async fn hostile_times_cancels_and_redrives_get_a_4xx_and_change_nothing() {
     }
     assert_eq!(db_state(store).await, before);
 }
+
+/// Resolutions of actions held unknown: only an admin, only a body of the
+/// two outcomes, only an action held unknown; each refusal a clear 4xx with
+/// every table as it was. Then one resolution that is allowed.
+#[tokio::test]
+async fn hostile_resolves_get_a_4xx_and_change_nothing() {
+    let live = Live::start().await;
+    let store = &live.store;
+    let id = store
+        .action_enqueue(&fixtures::new_action("s1", 1))
+        .await
+        .unwrap()
+        .id();
+    let owner: std::sync::Arc<str> = std::sync::Arc::from("w1");
+    let claimed = fixtures::claim_to_send(
+        store,
+        &owner,
+        1,
+        60_000,
+        1_000,
+        courier_store::ClaimMode::Fair,
+    )
+    .await
+    .unwrap();
+    store
+        .action_hold(&claimed[0].lease, "no_lookup")
+        .await
+        .unwrap()
+        .unwrap();
+    let pending = store
+        .action_enqueue(&fixtures::new_action("s1", 2))
+        .await
+        .unwrap()
+        .id();
+    let before = db_state(store).await;
+    let path = format!("/v1/actions/{id}/resolve");
+    let sent = Some(json!({"outcome": "sent"}));
+    let cases: [(&str, &str, Option<Value>, u16, &str); 8] = [
+        (&path, &live.other, sent.clone(), 403, "admin_only"),
+        (&path, ADMIN, None, 400, "bad_body"),
+        (
+            &path,
+            ADMIN,
+            Some(json!({"outcome": "maybe"})),
+            400,
+            "bad_body",
+        ),
+        (
+            &path,
+            ADMIN,
+            Some(json!({"outcome": "sent", "x": 1})),
+            400,
+            "bad_body",
+        ),
+        (&path, ADMIN, Some(json!(["sent"])), 400, "bad_body"),
+        (
+            "/v1/actions/nope/resolve",
+            ADMIN,
+            sent.clone(),
+            400,
+            "bad_id",
+        ),
+        (
+            "/v1/actions/999999/resolve",
+            ADMIN,
+            sent.clone(),
+            404,
+            "not_found",
+        ),
+        (
+            &format!("/v1/actions/{pending}/resolve"),
+            ADMIN,
+            sent.clone(),
+            409,
+            "not_unknown",
+        ),
+    ];
+    for (path, token, body, want, code) in cases {
+        let (status, v) = live.post(path, token, body.clone()).await;
+        assert_eq!(
+            (status, v["error"].as_str()),
+            (want, Some(code)),
+            "{path} {body:?}: {v}"
+        );
+        assert!(v["message"].as_str().is_some_and(|m| !m.is_empty()), "{v}");
+    }
+    // serde's derive would take an array of a struct's fields in order: an
+    // enqueue, a batch and a webhook must each be a JSON object.
+    for (path, body) in [
+        ("/v1/actions", json!(["s1", "+15551234567", "hi"])),
+        ("/v1/actions:batch", json!([[{"store": "s1"}]])),
+    ] {
+        let (status, v) = live.post(path, ADMIN, Some(body)).await;
+        assert_eq!(
+            (status, v["error"].as_str()),
+            (400, Some("bad_json")),
+            "{path}: {v}"
+        );
+    }
+    assert_eq!(db_state(store).await, before);
+    let (status, v) = live
+        .post(&path, ADMIN, Some(json!({"outcome": "not_sent"})))
+        .await;
+    assert_eq!((status, v["state"].as_str()), (200, Some("failed")), "{v}");
+    let (status, v) = live.post(&path, ADMIN, sent).await;
+    assert_eq!((status, v["error"].as_str()), (409, Some("not_unknown")));
+    // Now a re-drive takes it.
+    let (status, v) = live
+        .post(&format!("/v1/actions/{id}/redrive"), ADMIN, None)
+        .await;
+    assert_eq!((status, v["state"].as_str()), (201, Some("pending")), "{v}");
+}

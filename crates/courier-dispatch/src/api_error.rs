@@ -53,6 +53,9 @@ impl ApiError {
     pub fn code(&self) -> &'static str {
         self.code
     }
+    pub fn message(&self) -> &str {
+        &self.message
+    }
 }
 
 impl IntoResponse for ApiError {

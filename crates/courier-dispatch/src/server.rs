@@ -83,6 +83,20 @@ fn body_or_error(body: Result<Bytes, BytesRejection>) -> Result<Bytes, ApiError>
     })
 }
 
+/// A JSON object body as `T`. serde's derive would also take a JSON array
+/// of a struct's fields in order, which no client means: a body must be an
+/// object (its first character other than white space `{`).
+fn object_body<T: serde::de::DeserializeOwned>(
+    body: &[u8],
+    code: &'static str,
+) -> Result<T, ApiError> {
+    let first = body.iter().find(|b| !b.is_ascii_whitespace());
+    if first != Some(&b'{') {
+        return Err(ApiError::bad(code, "the body must be a JSON object"));
+    }
+    serde_json::from_slice(body).map_err(|e| ApiError::bad(code, e.to_string()))
+}
+
 /// The enqueue request: unknown fields are refused.
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
@@ -337,8 +351,7 @@ async fn enqueue(
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Response, ApiError> {
     let body = body_or_error(body)?;
-    let req: EnqueueRequest =
-        serde_json::from_slice(&body).map_err(|e| ApiError::bad("bad_json", e.to_string()))?;
+    let req: EnqueueRequest = object_body(&body, "bad_json")?;
     if !caller.may(&req.store) {
         return Err(forbidden_store(&req.store, None));
     }
@@ -417,8 +430,7 @@ async fn enqueue_batch(
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Response, ApiError> {
     let body = body_or_error(body)?;
-    let req: EnqueueBatchRequest =
-        serde_json::from_slice(&body).map_err(|e| ApiError::bad("bad_json", e.to_string()))?;
+    let req: EnqueueBatchRequest = object_body(&body, "bad_json")?;
     let max = state.cfg.limits.enqueue_batch_max as usize;
     if req.actions.len() > max {
         return Err(ApiError::bad(
@@ -669,11 +681,13 @@ async fn resolve_action(
             "resolutions need an admin token",
         ));
     }
-    let req: ResolveRequest = serde_json::from_slice(&body_or_error(body)?).map_err(|e| {
-        ApiError::new(
-            StatusCode::BAD_REQUEST,
+    let req: ResolveRequest = object_body(&body_or_error(body)?, "bad_body").map_err(|e| {
+        ApiError::bad(
             "bad_body",
-            format!("expected {{\"outcome\": \"sent\" | \"not_sent\"}}: {e}"),
+            format!(
+                "expected {{\"outcome\": \"sent\" | \"not_sent\"}}: {}",
+                e.message()
+            ),
         )
     })?;
     let outcome = state
@@ -735,8 +749,7 @@ async fn webhook(
             "missing or wrong X-Signature",
         ));
     }
-    let event: WebhookEvent =
-        serde_json::from_slice(&body).map_err(|e| ApiError::bad("bad_json", e.to_string()))?;
+    let event: WebhookEvent = object_body(&body, "bad_json")?;
     validate_event(&event)?;
     let outcome = state
         .webhooks
