@@ -35,6 +35,7 @@ pub const NOT_PROVOKED: &[(&str, &str, u16)] = &[
     ("post", "/v1/actions/{id}/cancel", 503),
     ("post", "/v1/actions/{id}/redrive", 408),
     ("post", "/v1/actions/{id}/redrive", 503),
+    ("post", "/v1/actions/{id}/resolve", 503),
     ("post", "/v1/webhooks/provider", 503),
 ];
 

@@ -221,6 +221,7 @@ fn the_document_describes_the_routes() {
             "/v1/actions/{id}",
             "/v1/actions/{id}/cancel",
             "/v1/actions/{id}/redrive",
+            "/v1/actions/{id}/resolve",
             "/v1/webhooks/provider"
         ])
     );
@@ -369,6 +370,11 @@ impl Walk<'_> {
 
     /// 408: a body that never finishes, on a route that takes one.
     async fn slow_body(&mut self, path: &'static str) {
+        self.slow_body_at(path, path).await;
+    }
+
+    /// 408 as [`Walk::slow_body`], on `path`, an instance of `template`.
+    async fn slow_body_at(&mut self, template: &'static str, path: &str) {
         let line = format!("POST {path}");
         let mut s = tokio::net::TcpStream::connect(self.srv.addr).await.unwrap();
         let head = format!(
@@ -378,7 +384,7 @@ impl Walk<'_> {
         s.write_all(head.as_bytes()).await.unwrap();
         let (status, ct, body) = read_answer(&mut s, Duration::from_secs(10)).await;
         assert_eq!(status, 408, "{line}: {}", String::from_utf8_lossy(&body));
-        self.record("post", path, status, &ct, &body);
+        self.record("post", template, status, &ct, &body);
     }
 }
 
@@ -578,6 +584,32 @@ async fn every_answer_is_documented_and_matches_its_schema() {
     ] {
         walk.run(c).await;
     }
+    // Resolutions: of an action held unknown, twice.
+    let held = fixtures::claimed_to_send(&db.store, "s4", 1)
+        .await
+        .remove(0);
+    db.store
+        .action_hold(&held.lease, "no_lookup")
+        .await
+        .unwrap()
+        .unwrap();
+    let held_path = format!("/v1/actions/{}/resolve", held.lease.action_id);
+    let (resolve, resolve_path) = ("post", "/v1/actions/{id}/resolve");
+    let not_sent = json!({"outcome": "not_sent"});
+    for c in [
+        Case::new(resolve, resolve_path, &held_path, 401).no_token(),
+        Case::new(resolve, resolve_path, &held_path, 403)
+            .json(&not_sent)
+            .with_token(&tenant),
+        Case::new(resolve, resolve_path, &held_path, 400).json(&json!({"outcome": "perhaps"})),
+        Case::new(resolve, resolve_path, &held_path, 200).json(&not_sent),
+        Case::new(resolve, resolve_path, &held_path, 409).json(&not_sent),
+        Case::new(resolve, resolve_path, "/v1/actions/x/resolve", 400).json(&not_sent),
+        Case::new(resolve, resolve_path, "/v1/actions/424242/resolve", 404).json(&not_sent),
+    ] {
+        walk.run(c).await;
+    }
+    walk.slow_body_at(resolve_path, &held_path).await;
     let key = fixtures::settled(&db.store).await.key;
     for c in webhook_cases(&key) {
         walk.run(c).await;

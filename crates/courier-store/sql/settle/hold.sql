@@ -6,14 +6,21 @@
 -- Unless a webhook carrying its key has already merged a status into its
 -- outbox row (a merge never writes a claimed action): that is evidence of
 -- a send, and the action ends 'dispatched' (or 'done' on a final status)
--- instead. The outbox row is locked first, as a merge locks it before it
--- writes actions, so a merge either commits before this reads the status
--- or finds the action 'unknown' and moves it on. $1 id, $2 owner, $3
--- epoch, $4 reason, $5 the time (NULL: the database's clock, see
+-- instead. Locks as the other lease writers do, the action row (fenced:
+-- a fenced hold locks nothing) before its outbox row; a merge locks the
+-- outbox row first and writes the action row only once it is 'unknown', so
+-- either the merge commits before this reads the status (FOR UPDATE reads
+-- the newest) or it finds the action 'unknown' and moves it on. $1 id, $2
+-- owner, $3 epoch, $4 reason, $5 the time (NULL: the database's clock, see
 -- src/clock.rs). Answers the rows changed (0: fenced), the state and the
 -- outbox status.
-WITH o AS (
-    SELECT status FROM outbox WHERE action_id = $1 FOR UPDATE
+WITH mine AS (
+    SELECT id FROM actions
+    WHERE id = $1 AND owner = $2 AND epoch = $3 AND state = 'claimed'
+    FOR UPDATE
+), o AS (
+    SELECT o.status FROM outbox o JOIN mine ON o.action_id = mine.id
+    FOR UPDATE OF o
 ), next AS (
     SELECT s.status,
            CASE WHEN s.status IS NULL OR s.status = 'sending' THEN 'unknown'
@@ -25,8 +32,8 @@ WITH o AS (
            fail_reason = CASE WHEN next.state = 'unknown' THEN $4::text END,
            done_at = CASE WHEN next.state = 'done'
                           THEN coalesce($5::timestamptz, now()) END
-    FROM next
-    WHERE a.id = $1 AND a.owner = $2 AND a.epoch = $3 AND a.state = 'claimed'
+    FROM next, mine
+    WHERE a.id = mine.id
     RETURNING a.id, a.store, a.state
 ), released AS (
     INSERT INTO store_releases (store, n) SELECT store, 1 FROM held
