@@ -369,6 +369,7 @@ async fn serve_api(
             webhook_secrets_previous: Vec::new(),
             api_token: None,
             request_timeout: Duration::from_secs(30),
+            provider_webhooks: Default::default(),
         },
         auth,
     );

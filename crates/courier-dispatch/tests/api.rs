@@ -20,6 +20,7 @@ async fn start(store: PgStore, token: Option<&str>) -> String {
             webhook_secrets_previous: Vec::new(),
             api_token: token.map(str::to_string),
             request_timeout: Duration::from_secs(10),
+            provider_webhooks: Default::default(),
         },
     );
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
@@ -362,6 +363,7 @@ async fn a_batch_takes_its_maximum_and_refuses_one_more() {
             webhook_secrets_previous: Vec::new(),
             api_token: None,
             request_timeout: Duration::from_secs(10),
+            provider_webhooks: Default::default(),
         },
     );
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();

@@ -34,6 +34,7 @@ async fn server(store: &PgStore, admin: Option<&str>) -> String {
         webhook_secrets_previous: vec![OLD_SECRET.to_vec()],
         api_token: admin.map(String::from),
         request_timeout: Duration::from_secs(10),
+        provider_webhooks: Default::default(),
     };
     let auth = Auth::start(store.clone(), cfg.api_token.clone(), false);
     let metrics = courier_dispatch::metrics::recorder().unwrap();

@@ -148,6 +148,7 @@ async fn live(store: courier_store::PgStore) -> Live {
             webhook_secrets_previous: Vec::new(),
             api_token: Some(TOKEN.to_string()),
             request_timeout: Duration::from_millis(500),
+            provider_webhooks: Default::default(),
         },
     )
     .merge(router());

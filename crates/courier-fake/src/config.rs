@@ -397,6 +397,9 @@ pub struct FakeConfig {
     pub keys_max: usize,
     /// `fdatasync` the log after each write (power-loss durability; slow).
     pub fsync: bool,
+    /// The provider it speaks as (`crate::dialect`): the contract's, or a
+    /// named provider's wire format and callbacks.
+    pub dialect: crate::dialect::Dialect,
 }
 
 impl FakeConfig {
@@ -427,6 +430,7 @@ impl FakeConfig {
             request_bytes_max: 64 * 1024,
             keys_max: 5_000_000,
             fsync: false,
+            dialect: crate::dialect::Dialect::Contract,
         }
     }
 

@@ -39,14 +39,16 @@ use std::time::{Duration, Instant};
 use subtle::ConstantTimeEq;
 
 pub(crate) fn router(sh: Arc<Shared>) -> Router {
+    let dialect = sh.cfg.dialect.routes(sh.clone());
     Router::new()
         .route("/v1/messages", post(send))
         .route("/v1/messages/{key}", get(lookup))
-        .fallback(no_route)
         .with_state(sh)
+        .merge(dialect)
+        .fallback(no_route)
 }
 
-fn json(status: StatusCode, body: Bytes) -> Response {
+pub(crate) fn json(status: StatusCode, body: Bytes) -> Response {
     let mut resp = Response::new(Body::from(body));
     *resp.status_mut() = status;
     resp.headers_mut().insert(
@@ -56,11 +58,11 @@ fn json(status: StatusCode, body: Bytes) -> Response {
     resp
 }
 
-fn error(status: StatusCode, text: &str) -> Response {
+pub(crate) fn error(status: StatusCode, text: &str) -> Response {
     json(status, error_body(text))
 }
 
-fn log_unavailable() -> Response {
+pub(crate) fn log_unavailable() -> Response {
     error(StatusCode::SERVICE_UNAVAILABLE, "log_unavailable")
 }
 
@@ -101,7 +103,7 @@ fn shutting_down() -> Response {
 }
 
 /// Logs a refused send and builds its answer.
-fn reject(
+pub(crate) fn reject(
     sh: &Shared,
     key: Option<&str>,
     status: StatusCode,
@@ -128,10 +130,17 @@ fn latency_for(sh: &Shared, key: &str, message: Option<&SendRequest>) -> u64 {
 }
 
 async fn send(State(sh): State<Arc<Shared>>, headers: HeaderMap, body: Body) -> Response {
-    let (key, req) = match accept_request(&sh, &headers, body).await {
-        Ok(r) => r,
-        Err(refused) => return refused,
-    };
+    match accept_request(&sh, &headers, body).await {
+        Ok((key, req)) => send_flow(sh, key, req).await,
+        Err(refused) => refused,
+    }
+}
+
+/// A send that passed its checks, by key: the claim, the latency, the
+/// effect (or a fault) and the contract's answer. A dialect's send
+/// (`crate::dialect`) checks its own request, then comes here, and
+/// translates the answer.
+pub(crate) async fn send_flow(sh: Arc<Shared>, key: String, req: SendRequest) -> Response {
     let fp = fingerprint(&req);
     let latency_ms = latency_for(&sh, &key, Some(&req));
     let callback: Option<Arc<str>> = req
@@ -222,7 +231,7 @@ fn request_key(sh: &Shared, headers: &HeaderMap) -> Result<String, Response> {
 }
 
 /// The body, at most `request_bytes_max` bytes.
-async fn request_body(
+pub(crate) async fn request_body(
     sh: &Shared,
     headers: &HeaderMap,
     key: &str,
@@ -263,6 +272,16 @@ fn parse_request(sh: &Shared, key: &str, raw: &[u8]) -> Result<SendRequest, Resp
             return Err(bad("bad_json", &text));
         }
     };
+    check_send(sh, key, &req)?;
+    Ok(req)
+}
+
+/// A send's fields: a phone number, a body of allowed length, a callback
+/// that is an HTTP URL (a dialect's send is checked the same way).
+#[allow(clippy::result_large_err)]
+pub(crate) fn check_send(sh: &Shared, key: &str, req: &SendRequest) -> Result<(), Response> {
+    let bad =
+        |why: &'static str, text: &str| reject(sh, Some(key), StatusCode::BAD_REQUEST, why, text);
     if let Err(e) = validate_phone(&req.to) {
         return Err(bad("bad_phone", &format!("'to': {e}")));
     }
@@ -276,7 +295,7 @@ fn parse_request(sh: &Shared, key: &str, raw: &[u8]) -> Result<SendRequest, Resp
             return Err(bad("bad_callback", &e));
         }
     }
-    Ok(req)
+    Ok(())
 }
 
 /// The most of an oversized body that is read and thrown away before the
@@ -413,13 +432,20 @@ async fn lookup(
     if let Err(e) = validate_key(&key) {
         return error(StatusCode::BAD_REQUEST, &format!("bad key in path: {e}"));
     }
+    lookup_flow(&sh, &key).await
+}
+
+/// A lookup by a valid key, answered as the contract says (a dialect's
+/// lookup translates the answer).
+pub(crate) async fn lookup_flow(sh: &Shared, key: &str) -> Response {
+    let key = key.to_string();
     if !sh.cfg.lookup {
         return match sh.lock().log_lookup_unsupported(&key) {
             Ok(()) => error(StatusCode::NOT_IMPLEMENTED, LOOKUP_NOT_SUPPORTED),
             Err(_) => log_unavailable(),
         };
     }
-    if !wait(&sh, latency_for(&sh, &key, None)).await {
+    if !wait(sh, latency_for(sh, &key, None)).await {
         return shutting_down();
     }
     let found = sh.lock().lookup(&key, Instant::now());

@@ -69,6 +69,7 @@
 //! `courier bench provider` (`courier-bench`, `provider.rs`).
 
 pub mod config;
+pub mod dialect;
 mod fate;
 mod http;
 mod logfile;

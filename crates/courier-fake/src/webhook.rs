@@ -3,7 +3,8 @@
 //! One task per message drains that message's queue of events in order, so
 //! webhooks of one message arrive in status order unless the plan says
 //! otherwise (`out_of_order`: the `sent` event is queued after the final
-//! one). Each event is POSTed with `X-Signature: sha256=<hex HMAC>` until a
+//! one). Each event is POSTed (as the dialect renders and signs it; the
+//! contract's: JSON with `X-Signature: sha256=<hex HMAC>`) until a
 //! 2xx answer, with capped, jittered exponential backoff between attempts,
 //! at most `webhook_attempts_max` times. Every attempt is one `webhook` log
 //! line, written after its answer (or time-out), with `attempt` counting the
@@ -15,11 +16,11 @@
 //! - An event's body is built from its status line's `at`, so every attempt
 //!   and every duplicate, before and after a restart, carries the same bytes.
 
+use crate::dialect::Outgoing;
 use crate::fate::{self, Tag};
 use crate::logfile::Extra;
 use crate::state::WebhookJob;
 use crate::Shared;
-use courier_provider::signature;
 use courier_provider::wire::WebhookAnswer;
 use rand::rngs::StdRng;
 use rand::SeedableRng;
@@ -47,11 +48,13 @@ async fn deliver_message(sh: Arc<Shared>, n: u64) {
 /// Delivers one event. False when the provider is stopping (or its log
 /// failed): the event stays undelivered in the log and a restart resumes it.
 async fn deliver_event(sh: &Shared, job: &WebhookJob) -> bool {
-    let signature = signature::sign(sh.cfg.webhook_secret.as_bytes(), &job.body);
+    // The provider's callback, signed its way (the contract's: JSON and
+    // `X-Signature`), built once: every attempt sends the same bytes.
+    let out = sh.cfg.dialect.outgoing(&sh.cfg, job);
     let mut attempt = job.next_attempt;
     loop {
         let (answer, error) = tokio::select! {
-            r = post(sh, job, &signature) => r,
+            r = post(sh, &out) => r,
             () = sh.cancel.cancelled() => return false,
         };
         let ok = answer.is_success();
@@ -68,7 +71,7 @@ async fn deliver_event(sh: &Shared, job: &WebhookJob) -> bool {
             if fate::duplicate_webhook(&sh.cfg, &job.event_id) {
                 attempt += 1;
                 let (answer, error) = tokio::select! {
-                    r = post(sh, job, &signature) => r,
+                    r = post(sh, &out) => r,
                     () = sh.cancel.cancelled() => return false,
                 };
                 let extra = Extra {
@@ -107,18 +110,18 @@ async fn deliver_event(sh: &Shared, job: &WebhookJob) -> bool {
 }
 
 /// One POST: the receiver's status code, or `timeout` with the reason.
-async fn post(sh: &Shared, job: &WebhookJob, signature: &str) -> (WebhookAnswer, Option<String>) {
+async fn post(sh: &Shared, out: &Outgoing) -> (WebhookAnswer, Option<String>) {
     let Ok(_permit) = sh.webhook_permits.acquire().await else {
         return (WebhookAnswer::timeout(), Some("provider stopping".into()));
     };
-    let sent = sh
+    let mut req = sh
         .webhook_http
-        .post(&*job.url)
-        .header(reqwest::header::CONTENT_TYPE, "application/json")
-        .header(signature::HEADER, signature)
-        .body(job.body.clone())
-        .send()
-        .await;
+        .post(&out.url)
+        .header(reqwest::header::CONTENT_TYPE, out.content_type);
+    for (name, value) in &out.headers {
+        req = req.header(*name, value);
+    }
+    let sent = req.body(out.body.clone()).send().await;
     match sent {
         Ok(mut resp) => {
             let code = resp.status().as_u16();

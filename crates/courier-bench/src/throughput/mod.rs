@@ -527,6 +527,7 @@ async fn webhook_api(
             webhook_secrets_previous: Vec::new(),
             api_token: None,
             request_timeout: Duration::from_secs(30),
+            provider_webhooks: Default::default(),
         },
     );
     let listener = tokio::net::TcpListener::bind(("127.0.0.1", 0)).await?;

@@ -78,6 +78,11 @@ pub struct Args {
         value_parser = clap::builder::PossibleValuesParser::new(TIERS.map(|t| t.name))
     )]
     tier: Option<String>,
+    /// Speak as this provider: `contract` (courier's own contract, the
+    /// default) or a named provider's double (its endpoints, fields, errors
+    /// and signed callbacks, over the same faults and the same log).
+    #[arg(long, default_value = "contract")]
+    dialect: courier_fake::dialect::Dialect,
     /// Latency of each send and lookup, in milliseconds: `0`, a fixed `25`,
     /// `uniform:5..50` (uniform, inclusive) or `lognormal:median=20,sigma=0.6`.
     #[arg(long, default_value = "0", value_name = "DIST")]
@@ -143,6 +148,7 @@ fn config(a: Args) -> anyhow::Result<FakeConfig> {
         }
     };
     cfg.timeout_hold_ms = a.timeout_hold_ms;
+    cfg.dialect = a.dialect;
     match &a.tier {
         Some(tier) => cfg.set_tier(tier).map_err(|e| anyhow::anyhow!(e))?,
         None => {

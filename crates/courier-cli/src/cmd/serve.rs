@@ -78,6 +78,7 @@ pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
                 .collect(),
             api_token: args.api_token,
             request_timeout: Duration::from_millis(args.http_timeout_ms),
+            provider_webhooks: Default::default(),
         },
         auth,
         SamplerConfig::for_limits(&limits, args.sample_interval_ms),

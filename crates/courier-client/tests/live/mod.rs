@@ -29,6 +29,7 @@ pub async fn start() -> Live {
         webhook_secrets_previous: Vec::new(),
         api_token: Some(TOKEN.to_string()),
         request_timeout: Duration::from_secs(10),
+        provider_webhooks: Default::default(),
     };
     let app = router(db.store.clone(), cfg).merge(courier_dispatch::openapi::router());
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();

@@ -40,6 +40,7 @@ pub async fn start_api(store: PgStore) -> String {
             webhook_secrets_previous: Vec::new(),
             api_token: None,
             request_timeout: Duration::from_secs(10),
+            provider_webhooks: Default::default(),
         },
     );
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();

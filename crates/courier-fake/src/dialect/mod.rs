@@ -1,0 +1,94 @@
+//! Dialects: the fake as a double of a named provider (`--dialect`).
+//!
+//! A dialect speaks that provider's documented wire format (its endpoints,
+//! fields, errors and signed status callbacks) over the same core as the
+//! contract's face: a send that passes the dialect's own checks goes to
+//! [`crate::http::send_flow`] with courier's key (where the provider's
+//! request carries it: an idempotency header, a client reference, the
+//! status callback's query), the contract's answer is translated into the
+//! provider's, and each status event is rendered as the provider's callback
+//! and signed with its scheme. So the faults, the log (the ground truth the
+//! verifier reads, keyed by courier's keys) and the restart recovery are
+//! the contract fake's own.
+//!
+//! # Invariants
+//! - A dialect adds routes; the contract's stay (a double still answers
+//!   `POST /v1/messages` for tests that need both).
+//! - Every attempt of one event carries the same bytes and signature
+//!   ([`Outgoing`] is built once per event).
+
+use crate::state::WebhookJob;
+use crate::{FakeConfig, Shared};
+use axum::Router;
+use courier_provider::signature;
+use std::fmt;
+use std::str::FromStr;
+use std::sync::Arc;
+
+/// Which provider the fake speaks as.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Dialect {
+    /// courier's own provider contract (`docs/provider-api.md`).
+    #[default]
+    Contract,
+}
+
+impl Dialect {
+    pub const ALL: [Dialect; 1] = [Dialect::Contract];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Dialect::Contract => "contract",
+        }
+    }
+
+    /// The dialect's own routes (none for the contract's).
+    pub(crate) fn routes(self, _sh: Arc<Shared>) -> Router {
+        match self {
+            Dialect::Contract => Router::new(),
+        }
+    }
+
+    /// One status event as the provider posts it.
+    pub(crate) fn outgoing(self, cfg: &FakeConfig, job: &WebhookJob) -> Outgoing {
+        match self {
+            Dialect::Contract => Outgoing {
+                url: job.url.to_string(),
+                content_type: "application/json",
+                body: job.body.clone(),
+                headers: vec![(
+                    signature::HEADER,
+                    signature::sign(cfg.webhook_secret.as_bytes(), &job.body),
+                )],
+            },
+        }
+    }
+}
+
+impl fmt::Display for Dialect {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.pad(self.as_str())
+    }
+}
+
+impl FromStr for Dialect {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        Dialect::ALL
+            .into_iter()
+            .find(|d| d.as_str() == s)
+            .ok_or_else(|| {
+                let names: Vec<&str> = Dialect::ALL.iter().map(|d| d.as_str()).collect();
+                format!("unknown dialect {s:?}: one of {}", names.join(", "))
+            })
+    }
+}
+
+/// A status callback, ready to post: every attempt sends these bytes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Outgoing {
+    pub url: String,
+    pub content_type: &'static str,
+    pub body: bytes::Bytes,
+    pub headers: Vec<(&'static str, String)>,
+}
