@@ -88,6 +88,19 @@ impl Tier {
         matches!(self, Tier::A | Tier::B)
     }
 
+    /// Whether a worker may run at this tier against a provider that
+    /// offers `provider`'s: a provider with a key and a lookup allows every
+    /// tier; one with a key only, tier `a-` or `c`; one with a lagging
+    /// lookup only, `b` or `c`; one with neither, `c` alone. A worker never
+    /// promises more than its provider allows.
+    pub fn runs_on(self, provider: Tier) -> bool {
+        match (provider, self) {
+            (Tier::A, _) => true,
+            (_, Tier::C(_)) => true,
+            (p, w) => p == w,
+        }
+    }
+
     /// The promise a verifier holds a run of this tier to, by the name the
     /// verifier reads (`courier verify --promise`).
     pub fn promise(self) -> &'static str {
@@ -271,6 +284,21 @@ mod tests {
                 "at-least-once"
             ]
         );
+    }
+
+    #[test]
+    fn a_worker_never_promises_more_than_its_provider_allows() {
+        let c = Tier::C(UnknownPolicy::Hold);
+        let c_resend = Tier::C(UnknownPolicy::Resend);
+        for w in Tier::ALL {
+            assert!(w.runs_on(Tier::A), "{w} on a");
+            assert!(w.runs_on(w), "{w} on itself");
+        }
+        assert!(c.runs_on(Tier::AMinus) && c_resend.runs_on(Tier::B));
+        assert!(c_resend.runs_on(c), "hold or resend is the worker's policy");
+        assert!(!Tier::A.runs_on(Tier::AMinus) && !Tier::A.runs_on(c));
+        assert!(!Tier::B.runs_on(Tier::AMinus) && !Tier::AMinus.runs_on(Tier::B));
+        assert!(!Tier::AMinus.runs_on(c) && !Tier::B.runs_on(c));
     }
 
     #[test]

@@ -8,18 +8,27 @@ use courier_provider::{LookupOutcome, Provider, ProviderClient, SendOutcome};
 pub enum AnyProvider {
     /// courier's own provider contract.
     Contract(ProviderClient),
+    Twilio(crate::twilio::Client),
+    Telnyx(crate::telnyx::Client),
+    Infobip(crate::infobip::Client),
 }
 
 impl Provider for AnyProvider {
     async fn send(&self, key: &str, to: &str, body: &str) -> SendOutcome {
         match self {
             AnyProvider::Contract(c) => c.send(key, to, body).await,
+            AnyProvider::Twilio(c) => c.send(key, to, body).await,
+            AnyProvider::Telnyx(c) => c.send(key, to, body).await,
+            AnyProvider::Infobip(c) => c.send(key, to, body).await,
         }
     }
 
     async fn lookup(&self, key: &str) -> LookupOutcome {
         match self {
             AnyProvider::Contract(c) => c.lookup(key).await,
+            AnyProvider::Twilio(c) => c.lookup(key).await,
+            AnyProvider::Telnyx(c) => c.lookup(key).await,
+            AnyProvider::Infobip(c) => c.lookup(key).await,
         }
     }
 }

@@ -21,8 +21,11 @@
 
 pub mod any;
 pub mod inbound;
+pub mod infobip;
 pub mod named;
 pub mod registry;
+pub mod telnyx;
+pub mod twilio;
 
 pub use any::AnyProvider;
 pub use inbound::{Inbound, Parsed, Refusal, Report, Webhooks};

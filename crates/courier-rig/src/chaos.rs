@@ -37,11 +37,12 @@ use crate::load::{IntentCounts, IntentMix, IntentSnapshot, Load};
 use crate::plan::{FailoverCounts, FaultCounts, FaultKind, FaultPlan, Planned};
 use crate::progress::{status_line, Bars};
 use crate::spec::{
-    chaos_limits, chaos_retention, FakeModes, FakeSpec, ProviderTarget, ServerSpec, UnsafeResend,
-    WorkerSpec,
+    chaos_limits, chaos_retention, FakeModes, FakeSpec, NamedProvider, ProviderTarget, ServerSpec,
+    UnsafeResend, WorkerSpec,
 };
 use crate::{judge, load, RigError};
 use courier_core::{Limits, Tier};
+use courier_providers::Named;
 use courier_store::{PgStore, StoreConfig, Summary};
 use courier_verify::Report;
 use indicatif::{MultiProgress, ProgressBar};
@@ -103,6 +104,12 @@ pub struct ChaosConfig {
     /// that tier (`FakeSpec::for_tier`), the workers decide by it, and the
     /// verdict holds the run to its promise (`Tier::promise`).
     pub tier: Tier,
+    /// A named provider (`courier_providers::Named`) instead of the
+    /// contract's: the fake runs as its double (`--dialect`, with the modes
+    /// of its tier), the workers send through its adapter and the server
+    /// checks its webhooks with its scheme, all with one credentials file
+    /// written in the run directory. `tier` must be one it allows.
+    pub named: Option<Named>,
     /// DEMONSTRATION ONLY: the workers decide by this tier instead of
     /// `tier` (a tier-c worker that resends, a tier-b worker that trusts a
     /// "not found" at once), while the provider and the verdict stay at
@@ -176,6 +183,7 @@ impl ChaosConfig {
             unsafe_ignore_expiry: false,
             intent: IntentMix::chaos(),
             tier: Tier::A,
+            named: None,
             unsafe_worker_tier: None,
             provider: None,
             database: DatabaseSpec::Throwaway,
@@ -201,6 +209,20 @@ impl ChaosConfig {
         }
         if self.tier != Tier::A && self.provider.is_some() {
             return bad("a tier other than a needs the run's own fake provider, set to that tier");
+        }
+        if let Some(n) = self.named {
+            if self.provider.is_some() {
+                return bad(
+                    "a named provider runs against the run's own double, not an external provider",
+                );
+            }
+            let offers = n.double_tier();
+            if !self.tier.runs_on(offers) {
+                return Err(RigError::Settings(format!(
+                    "{n} offers tier {offers}: a run at tier {} would promise more than it allows",
+                    self.tier
+                )));
+            }
         }
         self.intent
             .validate()
@@ -283,6 +305,7 @@ struct ChaosReport<'a> {
     unsafe_resend: Option<UnsafeResend>,
     unsafe_ignore_expiry: bool,
     tier: Tier,
+    named: Option<Named>,
     unsafe_worker_tier: Option<Tier>,
     intent: IntentMix,
     done: &'a Done,
@@ -338,10 +361,12 @@ impl Chaos {
             .provider
             .as_ref()
             .map_or(SECRET, |p| p.webhook_secret.as_str());
+        let named = write_credentials(&cfg, &dir, secret)?;
         let server = ServerSpec {
             database_url: db.url().to_string(),
             listen: "127.0.0.1:0".into(),
             webhook_secret: secret.to_string(),
+            named: named.clone(),
         };
         let (server, api) =
             spawn_service(exe, "server", &server.args(), &dir.join("server.log")).await?;
@@ -351,8 +376,12 @@ impl Chaos {
             provider: ProviderTarget {
                 url: provider.url.clone(),
                 api_key: provider.api_key.clone(),
-                callback_url: Some(format!("{api}/v1/webhooks/provider")),
+                callback_url: Some(format!(
+                    "{api}/v1/webhooks/{}",
+                    cfg.named.map_or("provider", Named::as_str)
+                )),
             },
+            named,
             limits: Limits {
                 lookup_lag_ms: CHAOS_LOOKUP_LAG_MS,
                 ..chaos_limits(cfg.lease_ttl_ms, cfg.concurrency)
@@ -514,7 +543,12 @@ async fn start_provider(
         api_key: API_KEY.into(),
         webhook_secret: secret.to_string(),
         seed: cfg.seed,
-        modes: FakeModes::for_tier(cfg.tier, CHAOS_LOOKUP_LAG_MS),
+        modes: match cfg.named {
+            // The double leaves out what the named provider lacks.
+            Some(n) => FakeModes::for_tier(n.double_tier(), 0),
+            None => FakeModes::for_tier(cfg.tier, CHAOS_LOOKUP_LAG_MS),
+        },
+        dialect: cfg.named.map_or("contract", Named::as_str).to_string(),
     };
     let (proc, url) =
         spawn_service(exe, "provider", &fake.args(), &dir.join("provider.log")).await?;
@@ -524,6 +558,29 @@ async fn start_provider(
         log,
         api_key: API_KEY.into(),
     })
+}
+
+/// The named provider's credentials file (the settings its double
+/// expects), in the run directory; `None` for the contract's provider.
+fn write_credentials(
+    cfg: &ChaosConfig,
+    dir: &Path,
+    secret: &str,
+) -> Result<Option<NamedProvider>, RigError> {
+    let Some(n) = cfg.named else {
+        return Ok(None);
+    };
+    let path = dir.join(format!("{n}.credentials"));
+    let text: String = n
+        .double_settings(API_KEY, secret)
+        .iter()
+        .map(|(k, v)| format!("{k}={v}\n"))
+        .collect();
+    std::fs::write(&path, text).map_err(|e| RigError::io(&path, e))?;
+    Ok(Some(NamedProvider {
+        name: n.as_str().to_string(),
+        credentials_file: path,
+    }))
 }
 
 /// What the database and the log say the run absorbed.
@@ -918,6 +975,7 @@ impl ChaosOutcome {
             unsafe_resend: self.cfg.unsafe_resend,
             unsafe_ignore_expiry: self.cfg.unsafe_ignore_expiry,
             tier: self.cfg.tier,
+            named: self.cfg.named,
             unsafe_worker_tier: self.cfg.unsafe_worker_tier,
             intent: self.cfg.intent,
             done: &self.done,

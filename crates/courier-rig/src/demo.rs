@@ -71,6 +71,7 @@ impl Demo {
             database_url: database_url.to_string(),
             listen: "127.0.0.1:0".into(),
             webhook_secret: SECRET.into(),
+            named: None,
         };
         let (server, api) =
             spawn_service(exe, "server", &server.args(), &dir.join("server.log")).await?;
@@ -82,6 +83,7 @@ impl Demo {
             webhook_secret: SECRET.into(),
             seed: cfg.seed,
             modes: crate::spec::FakeModes::default(),
+            dialect: "contract".into(),
         };
         let (provider, provider_url) =
             spawn_service(exe, "provider", &fake.args(), &dir.join("provider.log")).await?;
@@ -92,6 +94,7 @@ impl Demo {
                 api_key: API_KEY.into(),
                 callback_url: Some(format!("{api}/v1/webhooks/provider")),
             },
+            named: None,
             limits: Limits::default(),
             retention: courier_core::retention::Retention::default(),
             tier: courier_core::Tier::A,

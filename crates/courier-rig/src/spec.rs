@@ -35,6 +35,14 @@ fn flag(name: &str, value: impl Display) -> [String; 2] {
     [format!("--{name}"), value.to_string()]
 }
 
+/// A named provider (`courier_providers::Named`) and the file of its
+/// settings (`NAME=value` lines).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NamedProvider {
+    pub name: String,
+    pub credentials_file: PathBuf,
+}
+
 /// `courier serve`: the enqueue API and the provider's webhooks.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ServerSpec {
@@ -42,6 +50,9 @@ pub struct ServerSpec {
     /// `host:port`; port 0 picks a free one (the process says which).
     pub listen: String,
     pub webhook_secret: String,
+    /// A named provider whose webhooks it also takes
+    /// (`/v1/webhooks/{name}`).
+    pub named: Option<NamedProvider>,
 }
 
 impl ServerSpec {
@@ -50,6 +61,10 @@ impl ServerSpec {
         a.extend(flag("database-url", &self.database_url));
         a.extend(flag("listen", &self.listen));
         a.extend(flag("webhook-secret", &self.webhook_secret));
+        if let Some(n) = &self.named {
+            a.extend(flag("provider-webhooks", &n.name));
+            a.extend(flag("credentials-file", n.credentials_file.display()));
+        }
         a
     }
 }
@@ -65,6 +80,9 @@ pub struct FakeSpec {
     pub seed: u64,
     /// Which parts of the contract it leaves out (a lower guarantee tier).
     pub modes: FakeModes,
+    /// The provider it speaks as (`courier provider --dialect`):
+    /// `contract`, or a named provider's double.
+    pub dialect: String,
 }
 
 /// The fake provider's tier modes (`courier provider --ignore-key
@@ -121,6 +139,9 @@ impl FakeSpec {
         if m.lookup_lag_ms > 0 {
             a.extend(flag("lookup-lag-ms", m.lookup_lag_ms));
         }
+        if self.dialect != "contract" {
+            a.extend(flag("dialect", &self.dialect));
+        }
         a
     }
 }
@@ -140,6 +161,9 @@ pub struct ProviderTarget {
 pub struct WorkerSpec {
     pub database_url: String,
     pub provider: ProviderTarget,
+    /// A named provider instead of the contract's (`--provider NAME
+    /// --credentials-file F`; `provider.api_key` is then not sent).
+    pub named: Option<NamedProvider>,
     /// The limits a worker takes as flags: [`WORKER_LIMIT_FLAGS`]. The other
     /// fields of [`Limits`] (backoff, batch sizes of the API) are not flags
     /// and keep their defaults in the worker, whatever they are here.
@@ -191,7 +215,13 @@ impl WorkerSpec {
         let mut a = vec!["worker".to_string()];
         a.extend(flag("database-url", &self.database_url));
         a.extend(flag("provider-url", &self.provider.url));
-        a.extend(flag("provider-api-key", &self.provider.api_key));
+        match &self.named {
+            None => a.extend(flag("provider-api-key", &self.provider.api_key)),
+            Some(n) => {
+                a.extend(flag("provider", &n.name));
+                a.extend(flag("credentials-file", n.credentials_file.display()));
+            }
+        }
         if let Some(cb) = &self.provider.callback_url {
             a.extend(flag("callback-url", cb));
         }
@@ -291,6 +321,7 @@ mod tests {
                 api_key: "k".into(),
                 callback_url: None,
             },
+            named: None,
             limits,
             retention: Retention {
                 action_retention_s: 12,
@@ -332,6 +363,7 @@ mod tests {
                 api_key: "k".into(),
                 callback_url: None,
             },
+            named: None,
             limits: Limits::default(),
             retention: Retention::default(),
             tier: Tier::A,
@@ -351,6 +383,7 @@ mod tests {
                 api_key: "k".into(),
                 callback_url: None,
             },
+            named: None,
             limits: Limits::default(),
             retention: Retention::default(),
             tier: Tier::A,

@@ -7,6 +7,7 @@ use anyhow::Context;
 use courier_core::Tier;
 #[cfg(feature = "negative-controls")]
 use courier_dispatch::broken::UnsafeResend;
+use courier_providers::Named;
 use courier_rig::chaos::{Chaos, ChaosConfig, ExternalProvider, FailoverSpec};
 use courier_rig::database::DatabaseSpec;
 use courier_rig::load::IntentMix;
@@ -84,8 +85,15 @@ pub struct Args {
     /// 3 s, longer than a request's time-out; c: both), the workers run with `--tier`, and the verdict
     /// holds the run to the tier's promise (a, b: exactly once; a-: exactly
     /// once by resend; c: at most once; c-resend: at least once).
-    #[arg(long, default_value = "a", conflicts_with = "provider_url")]
-    tier: Tier,
+    /// (Default: a, or the named provider's own tier.)
+    #[arg(long, conflicts_with = "provider_url")]
+    tier: Option<Tier>,
+    /// A named provider (twilio, telnyx, infobip): the fake runs as its
+    /// double (its wire format, errors and signed callbacks), the workers
+    /// send through its adapter, the server checks its webhooks, and the
+    /// verdict holds the run to the provider's tier.
+    #[arg(long = "provider", conflicts_with = "provider_url")]
+    named: Option<Named>,
     /// DEMONSTRATION ONLY: the workers decide by this tier while the provider
     /// and the verdict stay at --tier (`--tier c --unsafe-worker-tier
     /// c-resend`: a tier-c worker that resends under hold; `--tier b
@@ -137,6 +145,12 @@ pub struct Args {
 }
 
 impl Args {
+    /// The tier given, or the named provider's own, or a.
+    fn tier(&self) -> Tier {
+        self.tier
+            .unwrap_or_else(|| self.named.map_or(Tier::A, Named::double_tier))
+    }
+
     fn config(&self, seed: u64) -> anyhow::Result<ChaosConfig> {
         let provider = match &self.provider_url {
             None => None,
@@ -190,7 +204,8 @@ impl Args {
             unsafe_ignore_expiry: self.unsafe_ignore_expiry,
             #[cfg(not(feature = "negative-controls"))]
             unsafe_ignore_expiry: false,
-            tier: self.tier,
+            tier: self.tier(),
+            named: self.named,
             #[cfg(feature = "negative-controls")]
             unsafe_worker_tier: self.unsafe_worker_tier,
             #[cfg(not(feature = "negative-controls"))]
@@ -223,7 +238,7 @@ pub async fn run(a: Args) -> anyhow::Result<ExitCode> {
     }
     #[cfg(feature = "negative-controls")]
     if let Some(t) = a.unsafe_worker_tier {
-        println!("WARNING: --unsafe-worker-tier {t}: the workers decide as tier {t}, not {}, on purpose; the verifier must fail", a.tier);
+        println!("WARNING: --unsafe-worker-tier {t}: the workers decide as tier {t}, not {}, on purpose; the verifier must fail", a.tier());
     }
     #[cfg(feature = "negative-controls")]
     if a.unsafe_ignore_expiry {
@@ -232,12 +247,13 @@ pub async fn run(a: Args) -> anyhow::Result<ExitCode> {
     let exe = std::env::current_exe().context("locating the courier binary")?;
     let chaos = Chaos::start(&exe, a.config(seed)?).await?;
     println!(
-        "run dir {} · server {} · provider {} (tier {}: {}) · {} workers · lease {} ms",
+        "run dir {} · server {} · provider {} {} (tier {}: {}) · {} workers · lease {} ms",
         chaos.dir().display(),
         chaos.api(),
+        a.named.map_or("contract", Named::as_str),
         chaos.provider_url(),
-        a.tier,
-        a.tier.promise(),
+        a.tier(),
+        a.tier().promise(),
         a.workers,
         a.lease_ttl_ms
     );

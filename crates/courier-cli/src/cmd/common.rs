@@ -2,8 +2,10 @@
 //! and the provider client.
 
 use anyhow::Context;
-use courier_core::{Limits, Retention};
+use courier_core::{Limits, Retention, Tier};
 use courier_provider::{ClientConfig, ProviderClient};
+use courier_providers::named::Settings;
+use courier_providers::{AnyProvider, Named};
 use courier_store::cluster::Cluster;
 use courier_store::{PgStore, StoreConfig};
 use std::path::PathBuf;
@@ -235,24 +237,76 @@ impl RetentionArgs {
 /// How to reach the provider.
 #[derive(clap::Args, Clone, Debug)]
 pub struct ProviderArgs {
+    /// The provider: `contract` (courier's own contract,
+    /// docs/provider-api.md) or a named one (twilio, telnyx, infobip:
+    /// docs/providers.md), whose settings come from --credentials-file or
+    /// the environment.
+    #[arg(long = "provider", default_value = "contract")]
+    pub provider_name: String,
+    /// The provider's API (for a named provider, its public API unless
+    /// given; a double's address in tests).
     #[arg(long, env = "COURIER_PROVIDER_URL")]
-    pub provider_url: String,
+    pub provider_url: Option<String>,
+    /// The contract provider's API key.
     #[arg(long, env = "COURIER_PROVIDER_API_KEY")]
-    pub provider_api_key: String,
+    pub provider_api_key: Option<String>,
     /// Where the provider should send status webhooks (the server's
-    /// `/v1/webhooks/provider`).
+    /// `/v1/webhooks/provider`, or `/v1/webhooks/<name>` for a named one).
     #[arg(long, env = "COURIER_CALLBACK_URL")]
     pub callback_url: Option<String>,
+    /// A named provider's settings as `NAME=value` lines (its credentials
+    /// never reach the logs); the environment fills what the file lacks.
+    #[arg(long, env = "COURIER_CREDENTIALS_FILE")]
+    pub credentials_file: Option<std::path::PathBuf>,
+}
+
+/// The provider a worker runs with, and the best tier it allows.
+pub struct ChosenProvider {
+    pub client: AnyProvider,
+    pub tier: Tier,
+    /// `contract` or the named provider's name.
+    pub name: String,
 }
 
 impl ProviderArgs {
-    pub fn client(&self, timeout_ms: u64) -> anyhow::Result<ProviderClient> {
-        Ok(ProviderClient::new(ClientConfig {
-            base_url: self.provider_url.clone(),
-            api_key: self.provider_api_key.clone(),
-            status_callback: self.callback_url.clone(),
-            timeout: Duration::from_millis(timeout_ms),
-        })?)
+    pub fn client(&self, limits: &Limits) -> anyhow::Result<ChosenProvider> {
+        let timeout = Duration::from_millis(limits.request_timeout_ms);
+        if self.provider_name == "contract" {
+            let (Some(url), Some(key)) = (&self.provider_url, &self.provider_api_key) else {
+                anyhow::bail!("the contract provider needs --provider-url and --provider-api-key");
+            };
+            let client = ProviderClient::new(ClientConfig {
+                base_url: url.clone(),
+                api_key: key.clone(),
+                status_callback: self.callback_url.clone(),
+                timeout,
+            })?;
+            return Ok(ChosenProvider {
+                client: AnyProvider::Contract(client),
+                tier: Tier::A,
+                name: "contract".into(),
+            });
+        }
+        let named: Named = self.provider_name.parse().map_err(anyhow::Error::msg)?;
+        let settings = Settings::load(
+            named.settings_names(),
+            self.credentials_file.as_deref(),
+            |k| std::env::var(k).ok(),
+        )?;
+        let url = match (&self.provider_url, named.default_base_url()) {
+            (Some(u), _) => u.clone(),
+            (None, Some(u)) => u.to_string(),
+            (None, None) => {
+                anyhow::bail!("{named} needs --provider-url (its API's address is per account)")
+            }
+        };
+        named.check_limits(&settings, limits.key_retention_s)?;
+        let client = named.client(&settings, &url, self.callback_url.as_deref(), timeout)?;
+        Ok(ChosenProvider {
+            client,
+            tier: named.tier(&settings),
+            name: named.as_str().to_string(),
+        })
     }
 }
 

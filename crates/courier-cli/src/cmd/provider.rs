@@ -275,6 +275,7 @@ mod tests {
             webhook_secret: "secret".into(),
             seed: 42,
             modes: FakeModes::default(),
+            dialect: "contract".into(),
         };
         let argv = std::iter::once("courier".to_string()).chain(spec.args());
         let crate::Cli {
@@ -304,6 +305,7 @@ mod tests {
                 webhook_secret: "secret".into(),
                 seed: 42,
                 modes,
+                dialect: "contract".into(),
             };
             let argv = std::iter::once("courier".to_string()).chain(spec.args());
             let crate::Command::Provider(a) = crate::Cli::try_parse_from(argv)

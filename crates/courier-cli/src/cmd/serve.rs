@@ -6,6 +6,8 @@ use anyhow::Context;
 use courier_dispatch::auth::Auth;
 use courier_dispatch::metrics::SamplerConfig;
 use courier_dispatch::server::{serve, HttpLimits, ServerConfig};
+use courier_providers::named::Settings;
+use courier_providers::{Named, WebhookRegistry};
 use std::io::Write;
 use std::process::ExitCode;
 use std::time::Duration;
@@ -45,6 +47,20 @@ pub struct Args {
     /// HTTP connections served at once (more wait in the accept queue).
     #[arg(long, default_value_t = HttpLimits::default().connections_max)]
     connections_max: usize,
+    /// Named providers whose status webhooks this server takes, each on
+    /// `POST /v1/webhooks/<name>` and checked with its own scheme
+    /// (twilio, telnyx, infobip: docs/providers.md); comma-separated.
+    #[arg(long, value_delimiter = ',')]
+    provider_webhooks: Vec<String>,
+    /// Their settings as `NAME=value` lines (the environment fills what the
+    /// file lacks).
+    #[arg(long, env = "COURIER_CREDENTIALS_FILE")]
+    credentials_file: Option<std::path::PathBuf>,
+    /// The scheme and host the providers call this server at, when it sits
+    /// behind a proxy (schemes that sign the URL, Twilio's, need it);
+    /// default: `http://` and the request's Host.
+    #[arg(long)]
+    public_url: Option<String>,
     /// How often the dashboard and the gauges are refreshed from the database.
     #[arg(long, default_value_t = 2_000)]
     sample_interval_ms: u64,
@@ -64,6 +80,7 @@ pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
         .await
         .with_context(|| format!("resolving {}", args.listen))?;
     say_who_may_send(&args.listen, open, exposed, args.insecure_no_auth)?;
+    let webhooks = provider_webhooks(&args)?;
     let auth = Auth::start(store.clone(), args.api_token.clone(), open);
     let shutdown = shutdown_on_signal();
     let app = courier_dispatch::dashboard::app(
@@ -78,7 +95,7 @@ pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
                 .collect(),
             api_token: args.api_token,
             request_timeout: Duration::from_millis(args.http_timeout_ms),
-            provider_webhooks: Default::default(),
+            provider_webhooks: webhooks,
         },
         auth,
         SamplerConfig::for_limits(&limits, args.sample_interval_ms),
@@ -119,6 +136,25 @@ fn say_who_may_send(listen: &str, open: bool, exposed: bool, insecure: bool) -> 
     Ok(())
 }
 
+/// The named providers' webhook schemes, each with its settings.
+fn provider_webhooks(args: &Args) -> anyhow::Result<WebhookRegistry> {
+    let mut registry = WebhookRegistry::default().with_public_url(args.public_url.clone());
+    for name in &args.provider_webhooks {
+        let named: Named = name.parse().map_err(anyhow::Error::msg)?;
+        let settings = Settings::load(
+            named.settings_names(),
+            args.credentials_file.as_deref(),
+            |k| std::env::var(k).ok(),
+        )?;
+        registry = registry.with(named.as_str(), named.webhooks(&settings)?);
+        eprintln!(
+            "courier serve: {named} webhooks on /v1/webhooks/{named} (tier {})",
+            named.tier(&settings)
+        );
+    }
+    Ok(registry)
+}
+
 #[cfg(test)]
 mod tests {
     use clap::Parser;
@@ -131,6 +167,7 @@ mod tests {
             database_url: "postgres://postgres@127.0.0.1:5/db".into(),
             listen: "127.0.0.1:0".into(),
             webhook_secret: "secret".into(),
+            named: None,
         };
         let argv = std::iter::once("courier".to_string()).chain(spec.args());
         let crate::Cli {

@@ -66,7 +66,7 @@ pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
         counted(due.within_minute),
         counted(due.within_hour)
     );
-    print_unknown(s.state(&ActionState::Unknown), &unknown);
+    print_unknown(s.state(ActionState::Unknown), &unknown);
     println!("messages by status:");
     for (k, v) in &s.by_status {
         println!("  {k:<12} {v:>8}");
@@ -124,7 +124,10 @@ fn print_unknown(count: i64, listed: &[courier_store::HeldUnknown]) {
         );
     }
     if (listed.len() as i64) < count {
-        println!("  ... {} more (--unknown N lists more)", count - listed.len() as i64);
+        println!(
+            "  ... {} more (--unknown N lists more)",
+            count - listed.len() as i64
+        );
     }
 }
 

@@ -1,6 +1,8 @@
 //! `courier worker`: one worker process (run as many as you like).
 
-use super::common::{shutdown_on_signal, DbArgs, LimitArgs, ProviderArgs, RetentionArgs};
+use super::common::{
+    shutdown_on_signal, ChosenProvider, DbArgs, LimitArgs, ProviderArgs, RetentionArgs,
+};
 use courier_core::Tier;
 #[cfg(feature = "negative-controls")]
 use courier_dispatch::broken::{UnsafeProvider, UnsafeResend};
@@ -41,8 +43,10 @@ pub struct Args {
     /// c: neither, an unknown outcome is held for an operator (at most one
     /// effect); c-resend: neither, sent again (at least one effect,
     /// duplicates possible).
-    #[arg(long, default_value = "a")]
-    tier: Tier,
+    /// (Default: the provider's own; a tier its provider does not allow is
+    /// refused.)
+    #[arg(long)]
+    tier: Option<Tier>,
     /// Seed of this worker's jitter (random when not given).
     #[arg(long)]
     seed: Option<u64>,
@@ -94,15 +98,29 @@ pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
     metrics_listen_check(&args).await?;
     let limits = args.limits.limits()?;
     let retention = args.retention.retention(&limits)?;
-    let client = args.provider.client(limits.request_timeout_ms)?;
+    let chosen = args.provider.client(&limits)?;
+    let tier = args.tier.unwrap_or(chosen.tier);
+    if !tier.runs_on(chosen.tier) {
+        anyhow::bail!(
+            "provider {} allows tier {} at best: --tier {tier} would promise more than it can \
+             (docs/operations.md, guarantee tiers)",
+            chosen.name,
+            chosen.tier
+        );
+    }
+    let ChosenProvider {
+        client,
+        name: provider_name,
+        ..
+    } = chosen;
     let store = connect(&args).await?;
     let owner = courier_dispatch::owner_name();
     let seed = args.seed.unwrap_or_else(rand_seed);
     eprintln!(
-        "courier worker {owner} (seed {seed}, claim {:?}, provider tier {}: {})",
+        "courier worker {owner} (seed {seed}, claim {:?}, provider {} at tier {tier}: {})",
         args.claim,
-        args.tier,
-        args.tier.promise()
+        provider_name,
+        tier.promise()
     );
     let shutdown = shutdown_on_signal();
     if let Some(listen) = &args.metrics_listen {
@@ -127,7 +145,7 @@ pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
         reconcile: !args.no_reconcile,
         pruner: Some(pruner),
         seed,
-        tier: args.tier,
+        tier,
     };
     #[cfg(feature = "negative-controls")]
     if let Some(mode) = args.unsafe_resend {
@@ -255,6 +273,7 @@ mod tests {
                 api_key: "key".into(),
                 callback_url: Some("http://127.0.0.1:7/v1/webhooks/provider".into()),
             },
+            named: None,
             limits,
             retention: courier_rig::spec::chaos_retention(),
             tier: courier_core::Tier::B,
@@ -273,11 +292,18 @@ mod tests {
             a.db.database_url.as_deref(),
             Some(spec.database_url.as_str())
         );
-        assert_eq!(a.provider.provider_url, spec.provider.url);
-        assert_eq!(a.provider.provider_api_key, spec.provider.api_key);
+        assert_eq!(
+            a.provider.provider_url.as_deref(),
+            Some(spec.provider.url.as_str())
+        );
+        assert_eq!(
+            a.provider.provider_api_key.as_deref(),
+            Some(spec.provider.api_key.as_str())
+        );
+        assert_eq!(a.provider.provider_name, "contract");
         assert_eq!(a.provider.callback_url, spec.provider.callback_url);
         assert_eq!(a.seed, Some(99));
-        assert_eq!(a.tier, spec.tier);
+        assert_eq!(a.tier, Some(spec.tier));
         #[cfg(feature = "negative-controls")]
         {
             assert_eq!(a.unsafe_resend, spec.unsafe_resend);
@@ -292,6 +318,18 @@ mod tests {
         let a = parse(spec.args(1));
         assert_eq!(a.provider.callback_url, None);
         assert_eq!((a.idle_poll_ms, a.no_reconcile), (20, false));
+        // A named provider: its name and credentials file, no API key.
+        spec.named = Some(courier_rig::spec::NamedProvider {
+            name: "twilio".into(),
+            credentials_file: "/run/twilio.credentials".into(),
+        });
+        let a = parse(spec.args(1));
+        assert_eq!(a.provider.provider_name, "twilio");
+        assert_eq!(
+            a.provider.credentials_file.as_deref(),
+            Some(std::path::Path::new("/run/twilio.credentials"))
+        );
+        assert_eq!(a.provider.provider_api_key, None);
     }
 
     /// The README's build has no broken mode: the flag is not there.

@@ -17,6 +17,10 @@
 //! - Every attempt of one event carries the same bytes and signature
 //!   ([`Outgoing`] is built once per event).
 
+mod infobip;
+mod telnyx;
+mod twilio;
+
 use crate::state::WebhookJob;
 use crate::{FakeConfig, Shared};
 use axum::Router;
@@ -31,21 +35,38 @@ pub enum Dialect {
     /// courier's own provider contract (`docs/provider-api.md`).
     #[default]
     Contract,
+    /// Twilio's Messages API (tier c: run with --ignore-key --no-lookup).
+    Twilio,
+    /// Telnyx's `POST /v2/messages` (tier c: run with --ignore-key --no-lookup).
+    Telnyx,
+    /// Infobip's SMS v3 with idempotent sending (tier a: the default modes).
+    Infobip,
 }
 
 impl Dialect {
-    pub const ALL: [Dialect; 1] = [Dialect::Contract];
+    pub const ALL: [Dialect; 4] = [
+        Dialect::Contract,
+        Dialect::Twilio,
+        Dialect::Telnyx,
+        Dialect::Infobip,
+    ];
 
     pub fn as_str(self) -> &'static str {
         match self {
             Dialect::Contract => "contract",
+            Dialect::Twilio => "twilio",
+            Dialect::Telnyx => "telnyx",
+            Dialect::Infobip => "infobip",
         }
     }
 
     /// The dialect's own routes (none for the contract's).
-    pub(crate) fn routes(self, _sh: Arc<Shared>) -> Router {
+    pub(crate) fn routes(self, sh: Arc<Shared>) -> Router {
         match self {
             Dialect::Contract => Router::new(),
+            Dialect::Twilio => twilio::routes(sh),
+            Dialect::Telnyx => telnyx::routes(sh),
+            Dialect::Infobip => infobip::routes(sh),
         }
     }
 
@@ -61,6 +82,9 @@ impl Dialect {
                     signature::sign(cfg.webhook_secret.as_bytes(), &job.body),
                 )],
             },
+            Dialect::Twilio => twilio::outgoing(cfg, job),
+            Dialect::Telnyx => telnyx::outgoing(cfg, job),
+            Dialect::Infobip => infobip::outgoing(cfg, job),
         }
     }
 }
