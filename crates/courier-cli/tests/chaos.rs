@@ -300,3 +300,48 @@ fn the_verifier_catches_a_tier_b_worker_that_trusts_a_not_found_at_once() {
     let v = &r["verify"];
     assert!(count(&v["more_than_one"]) > 0, "{v}");
 }
+
+/// The small run through a named provider's adapter, against its double:
+/// its wire format, its signed callbacks, judged by its tier's promise.
+fn named_run(provider: &str) -> (bool, Value, String) {
+    chaos(&["--provider", provider], &format!("provider-{provider}"))
+}
+
+#[test]
+fn twilio_through_its_double_keeps_tier_c_s_promise() {
+    let (ok, r, stdout) = named_run("twilio");
+    assert!(ok, "{stdout}");
+    assert_eq!(
+        (r["named"].as_str(), r["tier"].as_str()),
+        (Some("twilio"), Some("c"))
+    );
+    let v = &r["verify"];
+    assert_eq!(v["promise"], "at-most-once");
+    assert_eq!(v["violations"], 0, "{v}");
+    // Statuses reached courier through Twilio's signed callbacks.
+    assert_eq!(count(&v["outcomes_differ"]), 0, "{v}");
+    assert!(count(&v["exactly_one"]) > 0, "{v}");
+}
+
+#[test]
+fn telnyx_through_its_double_keeps_tier_c_s_promise() {
+    let (ok, r, stdout) = named_run("telnyx");
+    assert!(ok, "{stdout}");
+    let v = &r["verify"];
+    assert_eq!(v["promise"], "at-most-once");
+    assert_eq!(v["violations"], 0, "{v}");
+    assert_eq!(count(&v["outcomes_differ"]), 0, "{v}");
+}
+
+#[test]
+fn infobip_through_its_double_keeps_tier_a_s_promise() {
+    let (ok, r, stdout) = named_run("infobip");
+    assert!(ok, "{stdout}");
+    assert_eq!(r["tier"], "a");
+    let v = &r["verify"];
+    assert_eq!(v["promise"], "exactly-once");
+    assert_eq!(v["violations"], 0, "{v}");
+    assert_eq!(v["exactly_one"], v["actions"]);
+    // Its lookup by messageId was asked after unknown outcomes.
+    assert!(count(&v["stats"]["lookup_lines"]) > 0, "{v}");
+}
