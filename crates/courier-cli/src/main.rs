@@ -54,6 +54,9 @@ enum Command {
     Token(cmd::token::Args),
     /// The managed local PostgreSQL: start | stop | status | url.
     Db(cmd::db::Args),
+    /// A named provider's setup (settings, credentials, webhook route),
+    /// checked without sending anything.
+    Providers(cmd::providers::Args),
     /// Run the flaky fake SMS provider (follows docs/provider-api.md).
     Provider(cmd::provider::Args),
     /// Verify a provider's log: exactly one effect per action, no blind resends.
@@ -113,6 +116,7 @@ fn main() -> ExitCode {
             Command::Cancel(a) => cmd::intent::cancel(a).await,
             Command::Redrive(a) => cmd::intent::redrive(a).await,
             Command::Resolve(a) => cmd::intent::resolve(a).await,
+            Command::Providers(a) => cmd::providers::run(a).await,
             Command::Token(a) => cmd::token::run(a).await,
             Command::Db(a) => cmd::db::run(a).await,
             Command::Provider(a) => cmd::provider::run(a).await,

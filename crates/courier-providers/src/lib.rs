@@ -20,6 +20,7 @@
 //! - Secrets ([`Secret`]) never print: their `Debug` is redacted.
 
 pub mod any;
+pub mod check;
 pub mod inbound;
 pub mod infobip;
 pub mod named;

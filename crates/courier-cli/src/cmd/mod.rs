@@ -11,6 +11,7 @@ pub mod enqueue;
 pub mod intent;
 pub mod lesson;
 pub mod provider;
+pub mod providers;
 #[cfg(feature = "relay")]
 pub mod relay;
 #[cfg(not(feature = "relay"))]
