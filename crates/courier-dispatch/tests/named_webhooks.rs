@@ -5,7 +5,7 @@
 
 use courier_core::{action_key, Limits};
 use courier_dispatch::server::{router, ServerConfig};
-use courier_providers::named::Settings;
+use courier_providers::settings::Settings;
 use courier_providers::{infobip, telnyx, twilio, Named, WebhookRegistry};
 use courier_store::PgStore;
 use courier_testkit::{fixtures, fresh_db};

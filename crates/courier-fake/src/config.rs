@@ -399,7 +399,7 @@ pub struct FakeConfig {
     pub fsync: bool,
     /// The provider it speaks as (`crate::dialect`): the contract's, or a
     /// named provider's wire format and callbacks.
-    pub dialect: crate::dialect::Dialect,
+    pub dialect: Dialect,
 }
 
 impl FakeConfig {
@@ -430,7 +430,7 @@ impl FakeConfig {
             request_bytes_max: 64 * 1024,
             keys_max: 5_000_000,
             fsync: false,
-            dialect: crate::dialect::Dialect::Contract,
+            dialect: Dialect::Contract,
         }
     }
 
@@ -550,6 +550,57 @@ pub fn check_callback(url: &str) -> Result<(), String> {
         return Err("status_callback must be an http:// or https:// URL with a host".into());
     }
     Ok(())
+}
+
+/// Which provider the fake speaks as.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Dialect {
+    /// courier's own provider contract (`docs/provider-api.md`).
+    #[default]
+    Contract,
+    /// Twilio's Messages API (tier c: run with --ignore-key --no-lookup).
+    Twilio,
+    /// Telnyx's `POST /v2/messages` (tier c: run with --ignore-key --no-lookup).
+    Telnyx,
+    /// Infobip's SMS v3 with idempotent sending (tier a: the default modes).
+    Infobip,
+}
+
+impl Dialect {
+    pub const ALL: [Dialect; 4] = [
+        Dialect::Contract,
+        Dialect::Twilio,
+        Dialect::Telnyx,
+        Dialect::Infobip,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Dialect::Contract => "contract",
+            Dialect::Twilio => "twilio",
+            Dialect::Telnyx => "telnyx",
+            Dialect::Infobip => "infobip",
+        }
+    }
+}
+
+impl fmt::Display for Dialect {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.pad(self.as_str())
+    }
+}
+
+impl FromStr for Dialect {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        Dialect::ALL
+            .into_iter()
+            .find(|d| d.as_str() == s)
+            .ok_or_else(|| {
+                let names: Vec<&str> = Dialect::ALL.iter().map(|d| d.as_str()).collect();
+                format!("unknown dialect {s:?}: one of {}", names.join(", "))
+            })
+    }
 }
 
 #[cfg(test)]

@@ -13,7 +13,8 @@
 //! the server from where the provider is, or Infobip's idempotent sending
 //! (only Infobip can confirm it is on).
 
-use crate::named::{Named, Settings, SettingsError};
+use crate::named::Named;
+use crate::settings::{Settings, SettingsError};
 use std::time::Duration;
 
 /// The read-only request that checks the credentials: method GET, the URL,

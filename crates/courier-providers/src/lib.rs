@@ -25,10 +25,12 @@ pub mod inbound;
 pub mod infobip;
 pub mod named;
 pub mod registry;
+pub mod settings;
 pub mod telnyx;
 pub mod twilio;
 
 pub use any::AnyProvider;
 pub use inbound::{Inbound, Parsed, Refusal, Report, Webhooks};
-pub use named::{Named, Secret};
+pub use named::Named;
 pub use registry::WebhookRegistry;
+pub use settings::{Secret, Settings, SettingsError};

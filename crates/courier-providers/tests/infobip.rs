@@ -7,7 +7,7 @@ use courier_core::{Status, Tier, UnknownPolicy};
 use courier_provider::wire::MessageView;
 use courier_provider::{LookupOutcome, Provider, SendOutcome};
 use courier_providers::infobip::{self, classify_lookup, classify_send, map_status, Client, Hooks};
-use courier_providers::named::{Settings, SettingsError};
+use courier_providers::settings::{Settings, SettingsError};
 use courier_providers::{Inbound, Parsed, Refusal, Report, Webhooks};
 use hmac::{Hmac, Mac};
 use serde_json::{json, Value};

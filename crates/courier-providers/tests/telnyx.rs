@@ -10,7 +10,7 @@ use courier_core::step::SendAnswer;
 use courier_core::Status;
 use courier_provider::wire::MessageView;
 use courier_provider::{LookupOutcome, Provider, SendOutcome};
-use courier_providers::named::{Settings, SettingsError};
+use courier_providers::settings::{Settings, SettingsError};
 use courier_providers::telnyx::{self, Client, Hooks, SendBody};
 use courier_providers::{Inbound, Parsed, Refusal, Report, Webhooks};
 use ed25519_dalek::Signer;

@@ -9,7 +9,7 @@ use courier_core::Status;
 use courier_provider::wire::MessageView;
 use courier_provider::{LookupOutcome, Provider, SendOutcome};
 use courier_providers::inbound::form_pairs;
-use courier_providers::named::{Settings, SettingsError};
+use courier_providers::settings::{Settings, SettingsError};
 use courier_providers::twilio::{self, Client, Hooks, Message, Sender};
 use courier_providers::{Inbound, Parsed, Refusal, Report, Webhooks};
 use sha2::{Digest, Sha256};

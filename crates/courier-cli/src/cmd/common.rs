@@ -4,7 +4,7 @@
 use anyhow::Context;
 use courier_core::{Limits, Retention, Tier};
 use courier_provider::{ClientConfig, ProviderClient};
-use courier_providers::named::Settings;
+use courier_providers::settings::Settings;
 use courier_providers::{AnyProvider, Named};
 use courier_store::cluster::Cluster;
 use courier_store::{PgStore, StoreConfig};

@@ -6,7 +6,7 @@
 //! could not tell; 2 settings missing or invalid.
 
 use courier_providers::check::{self, Found};
-use courier_providers::named::Settings;
+use courier_providers::settings::Settings;
 use courier_providers::Named;
 use std::path::PathBuf;
 use std::process::ExitCode;

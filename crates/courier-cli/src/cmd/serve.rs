@@ -6,7 +6,7 @@ use anyhow::Context;
 use courier_dispatch::auth::Auth;
 use courier_dispatch::metrics::SamplerConfig;
 use courier_dispatch::server::{serve, HttpLimits, ServerConfig};
-use courier_providers::named::Settings;
+use courier_providers::settings::Settings;
 use courier_providers::{Named, WebhookRegistry};
 use std::io::Write;
 use std::process::ExitCode;

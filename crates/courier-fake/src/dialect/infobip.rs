@@ -475,7 +475,7 @@ mod tests {
     use axum::http::HeaderValue;
     use courier_provider::{LookupOutcome, SendOutcome};
     use courier_providers::infobip::{self, classify_lookup, classify_send, map_status, Hooks};
-    use courier_providers::named::Settings;
+    use courier_providers::settings::Settings;
     use courier_providers::{Inbound, Parsed, Refusal, Webhooks};
 
     const KEY: &str = "courier-0190a1b2-c3d4-7e5f-8a9b-0c1d2e3f4a5b";

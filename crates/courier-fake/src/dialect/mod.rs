@@ -21,45 +21,14 @@ mod infobip;
 mod telnyx;
 mod twilio;
 
+pub use crate::config::Dialect;
 use crate::state::WebhookJob;
 use crate::{FakeConfig, Shared};
 use axum::Router;
 use courier_provider::signature;
-use std::fmt;
-use std::str::FromStr;
 use std::sync::Arc;
 
-/// Which provider the fake speaks as.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum Dialect {
-    /// courier's own provider contract (`docs/provider-api.md`).
-    #[default]
-    Contract,
-    /// Twilio's Messages API (tier c: run with --ignore-key --no-lookup).
-    Twilio,
-    /// Telnyx's `POST /v2/messages` (tier c: run with --ignore-key --no-lookup).
-    Telnyx,
-    /// Infobip's SMS v3 with idempotent sending (tier a: the default modes).
-    Infobip,
-}
-
 impl Dialect {
-    pub const ALL: [Dialect; 4] = [
-        Dialect::Contract,
-        Dialect::Twilio,
-        Dialect::Telnyx,
-        Dialect::Infobip,
-    ];
-
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Dialect::Contract => "contract",
-            Dialect::Twilio => "twilio",
-            Dialect::Telnyx => "telnyx",
-            Dialect::Infobip => "infobip",
-        }
-    }
-
     /// The dialect's own routes (none for the contract's).
     pub(crate) fn routes(self, sh: Arc<Shared>) -> Router {
         match self {
@@ -86,25 +55,6 @@ impl Dialect {
             Dialect::Telnyx => telnyx::outgoing(cfg, job),
             Dialect::Infobip => infobip::outgoing(cfg, job),
         }
-    }
-}
-
-impl fmt::Display for Dialect {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.pad(self.as_str())
-    }
-}
-
-impl FromStr for Dialect {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, Self::Err> {
-        Dialect::ALL
-            .into_iter()
-            .find(|d| d.as_str() == s)
-            .ok_or_else(|| {
-                let names: Vec<&str> = Dialect::ALL.iter().map(|d| d.as_str()).collect();
-                format!("unknown dialect {s:?}: one of {}", names.join(", "))
-            })
     }
 }
 

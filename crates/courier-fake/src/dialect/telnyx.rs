@@ -525,7 +525,7 @@ mod tests {
     #[tokio::test]
     async fn the_adapters_client_sends_through_the_double() {
         use courier_provider::Provider;
-        use courier_providers::named::Settings;
+        use courier_providers::settings::Settings;
         use courier_providers::telnyx::Client;
         let dir = tempfile::tempdir().unwrap();
         let (url, _sh) = serve_double(dir.path()).await;

@@ -465,7 +465,7 @@ fn to_bytes(value: &impl serde::Serialize) -> Bytes {
 mod tests {
     use super::*;
     use courier_provider::SendOutcome;
-    use courier_providers::named::Settings;
+    use courier_providers::settings::Settings;
     use courier_providers::{Inbound, Parsed, Refusal, Report, Webhooks};
 
     const KEY: &str = "courier-0192f0c1a2b37c4d8e9f0a1b2c3d4e5f";

@@ -4,7 +4,7 @@
 use super::wire::{classify_lookup, classify_send, send_body};
 use super::{idempotency_window_s, notify_url, tier, API_KEY, FROM, NAME, WEBHOOK_SECRET};
 use crate::inbound::percent_encode;
-use crate::named::{Secret, Settings, SettingsError};
+use crate::settings::{Secret, Settings, SettingsError};
 use courier_core::Tier;
 use courier_provider::{LookupOutcome, Provider, SendOutcome};
 use std::fmt;

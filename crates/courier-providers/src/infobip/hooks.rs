@@ -4,7 +4,7 @@
 use super::wire::{DeliveryReport, DeliveryResult, StatusObject};
 use super::{token_verifies, NAME, WEBHOOK_SECRET};
 use crate::inbound::{Inbound, Parsed, Refusal, Report, Webhooks};
-use crate::named::{Secret, Settings, SettingsError};
+use crate::settings::{Secret, Settings, SettingsError};
 
 /// Checks and reads the delivery reports posted to courier's delivery URLs.
 #[derive(Debug, Clone)]

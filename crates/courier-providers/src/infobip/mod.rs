@@ -72,7 +72,7 @@ pub use wire::{
 };
 
 use crate::inbound::percent_encode;
-use crate::named::{Secret, Settings, SettingsError};
+use crate::settings::{Secret, Settings, SettingsError};
 use courier_core::{Tier, UnknownPolicy};
 use hmac::{Hmac, Mac};
 use sha2::Sha256;

@@ -2,7 +2,7 @@
 
 use super::wire::{classify_send, webhook_url, SendBody};
 use super::NAME;
-use crate::named::{Settings, SettingsError};
+use crate::settings::{Settings, SettingsError};
 use courier_provider::{LookupOutcome, Provider, SendOutcome};
 use reqwest::header::{HeaderValue, AUTHORIZATION};
 use std::fmt;

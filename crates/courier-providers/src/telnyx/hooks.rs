@@ -16,7 +16,7 @@ use super::signature::{verify, PublicKey, SIGNATURE_HEADER, TIMESTAMP_HEADER};
 use super::wire::{key_of_url, map_status, Recipient};
 use super::NAME;
 use crate::inbound::{Inbound, Parsed, Refusal, Report, Webhooks};
-use crate::named::{Settings, SettingsError};
+use crate::settings::{Settings, SettingsError};
 use courier_core::key::validate_key;
 use serde::Deserialize;
 

@@ -5,7 +5,7 @@ use super::wire::{
     Sender,
 };
 use super::NAME;
-use crate::named::{Secret, Settings, SettingsError};
+use crate::settings::{Secret, Settings, SettingsError};
 use courier_provider::{LookupOutcome, Provider, SendOutcome};
 use reqwest::header::{HeaderValue, AUTHORIZATION, CONTENT_TYPE};
 use std::fmt;

@@ -4,7 +4,7 @@ use super::signature::{self, HEADER};
 use super::wire::map_status;
 use super::NAME;
 use crate::inbound::{form_pairs, Inbound, Parsed, Refusal, Report, Webhooks};
-use crate::named::{Secret, Settings, SettingsError};
+use crate::settings::{Secret, Settings, SettingsError};
 use courier_core::key::validate_key;
 
 /// Checks `X-Twilio-Signature` with the account's auth token, then reads

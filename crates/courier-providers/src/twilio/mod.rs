@@ -48,7 +48,7 @@ pub use wire::{
 /// The provider's name: `--provider`, the webhook route, the fake's dialect.
 pub const NAME: &str = "twilio";
 
-/// The settings the adapter reads (`crate::named::Settings`):
+/// The settings the adapter reads (`crate::settings::Settings`):
 /// the account, its auth token (HTTP Basic password and the callbacks'
 /// signing key), and the sender: a phone number, or a Messaging Service
 /// SID (`MG...`), which Twilio takes instead of `From`.
