@@ -112,6 +112,25 @@ impl Settings {
     }
 }
 
+/// The HTTP client of a provider's adapter: `timeout` bounds one request,
+/// connect included; connections are kept 30 s between requests.
+pub fn http_client(
+    provider: &'static str,
+    timeout: std::time::Duration,
+) -> Result<reqwest::Client, SettingsError> {
+    reqwest::Client::builder()
+        .timeout(timeout)
+        .connect_timeout(timeout)
+        .pool_idle_timeout(std::time::Duration::from_secs(30))
+        .tcp_nodelay(true)
+        .build()
+        .map_err(|e| SettingsError::Invalid {
+            provider,
+            name: "the HTTP client".to_string(),
+            why: e.to_string(),
+        })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -47,17 +47,7 @@ impl Client {
         // Refuses a value of INFOBIP_IDEMPOTENT other than on/off, and `on`
         // without a grace period.
         idempotency_window_s(settings)?;
-        let http = reqwest::Client::builder()
-            .timeout(timeout)
-            .connect_timeout(timeout)
-            .pool_idle_timeout(Duration::from_secs(30))
-            .tcp_nodelay(true)
-            .build()
-            .map_err(|e| SettingsError::Invalid {
-                provider: NAME,
-                name: "the HTTP client".to_string(),
-                why: e.to_string(),
-            })?;
+        let http = crate::settings::http_client(NAME, timeout)?;
         Ok(Client {
             http,
             base_url: base_url.trim_end_matches('/').to_string(),

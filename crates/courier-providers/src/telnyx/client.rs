@@ -42,13 +42,7 @@ impl Client {
         let mut auth = HeaderValue::from_str(&format!("Bearer {}", api_key.expose()))
             .map_err(|_| invalid("TELNYX_API_KEY", "not a valid header value".into()))?;
         auth.set_sensitive(true);
-        let http = reqwest::Client::builder()
-            .timeout(timeout)
-            .connect_timeout(timeout)
-            .pool_idle_timeout(Duration::from_secs(30))
-            .tcp_nodelay(true)
-            .build()
-            .map_err(|e| invalid("the HTTP client", e.to_string()))?;
+        let http = crate::settings::http_client(NAME, timeout)?;
         Ok(Client {
             http,
             messages_url: format!("{}/v2/messages", base_url.trim_end_matches('/')),

@@ -75,13 +75,7 @@ impl Client {
                 ));
             }
         }
-        let http = reqwest::Client::builder()
-            .timeout(timeout)
-            .connect_timeout(timeout)
-            .pool_idle_timeout(Duration::from_secs(30))
-            .tcp_nodelay(true)
-            .build()
-            .map_err(|e| invalid("HTTP client", e.to_string()))?;
+        let http = crate::settings::http_client(NAME, timeout)?;
         Ok(Client {
             http,
             messages_url: format!("{base_url}{}", messages_path(account_sid)),
