@@ -81,10 +81,13 @@ checks.positive_data_acceptance.expected-statuses = ["2xx", "401", "404", "409"]
 # crates/courier-cli/tests/hostile_intent.rs sends their hostile cases.
 phases.coverage.enabled = false
 
-# A resolve of an action not held unknown is a legitimate 409 too.
+# A resolve of an action not held unknown is a legitimate 409 too; its
+# coverage phase crashes on CPython 3.11 as the two above do
+# (crates/courier-cli/tests/hostile_intent.rs sends its hostile cases).
 [[operations]]
 include-path-regex = "/resolve$"
 checks.positive_data_acceptance.expected-statuses = ["2xx", "401", "404", "409"]
+phases.coverage.enabled = false
 TOML
 
 # Webhook cases that carry an X-Signature get a genuine one over the exact

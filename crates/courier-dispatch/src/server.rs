@@ -649,8 +649,16 @@ async fn redrive_action(
 pub struct ResolveRequest {
     /// `sent`: the provider has the message (the action ends `done`);
     /// `not_sent`: nothing went out (it ends `failed`, and may be re-driven).
-    #[schema(value_type = String, example = "not_sent")]
+    #[schema(value_type = ResolutionDoc)]
     pub outcome: Resolution,
+}
+
+/// What an operator found out about an action held `unknown`.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum ResolutionDoc {
+    Sent,
+    NotSent,
 }
 
 /// Resolve an action held `unknown` (operators only).
