@@ -1001,6 +1001,7 @@ AS $function$
 DECLARE
     old record;
     made bigint;
+    reported text;
 BEGIN
     SELECT a.id, a.store, a.recipient, a.body, a.state, a.fail_status, a.resolved_as,
            a.redriven_as
@@ -1030,6 +1031,15 @@ BEGIN
             CASE WHEN old.fail_status = 422
                  THEN 'the provider answered 422: its key already has a message'
                  ELSE 'the provider did not answer 400: the send may have had an effect' END;
+        RETURN;
+    END IF;
+    -- Evidence beats a resolution: a webhook that carried the key after an
+    -- operator said "not sent" (the merge leaves a failed action as it is)
+    -- shows the message went out.
+    SELECT o.status INTO reported FROM outbox o WHERE o.action_id = old.id;
+    IF reported IS NOT NULL AND reported <> 'sending' THEN
+        RETURN QUERY SELECT 'refused'::text, NULL::bigint, old.state,
+            format('the provider reported its message (%s): it went out', reported);
         RETURN;
     END IF;
     INSERT INTO actions (uid, store, recipient, body, redrive_of)

@@ -229,3 +229,72 @@ async fn courier_status_lists_every_state_in_life_order_with_zeros() {
     assert_eq!(json["scheduled_due"]["within_minute"], 1, "{json}");
     assert_eq!(json["scheduled_due"]["within_hour"], 2, "{json}");
 }
+
+/// `courier status` lists the actions held unknown; `courier resolve`
+/// answers for one (exit 0), refuses what is not held (1) or does not
+/// exist (2), and "not sent" is what `courier redrive` then takes.
+#[tokio::test]
+async fn courier_resolve_answers_for_a_held_action_and_status_lists_it() {
+    let db = fresh_db().await;
+    let store = &db.store;
+    enqueue(store, fixtures::new_action("s1", 0)).await;
+    let held = fixtures::claimed(store).await;
+    let id = held.lease.action_id;
+    store
+        .action_hold(&held.lease, "no_lookup")
+        .await
+        .unwrap()
+        .unwrap();
+    let out = courier(&db.url, Some("ops-ann"), &["status"]);
+    let listed = text(&out.stdout);
+    assert!(listed.contains("ALERT: 1 actions held unknown"), "{listed}");
+    assert!(
+        listed.contains(&format!("{id:>10} s1")) && listed.contains("no_lookup"),
+        "{listed}"
+    );
+    let out = courier(
+        &db.url,
+        Some("ops-ann"),
+        &["resolve", &id.to_string(), "not-sent"],
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    assert!(
+        text(&out.stdout).contains(&format!("action {id} resolved as not_sent: now failed")),
+        "{}",
+        text(&out.stdout)
+    );
+    assert_eq!(state(store, id).await, ActionState::Failed);
+    let by: Vec<String> =
+        fixtures::column(store, "SELECT detail FROM events WHERE kind = 'resolve'").await;
+    assert_eq!(by, vec!["by=cli:ops-ann as=not_sent".to_string()]);
+    // Not held any more: refused, nothing changed.
+    let out = courier(
+        &db.url,
+        Some("ops-ann"),
+        &["resolve", &id.to_string(), "sent"],
+    );
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out.stderr));
+    assert!(
+        text(&out.stderr).contains("not unknown"),
+        "{}",
+        text(&out.stderr)
+    );
+    assert_eq!(state(store, id).await, ActionState::Failed);
+    let out = courier(&db.url, None, &["resolve", "987654", "sent"]);
+    assert_eq!(out.status.code(), Some(2));
+    let out = courier(&db.url, None, &["resolve", &id.to_string(), "maybe"]);
+    assert_eq!(
+        out.status.code(),
+        Some(2),
+        "clap refuses an outcome it does not know"
+    );
+    // Resolved not sent: a re-drive takes it.
+    let out = courier(&db.url, Some("ops-ann"), &["redrive", &id.to_string()]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let out = courier(&db.url, None, &["status"]);
+    assert!(
+        !text(&out.stdout).contains("held unknown"),
+        "{}",
+        text(&out.stdout)
+    );
+}

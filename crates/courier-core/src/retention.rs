@@ -6,7 +6,7 @@
 //! |---|---|---|
 //! | a finished action (`done`, `failed`) and its outbox row | `action_retention_s` after it finished | the provider's key retention (`Limits::key_retention_s`), the webhook retry horizon, and it *is* the enqueue-repeat window |
 //! | a webhook event id | `webhook_event_retention_s` after it was received | the webhook retry horizon |
-//! | an `events` row | `event_retention_s` after it was recorded | nothing (operators' history) |
+//! | an `events` row | `event_retention_s` after it was recorded (a `held_unknown` row: not while its action is still held) | nothing (operators' history; the held actions' list) |
 //!
 //! The enqueue-repeat window: an enqueue with a `(store, key)` seen before is
 //! the same action for as long as that action exists, which is while it is

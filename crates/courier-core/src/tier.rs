@@ -24,8 +24,10 @@
 //! - Tier `c` under `hold` never resends after a counted attempt: every
 //!   path from `Step::Lookup` ends in `Step::Hold`.
 //! - Tier `a-` sends again only with the same key, and only while the key's
-//!   window, as measured from before the first attempt was counted, and the
-//!   action's deadline are both more than the send margin away.
+//!   window (as measured from before the first attempt was counted, less a
+//!   request's time-out to land) and the action's deadline are both more
+//!   than the send margin away; the window is checked before every request
+//!   ([`lease_for`]), not only when the resend is chosen.
 //! - Tier `b` never sends on a "not found" answered before
 //!   [`not_found_trusted_from_ms`].
 //! - Tier `a` decides exactly as `step` alone does.
@@ -162,12 +164,36 @@ pub struct Attempts {
     pub not_found_trusted_from_ms: u64,
 }
 
-/// The end of a key's window: `started_ms` is no later than the moment the
-/// key's first attempt was counted (the claim that counted it was sent
-/// then, or the intent read that found its age was), `retention_ms` how
-/// long the provider keeps a key.
-pub fn key_until_ms(started_ms: u64, retention_ms: u64) -> u64 {
-    started_ms.saturating_add(retention_ms)
+/// The last moment a request with the key may leave and still land inside
+/// the key's window: `started_ms` is no later than the moment the key's
+/// first attempt was counted (the claim that counted it was sent then, or
+/// the intent read that found its age was), `retention_ms` how long the
+/// provider keeps a key, and a request may take `request_timeout_ms` to
+/// land.
+pub fn key_until_ms(started_ms: u64, retention_ms: u64, request_timeout_ms: u64) -> u64 {
+    started_ms
+        .saturating_add(retention_ms)
+        .saturating_sub(request_timeout_ms)
+}
+
+/// The lease as a tier's decisions see it: at tier `a-` no request may
+/// leave after the key's window (a resend there would create), so the
+/// window's end stands as a deadline, and every check before a request
+/// (`step::before_attempt`, `before_request`) refuses it the same way;
+/// the lookup step then holds the action (`find_out`). Other tiers: the
+/// lease as it is.
+pub fn lease_for(tier: Tier, lease: LocalLease, attempts: Attempts) -> LocalLease {
+    match tier {
+        Tier::AMinus => LocalLease {
+            expires_ms: Some(
+                lease
+                    .expires_ms
+                    .map_or(attempts.key_until_ms, |e| e.min(attempts.key_until_ms)),
+            ),
+            ..lease
+        },
+        _ => lease,
+    }
 }
 
 /// From when a "not found" may be trusted, after a request that left at
@@ -195,11 +221,11 @@ pub enum FindOut {
 pub fn find_out(tier: Tier, attempts: Attempts, lease: LocalLease, margin_ms: u64) -> FindOut {
     match tier {
         Tier::A | Tier::B => FindOut::AskProvider,
-        Tier::AMinus if lease.expired(margin_ms) => {
-            FindOut::Instead(Step::Hold(HoldReason::Deadline))
-        }
         Tier::AMinus if !crate::lease::may_send(lease.now_ms, attempts.key_until_ms, margin_ms) => {
             FindOut::Instead(Step::Hold(HoldReason::KeyWindow))
+        }
+        Tier::AMinus if lease.expired(margin_ms) => {
+            FindOut::Instead(Step::Hold(HoldReason::Deadline))
         }
         // The same key, inside its window: the provider replays or
         // deduplicates, so this send is the lookup.
@@ -333,6 +359,30 @@ mod tests {
     }
 
     #[test]
+    fn at_a_minus_the_key_window_is_a_deadline_for_every_request() {
+        let a = attempts(10_000, 0);
+        // Without a deadline of its own, the window's end stands as one.
+        let l = lease_for(Tier::AMinus, lease(9_499, None), a);
+        assert_eq!(l.expires_ms, Some(10_000));
+        assert!(l.may_send(500));
+        assert!(!lease_for(Tier::AMinus, lease(9_500, None), a).may_send(500));
+        // A count that passed, then a request too late: refused, and the
+        // lookup step holds it for the window, not the deadline.
+        let late = lease_for(Tier::AMinus, lease(9_600, Some(50_000)), a);
+        assert_eq!(step::before_request(late, 500), Step::Lookup);
+        assert_eq!(
+            find_out(Tier::AMinus, a, late, 500),
+            FindOut::Instead(Step::Hold(HoldReason::KeyWindow))
+        );
+        // The earlier of the two ends wins; other tiers keep their lease.
+        let early = lease_for(Tier::AMinus, lease(0, Some(4_000)), a);
+        assert_eq!(early.expires_ms, Some(4_000));
+        for t in [Tier::A, Tier::B, Tier::C(UnknownPolicy::Hold)] {
+            assert_eq!(lease_for(t, lease(0, None), a), lease(0, None));
+        }
+    }
+
+    #[test]
     fn c_holds_or_resends_by_its_policy() {
         let a = attempts(0, 0);
         for l in [lease(0, None), lease(1_000, Some(1_400))] {
@@ -390,8 +440,9 @@ mod tests {
 
     #[test]
     fn windows_and_trust_times_saturate() {
-        assert_eq!(key_until_ms(1_000, 3_600_000), 3_601_000);
-        assert_eq!(key_until_ms(u64::MAX, 1), u64::MAX);
+        assert_eq!(key_until_ms(1_000, 3_600_000, 2_000), 3_599_000);
+        assert_eq!(key_until_ms(u64::MAX, 1, 0), u64::MAX);
+        assert_eq!(key_until_ms(0, 1_000, 2_000), 0);
         assert_eq!(not_found_trusted_from_ms(u64::MAX, 1, 1), u64::MAX);
     }
 }

@@ -242,7 +242,7 @@ fn refused_credentials_are_not_the_actions_fault() {
 #[test]
 fn unknown_is_never_no() {
     let rate_limited = br#"{"code": 20429, "message": "Too Many Requests", "more_info": "https://www.twilio.com/docs/errors/20429", "status": 429}"#;
-    for status in [409, 429, 500, 502, 503, 504] {
+    for status in [408, 409, 429, 500, 502, 503, 504] {
         let out = twilio::classify_send(status, rate_limited, KEY);
         assert!(matches!(out, SendOutcome::Unknown(_)), "{status}: {out:?}");
     }

@@ -72,7 +72,8 @@ BEGIN
 END $$;
 
 -- Re-drive, as in version 23, admitting an action an operator resolved as
--- not sent (it created nothing, as a 400 did).
+-- not sent (it created nothing, as a 400 did), and refusing any action
+-- whose outbox a provider's report has moved past 'sending'.
 CREATE OR REPLACE FUNCTION courier.redrive(action_id bigint, by_name text, stores text[] DEFAULT NULL)
     RETURNS TABLE (outcome text, new_id bigint, state text, reason text)
     LANGUAGE plpgsql VOLATILE SET search_path FROM CURRENT AS $$
@@ -80,6 +81,7 @@ CREATE OR REPLACE FUNCTION courier.redrive(action_id bigint, by_name text, store
 DECLARE
     old record;
     made bigint;
+    reported text;
 BEGIN
     SELECT a.id, a.store, a.recipient, a.body, a.state, a.fail_status, a.resolved_as,
            a.redriven_as
@@ -109,6 +111,15 @@ BEGIN
             CASE WHEN old.fail_status = 422
                  THEN 'the provider answered 422: its key already has a message'
                  ELSE 'the provider did not answer 400: the send may have had an effect' END;
+        RETURN;
+    END IF;
+    -- Evidence beats a resolution: a webhook that carried the key after an
+    -- operator said "not sent" (the merge leaves a failed action as it is)
+    -- shows the message went out.
+    SELECT o.status INTO reported FROM outbox o WHERE o.action_id = old.id;
+    IF reported IS NOT NULL AND reported <> 'sending' THEN
+        RETURN QUERY SELECT 'refused'::text, NULL::bigint, old.state,
+            format('the provider reported its message (%s): it went out', reported);
         RETURN;
     END IF;
     INSERT INTO actions (uid, store, recipient, body, redrive_of)

@@ -323,3 +323,73 @@ async fn a_hold_after_a_webhook_reported_the_key_settles_instead() {
     assert_eq!(in_flight(store, "s1").await, 0);
     invariants_hold(&db).await;
 }
+
+#[tokio::test]
+async fn a_report_after_a_resolution_of_not_sent_refuses_the_redrive() {
+    let db = fresh_db().await;
+    let store = &db.store;
+    let got = held(store, "s1", 1).await;
+    let id = got[0].lease.action_id;
+    assert_eq!(
+        store
+            .action_resolve(id, Resolution::NotSent, "ops", None)
+            .await
+            .unwrap(),
+        ResolveOutcome::Resolved(ActionState::Failed)
+    );
+    // The provider's webhook arrives after the operator's answer: the
+    // failed action is left as it is, its outbox row shows the message.
+    store
+        .webhooks_merge(&[WebhookIn {
+            event_id: "late".into(),
+            key: courier_core::action_key(&got[0].uid),
+            status: Status::Sent,
+            message_id: "m-late".into(),
+        }])
+        .await
+        .unwrap();
+    match store.action_redrive(id, "ops", None).await.unwrap() {
+        RedriveOutcome::Refused { state, reason } => {
+            assert_eq!(state, ActionState::Failed);
+            assert!(reason.contains("reported its message (sent)"), "{reason}");
+        }
+        other => panic!("re-driven after the provider reported it: {other:?}"),
+    }
+    invariants_hold(&db).await;
+}
+
+#[tokio::test]
+async fn the_hold_of_an_action_still_held_outlives_the_event_retention() {
+    let db = fresh_db().await;
+    let (store, clock) = db.manual_clock().await;
+    let got = held(&store, "s1", 2).await;
+    let windows = PruneWindows {
+        action_retention_s: 600,
+        key_retention_s: 300,
+        webhook_event_retention_s: 120,
+        event_retention_s: 60,
+        batch_rows_max: 1,
+    };
+    store
+        .action_resolve(got[1].lease.action_id, Resolution::Sent, "ops", None)
+        .await
+        .unwrap();
+    clock.advance(std::time::Duration::from_secs(3_600));
+    // A batch of one row at a time: the kept hold is passed over, so the
+    // rows behind it still go.
+    for _ in 0..10 {
+        store.prune_batch(&windows).await.unwrap();
+    }
+    let kinds: Vec<String> = fixtures::column(
+        &store,
+        "SELECT kind || ' ' || action_id FROM events ORDER BY id",
+    )
+    .await;
+    assert_eq!(
+        kinds,
+        vec![format!("held_unknown {}", got[0].lease.action_id)]
+    );
+    let list = store.actions_unknown(10, None).await.unwrap();
+    assert_eq!(list.len(), 1);
+    assert_eq!(list[0].id, got[0].lease.action_id);
+}

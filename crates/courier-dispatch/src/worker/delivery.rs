@@ -76,7 +76,11 @@ impl<'a, P: Provider> Delivery<'a, P> {
         // measures it again). Every request of an earlier owner left
         // before its lease ended, which was before this claim was answered.
         let attempts = Attempts {
-            key_until_ms: tier::key_until_ms(claim_sent_ms, limits.key_retention_s * 1_000),
+            key_until_ms: tier::key_until_ms(
+                claim_sent_ms,
+                limits.key_retention_s * 1_000,
+                limits.request_timeout_ms,
+            ),
             not_found_trusted_from_ms: tier::not_found_trusted_from_ms(
                 ctx.now_ms(),
                 limits.request_timeout_ms,
@@ -104,7 +108,7 @@ impl<'a, P: Provider> Delivery<'a, P> {
     /// Performs steps until one ends the delivery.
     pub async fn run(mut self) {
         let margin_ms = self.ctx.cfg.limits.send_margin_ms;
-        let lease = self.ctx.local_lease(self.held);
+        let lease = self.lease_now();
         let mut step = step::on_claim(self.attempt_counted, lease, margin_ms);
         loop {
             step = step::unless_fenced(step, self.held.fenced.is_cancelled());
@@ -139,9 +143,13 @@ impl<'a, P: Provider> Delivery<'a, P> {
             Some(Ok(i)) => {
                 // The key's first attempt was counted `age_ms` before the
                 // read ran, which was no earlier than it was sent.
-                let retention_ms = ctx.cfg.limits.key_retention_s * 1_000;
+                let limits = &ctx.cfg.limits;
                 let started_ms = sent_ms.saturating_sub(i.age_ms);
-                self.attempts.key_until_ms = tier::key_until_ms(started_ms, retention_ms);
+                self.attempts.key_until_ms = tier::key_until_ms(
+                    started_ms,
+                    limits.key_retention_s * 1_000,
+                    limits.request_timeout_ms,
+                );
                 after_intent(IntentRead::Held {
                     attempts: i.attempts,
                     status: i.status,
@@ -152,6 +160,17 @@ impl<'a, P: Provider> Delivery<'a, P> {
                 after_intent(IntentRead::Fenced)
             }
         }
+    }
+
+    /// The lease as measured now, as this provider's tier sees it
+    /// (`courier_core::tier::lease_for`: at tier `a-`, the key's window
+    /// stands as a deadline).
+    fn lease_now(&self) -> courier_core::lease::LocalLease {
+        tier::lease_for(
+            self.ctx.cfg.tier,
+            self.ctx.local_lease(self.held),
+            self.attempts,
+        )
     }
 
     /// Another owner holds the action: report it once, write nothing more.

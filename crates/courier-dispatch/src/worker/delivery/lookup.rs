@@ -20,7 +20,7 @@ use std::time::Duration;
 
 impl<P: Provider> Delivery<'_, P> {
     pub(super) async fn lookup(&mut self) -> Step {
-        let lease = self.ctx.local_lease(self.held);
+        let lease = self.lease_now();
         let margin_ms = self.ctx.cfg.limits.send_margin_ms;
         if let FindOut::Instead(step) =
             tier::find_out(self.ctx.cfg.tier, self.attempts, lease, margin_ms)
@@ -61,7 +61,7 @@ impl<P: Provider> Delivery<'_, P> {
             self.ctx.cfg.tier,
             answer,
             self.attempts,
-            self.ctx.local_lease(self.held),
+            self.lease_now(),
             limits.send_margin_ms,
             limits.request_timeout_ms + limits.lookup_lag_ms,
         )

@@ -17,7 +17,7 @@ use courier_store::AttemptOutcome;
 impl<P: Provider> Delivery<'_, P> {
     /// A send is due: the local lease check decides whether to extend first.
     pub(super) fn check_lease(&self) -> Step {
-        let lease = self.ctx.local_lease(self.held);
+        let lease = self.lease_now();
         step::before_attempt(lease, self.ctx.cfg.limits.send_margin_ms)
     }
 
@@ -56,7 +56,7 @@ impl<P: Provider> Delivery<'_, P> {
                 Counted::Fenced
             }
         };
-        step::after_count(counted, ctx.local_lease(self.held), margin_ms)
+        step::after_count(counted, self.lease_now(), margin_ms)
     }
 
     /// The request: one send with the action's key, its answer reported,
