@@ -21,8 +21,11 @@
 //! any webhook (an `unknown` action then moves on).
 //!
 //! # Invariants
-//! - Tier `c` under `hold` never resends after a counted attempt: every
-//!   path from `Step::Lookup` ends in `Step::Hold`.
+//! - Tier `c` under `hold` never sends again once a request with the key
+//!   may have reached the provider (`Attempts::may_have_reached`): every
+//!   path from `Step::Lookup` then ends in `Step::Hold`. Before that (a
+//!   refusal of our credentials, a counted attempt that never left) nothing
+//!   exists to find out, and it sends as a first attempt would.
 //! - Tier `a-` sends again only with the same key, and only while the key's
 //!   window (as measured from before the first attempt was counted, less a
 //!   request's time-out to land) and the action's deadline are both more
@@ -162,6 +165,12 @@ pub struct Attempts {
     /// Tier `b`: from when a "not found" may be trusted:
     /// [`not_found_trusted_from_ms`].
     pub not_found_trusted_from_ms: u64,
+    /// Some request with the key may have reached the provider: an earlier
+    /// owner counted an attempt (a reclaim), or a request of this delivery
+    /// left and got no definite answer. False while every answer so far
+    /// says nothing was created (a refusal of our credentials, a counted
+    /// attempt that never left).
+    pub may_have_reached: bool,
 }
 
 /// The last moment a request with the key may leave and still land inside
@@ -221,6 +230,13 @@ pub enum FindOut {
 pub fn find_out(tier: Tier, attempts: Attempts, lease: LocalLease, margin_ms: u64) -> FindOut {
     match tier {
         Tier::A | Tier::B => FindOut::AskProvider,
+        // Nothing with this key can have reached the provider: there is
+        // nothing to find out, so no tier holds it: it is sent as a first
+        // attempt would be, or, past its deadline, ends expired unsent.
+        _ if !attempts.may_have_reached && lease.expired(margin_ms) => {
+            FindOut::Instead(Step::Expire)
+        }
+        _ if !attempts.may_have_reached => FindOut::Instead(Step::Send),
         Tier::AMinus if !crate::lease::may_send(lease.now_ms, attempts.key_until_ms, margin_ms) => {
             FindOut::Instead(Step::Hold(HoldReason::KeyWindow))
         }
@@ -276,6 +292,7 @@ mod tests {
         Attempts {
             key_until_ms,
             not_found_trusted_from_ms: trusted_from_ms,
+            may_have_reached: true,
         }
     }
 
@@ -380,6 +397,34 @@ mod tests {
         for t in [Tier::A, Tier::B, Tier::C(UnknownPolicy::Hold)] {
             assert_eq!(lease_for(t, lease(0, None), a), lease(0, None));
         }
+    }
+
+    #[test]
+    fn without_a_request_that_may_have_reached_the_provider_nothing_is_held() {
+        let none = Attempts {
+            may_have_reached: false,
+            ..attempts(10_000, 0)
+        };
+        for t in [
+            Tier::AMinus,
+            Tier::C(UnknownPolicy::Hold),
+            Tier::C(UnknownPolicy::Resend),
+        ] {
+            assert_eq!(
+                find_out(t, none, lease(0, None), 500),
+                FindOut::Instead(Step::Send)
+            );
+            // Past its deadline it ends expired: no request ever left.
+            assert_eq!(
+                find_out(t, none, lease(1_000, Some(1_400)), 500),
+                FindOut::Instead(Step::Expire)
+            );
+        }
+        // Tiers with a lookup still ask.
+        assert_eq!(
+            find_out(Tier::A, none, lease(0, None), 500),
+            FindOut::AskProvider
+        );
     }
 
     #[test]

@@ -86,6 +86,9 @@ impl<'a, P: Provider> Delivery<'a, P> {
                 limits.request_timeout_ms,
                 limits.lookup_lag_ms,
             ),
+            // A reclaim learns it from the intent (`read_intent`); a fresh
+            // claim's first request has not left yet.
+            may_have_reached: false,
         };
         Delivery {
             ctx,
@@ -150,6 +153,9 @@ impl<'a, P: Provider> Delivery<'a, P> {
                     limits.key_retention_s * 1_000,
                     limits.request_timeout_ms,
                 );
+                // An earlier owner counted an attempt: its request may
+                // have left.
+                self.attempts.may_have_reached |= i.attempts > 0;
                 after_intent(IntentRead::Held {
                     attempts: i.attempts,
                     status: i.status,

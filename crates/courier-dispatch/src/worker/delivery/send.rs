@@ -91,6 +91,11 @@ impl<P: Provider> Delivery<'_, P> {
                 answer: &answer,
             })
             .await;
+        // Only a definite answer says this request created nothing or
+        // something; without one it may have reached the provider.
+        if answer == courier_core::step::SendAnswer::Unknown {
+            self.attempts.may_have_reached = true;
+        }
         if let SendOutcome::Accepted(m) | SendOutcome::Replayed(m) = out {
             self.message_id = Some(m.id);
             self.from_lookup = false;
