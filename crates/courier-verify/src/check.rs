@@ -9,7 +9,9 @@
 //!   replays, lookups and status lines never count as effects.
 //! - The blind-resend rule is about `send` lines whatever their result: a
 //!   second `send` of a key with no `lookup` of that same key since the
-//!   previous `send` counts once, even when it was only replayed.
+//!   previous `send` counts once, even when it was only replayed, unless
+//!   every earlier `send` of the key was `rejected` (refused: nothing
+//!   existed to look up).
 //! - The provider's final status of a key is the status of its LAST `status`
 //!   line with `final: true`, not the first one and not the highest ranked.
 //! - Keys are reported in the order they first appear (log order, or the
@@ -233,7 +235,9 @@ impl Verifier {
             return;
         };
         let st = self.state(key);
-        let blind = st.sends > 0 && !st.looked_up_since_send;
+        // A resend is blind only if an earlier send may have created
+        // something: after sends that were all refused, nothing exists.
+        let blind = st.sends > st.rejected_sends && !st.looked_up_since_send;
         let after_faulted_lookup =
             st.sends > 0 && st.looked_up_since_send && st.last_lookup_faulted;
         st.sends += 1;

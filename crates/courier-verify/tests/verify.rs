@@ -255,6 +255,27 @@ fn verify_replayed_or_conflict_send_without_lookup_is_a_blind_resend() {
 }
 
 #[test]
+fn verify_a_resend_after_refusals_only_is_not_blind() {
+    // Refused (a 401, a 400): nothing existed to look up, so sending again
+    // at once is safe; once a send may have created, the rule is back.
+    let text = log(&[
+        send("k1", "rejected"),
+        send("k1", "rejected"),
+        send("k1", "created"),
+        send("k1", "replayed"),
+        send("k2", "faulted"),
+        send("k2", "rejected"),
+        send("k2", "created"),
+    ]);
+    let r = check(&text, None);
+    assert_eq!(r.blind_resends.count, 3, "{r}");
+    assert_eq!(
+        r.blind_resends.samples,
+        vec!["k1".to_string(), "k2".to_string()]
+    );
+}
+
+#[test]
 fn verify_outcome_is_the_last_final_status_line() {
     let text = log(&[
         send("k1", "created"),
