@@ -634,6 +634,16 @@ fn idempotency_settings_are_checked_and_bound_the_key_retention() {
         infobip::check_key_retention(&settings(None), 1_000_000),
         Ok(())
     );
+    // Past the 48 h its logs reach back, a lookup cannot find a message.
+    let long = Settings::from_pairs([
+        ("INFOBIP_IDEMPOTENT", "on"),
+        ("INFOBIP_IDEMPOTENCY_WINDOW_S", "604800"),
+    ]);
+    assert_eq!(infobip::check_key_retention(&long, 172_800), Ok(()));
+    assert!(matches!(
+        infobip::check_key_retention(&long, 172_801),
+        Err(SettingsError::Invalid { ref name, .. }) if name == "--key-retention-s"
+    ));
 }
 
 #[test]

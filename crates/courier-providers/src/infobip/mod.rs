@@ -143,22 +143,43 @@ pub fn idempotency_window_s(settings: &Settings) -> Result<Option<u64>, Settings
     }
 }
 
-/// Checks courier's key retention against Infobip's grace period: a resend
-/// after the grace period would be a second message, so courier must
-/// forget a key (and stop resending with it) no later than Infobip does.
+/// How far back Infobip's message logs reach (48 h, docs/providers.md): the
+/// lookup of tier `a`.
+pub const LOGS_REACH_S: u64 = 48 * 3600;
+
+/// Checks courier's key retention against Infobip's grace period and its
+/// logs: a resend after the grace period would be a second message, so
+/// courier must forget a key (and stop resending with it) no later than
+/// Infobip does; and past the logs' 48 h a lookup cannot find the message.
 /// Nothing to check at tier `c`, which never resends.
 pub fn check_key_retention(settings: &Settings, key_retention_s: u64) -> Result<(), SettingsError> {
-    match idempotency_window_s(settings)? {
-        Some(window_s) if window_s < key_retention_s => Err(SettingsError::Invalid {
-            provider: NAME,
-            name: IDEMPOTENCY_WINDOW_S.to_string(),
-            why: format!(
+    let Some(window_s) = idempotency_window_s(settings)? else {
+        return Ok(());
+    };
+    let invalid = |name: &str, why: String| SettingsError::Invalid {
+        provider: NAME,
+        name: name.to_string(),
+        why,
+    };
+    if window_s < key_retention_s {
+        return Err(invalid(
+            IDEMPOTENCY_WINDOW_S,
+            format!(
                 "Infobip's grace period ({window_s} s) is shorter than --key-retention-s \
                  ({key_retention_s} s): a resend after it would send a second message"
             ),
-        }),
-        _ => Ok(()),
+        ));
     }
+    if key_retention_s > LOGS_REACH_S {
+        return Err(invalid(
+            "--key-retention-s",
+            format!(
+                "{key_retention_s} s is longer than the {LOGS_REACH_S} s Infobip's message logs \
+                 reach back: a lookup after that answers \"not found\" for a message that exists"
+            ),
+        ));
+    }
+    Ok(())
 }
 
 /// The token of a key: hex HMAC-SHA256 of the key under courier's secret.
