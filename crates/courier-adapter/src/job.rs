@@ -230,7 +230,8 @@ impl Provider for Measured {
                     this.end(&key, inserted, true)
                 }
                 SendOutcome::Rejected { .. } => this.end(&key, inserted, false),
-                SendOutcome::Unknown(_) => {}
+                // Sent again later, as after an unknown outcome.
+                SendOutcome::NotCreated { .. } | SendOutcome::Unknown(_) => {}
             }
             out
         }

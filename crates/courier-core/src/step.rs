@@ -155,6 +155,10 @@ pub enum SendAnswer {
     /// 401 or 403: the provider refused our credentials, not the action. No
     /// message was created by this request, but the action is not at fault.
     CredentialsRefused(String),
+    /// The provider states this request created nothing and may be sent
+    /// again later (Twilio's 429: "never processed and is always safe to
+    /// retry"); not the contract's 429, which is an unknown outcome.
+    NotCreated(String),
     /// Time-out, 409, 429, 5xx, reset or refused: the message may or may not exist.
     Unknown,
 }
@@ -284,8 +288,11 @@ pub fn after_send(answer: &SendAnswer) -> Step {
             reason: reason.clone(),
         },
         // Our credentials, not the action: alert and keep asking; never fail
-        // the action for it.
-        SendAnswer::CredentialsRefused(_) | SendAnswer::Unknown => Step::RetryLookup,
+        // the action for it. Nothing created, later: the same way, after a
+        // backoff (a tier without a lookup then sends again, `tier`).
+        SendAnswer::CredentialsRefused(_) | SendAnswer::NotCreated(_) | SendAnswer::Unknown => {
+            Step::RetryLookup
+        }
     }
 }
 
@@ -523,6 +530,10 @@ mod tests {
     fn refused_credentials_never_fail_the_action() {
         assert_eq!(
             after_send(&SendAnswer::CredentialsRefused("unauthorized".into())),
+            Step::RetryLookup
+        );
+        assert_eq!(
+            after_send(&SendAnswer::NotCreated("429: never processed".into())),
             Step::RetryLookup
         );
     }

@@ -111,3 +111,16 @@ async fn a_refusal_of_our_credentials_is_sent_again_not_held() {
     assert_eq!(p.lookups.load(Ordering::SeqCst), 0);
     assert!(db.store.actions_unknown(10, None).await.unwrap().is_empty());
 }
+
+#[tokio::test]
+async fn a_429_that_created_nothing_is_sent_again_not_held() {
+    let db = fresh_db().await;
+    let throttled = SendOutcome::NotCreated {
+        status: 429,
+        error: "error 20429: Too Many Requests".into(),
+    };
+    let (p, state) = run_tier_c(&db.store, throttled).await;
+    assert_eq!(state, ActionState::Dispatched);
+    assert_eq!(p.sends.load(Ordering::SeqCst), 2);
+    assert!(db.store.actions_unknown(10, None).await.unwrap().is_empty());
+}

@@ -29,6 +29,10 @@ pub enum SendOutcome {
     Replayed(MessageView),
     /// A definite refusal: no message was created by this request.
     Rejected { status: u16, error: String },
+    /// The provider states that this request created nothing and may be
+    /// sent again later (a named provider's documented 429; never the
+    /// contract's, whose 429 is [`SendOutcome::Unknown`]).
+    NotCreated { status: u16, error: String },
     /// Nothing is known: look the key up before doing anything else.
     Unknown(String),
 }
@@ -46,6 +50,9 @@ impl SendOutcome {
                 status: *status,
                 reason: format!("provider answered {status}: {error}"),
             },
+            SendOutcome::NotCreated { status, error } => {
+                SendAnswer::NotCreated(format!("provider answered {status}: {error}"))
+            }
             SendOutcome::Unknown(_) => SendAnswer::Unknown,
         }
     }

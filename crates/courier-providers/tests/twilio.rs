@@ -242,10 +242,17 @@ fn refused_credentials_are_not_the_actions_fault() {
 #[test]
 fn unknown_is_never_no() {
     let rate_limited = br#"{"code": 20429, "message": "Too Many Requests", "more_info": "https://www.twilio.com/docs/errors/20429", "status": 429}"#;
-    for status in [408, 409, 429, 500, 502, 503, 504] {
+    for status in [408, 409, 500, 502, 503, 504] {
         let out = twilio::classify_send(status, rate_limited, KEY);
         assert!(matches!(out, SendOutcome::Unknown(_)), "{status}: {out:?}");
     }
+    // Twilio documents its 429 as never processed: nothing was created,
+    // and the send may go again (after a backoff), at any tier.
+    let out = twilio::classify_send(429, rate_limited, KEY);
+    assert!(
+        matches!(out, SendOutcome::NotCreated { status: 429, ref error } if error.contains("20429")),
+        "{out:?}"
+    );
     let good = fixture("send_response_201.json");
     for (status, body) in [
         (201, &b"<html>gateway</html>"[..]),

@@ -182,6 +182,7 @@ fn send_label(o: &SendOutcome) -> &'static str {
         SendOutcome::Accepted(_) => "accepted",
         SendOutcome::Replayed(_) => "replayed",
         SendOutcome::Rejected { .. } => "rejected",
+        SendOutcome::NotCreated { .. } => "not_created",
         SendOutcome::Unknown(_) => "unknown",
     }
 }

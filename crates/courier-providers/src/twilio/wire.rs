@@ -218,8 +218,14 @@ pub fn classify_send(status: u16, body: &[u8], key: &str) -> SendOutcome {
             Ok(_) => SendOutcome::Unknown("a 201 answer without a message sid".to_string()),
             Err(e) => SendOutcome::Unknown(format!("unreadable 201 answer: {e}")),
         },
+        // Twilio: "An API Request that receives an error 429 response is
+        // never processed and is always safe to retry" (error 20429).
+        429 => SendOutcome::NotCreated {
+            status,
+            error: error_text(body),
+        },
         // 408: a proxy may answer it after forwarding the request.
-        408 | 409 | 429 | 500..=599 => {
+        408 | 409 | 500..=599 => {
             SendOutcome::Unknown(format!("twilio answered {status}: {}", error_text(body)))
         }
         400..=499 => SendOutcome::Rejected {
