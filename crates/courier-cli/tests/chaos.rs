@@ -232,7 +232,14 @@ fn the_verifier_catches_second_messages_of_a_broken_worker() {
 fn tier_run(tier: &str, extra: &[&str]) -> (bool, Value, String) {
     let mut args = vec!["--tier", tier];
     args.extend_from_slice(extra);
-    chaos(&args, &format!("tier-{tier}"))
+    // A negative control acts on a time-out its worker lives through:
+    // fewer kills, as for the broken resend modes (`chaos_killing`).
+    let kills = if extra.contains(&"--unsafe-worker-tier") {
+        "3"
+    } else {
+        "30"
+    };
+    chaos_killing(kills, &args, &format!("tier-{tier}"))
 }
 
 #[test]

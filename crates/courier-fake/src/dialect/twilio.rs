@@ -628,6 +628,9 @@ mod tests {
             let read = twilio::classify_send(status.as_u16(), &out, KEY);
             match status.as_u16() {
                 400 => assert!(matches!(read, SendOutcome::Rejected { status: 400, .. })),
+                // Twilio's 429 is "never processed" (the contract fake
+                // answers none to a send; a rate limit of its own would).
+                429 => assert!(matches!(read, SendOutcome::NotCreated { status: 429, .. })),
                 _ => assert!(
                     matches!(read, SendOutcome::Unknown(_)),
                     "{status}: {read:?}"
