@@ -511,6 +511,27 @@ fn action_id(id: Result<Path<String>, PathRejection>) -> Result<i64, ApiError> {
         .map_err(|_| ApiError::bad("bad_id", "action id must be an integer"))
 }
 
+/// 403 unless an admin token: `what` (plural) needs one.
+fn admin_only(caller: &Caller, what: &str) -> Result<(), ApiError> {
+    if caller.is_admin() {
+        return Ok(());
+    }
+    Err(ApiError::new(
+        StatusCode::FORBIDDEN,
+        "admin_only",
+        format!("{what} need an admin token"),
+    ))
+}
+
+/// The action as an answer of an operator's route, right after it changed.
+async fn view_of(state: &AppState, id: i64) -> Result<courier_store::ActionView, ApiError> {
+    state
+        .store
+        .action_get(id)
+        .await?
+        .ok_or_else(|| not_found(id))
+}
+
 fn not_found(id: i64) -> ApiError {
     ApiError::new(
         StatusCode::NOT_FOUND,
@@ -549,12 +570,7 @@ async fn cancel_action(
     match outcome {
         CancelOutcome::Cancelled => {
             metrics::counter!("courier_cancelled_total").increment(1);
-            let view = state
-                .store
-                .action_get(id)
-                .await?
-                .ok_or_else(|| not_found(id))?;
-            Ok(Json(view).into_response())
+            Ok(Json(view_of(&state, id).await?).into_response())
         }
         CancelOutcome::NotFound => Err(not_found(id)),
         CancelOutcome::Refused(now) => Err(cancel_refused(id, now)),
@@ -613,13 +629,7 @@ async fn redrive_action(
     id: Result<Path<String>, PathRejection>,
 ) -> Result<Response, ApiError> {
     let id = action_id(id)?;
-    if !caller.is_admin() {
-        return Err(ApiError::new(
-            StatusCode::FORBIDDEN,
-            "admin_only",
-            "re-drives need an admin token",
-        ));
-    }
+    admin_only(&caller, "re-drives")?;
     let (status, new_id) = match state.store.action_redrive(id, caller.name(), None).await? {
         RedriveOutcome::Redriven(new_id) => (StatusCode::CREATED, new_id),
         RedriveOutcome::Already(new_id) => (StatusCode::OK, new_id),
@@ -635,12 +645,7 @@ async fn redrive_action(
     if status == StatusCode::CREATED {
         metrics::counter!("courier_redriven_total").increment(1);
     }
-    let view = state
-        .store
-        .action_get(new_id)
-        .await?
-        .ok_or_else(|| not_found(new_id))?;
-    Ok((status, Json(view)).into_response())
+    Ok((status, Json(view_of(&state, new_id).await?)).into_response())
 }
 
 /// How an operator resolves an action held `unknown`.
@@ -687,13 +692,7 @@ async fn resolve_action(
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Response, ApiError> {
     let id = action_id(id)?;
-    if !caller.is_admin() {
-        return Err(ApiError::new(
-            StatusCode::FORBIDDEN,
-            "admin_only",
-            "resolutions need an admin token",
-        ));
-    }
+    admin_only(&caller, "resolutions")?;
     let req: ResolveRequest = object_body(&body_or_error(body)?, "bad_body").map_err(|e| {
         ApiError::bad(
             "bad_body",
@@ -710,12 +709,7 @@ async fn resolve_action(
     match outcome {
         ResolveOutcome::Resolved(_) => {
             metrics::counter!("courier_resolved_total", "as" => req.outcome.as_str()).increment(1);
-            let view = state
-                .store
-                .action_get(id)
-                .await?
-                .ok_or_else(|| not_found(id))?;
-            Ok(Json(view).into_response())
+            Ok(Json(view_of(&state, id).await?).into_response())
         }
         ResolveOutcome::NotFound => Err(not_found(id)),
         ResolveOutcome::Refused(now) => Err(ApiError::new(
