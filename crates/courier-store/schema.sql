@@ -152,6 +152,20 @@ CREATE TABLE outbox_accepts (
     CONSTRAINT outbox_accepts_pkey PRIMARY KEY (accepted_at, action_id)
 );
 
+CREATE TABLE provider_gates (
+    provider text NOT NULL,
+    rate_per_s double precision,
+    burst integer,
+    tokens double precision,
+    tokens_at timestamp with time zone,
+    paused_until timestamp with time zone,
+    pauses bigint NOT NULL DEFAULT 0,
+    configured_at timestamp with time zone,
+    CONSTRAINT provider_gates_check CHECK ((((rate_per_s IS NULL) AND (burst IS NULL)) OR (((rate_per_s >= (0.001)::double precision) AND (rate_per_s <= (100000)::double precision)) AND ((burst >= 1) AND (burst <= 100000))))),
+    CONSTRAINT provider_gates_pkey PRIMARY KEY (provider),
+    CONSTRAINT provider_gates_provider_check CHECK (((length(provider) >= 1) AND (length(provider) <= 64)))
+);
+
 CREATE TABLE schema_migrations (
     version integer NOT NULL,
     name text NOT NULL,
@@ -178,8 +192,16 @@ CREATE TABLE stores (
     in_flight integer NOT NULL DEFAULT 0,
     last_served_at timestamp with time zone,
     created_at timestamp with time zone NOT NULL DEFAULT now(),
+    rate_per_s double precision,
+    burst integer,
+    in_flight_max integer,
+    tokens double precision,
+    tokens_at timestamp with time zone,
+    configured_at timestamp with time zone,
     CONSTRAINT stores_in_flight_check CHECK ((in_flight >= 0)),
+    CONSTRAINT stores_in_flight_max_check CHECK (((in_flight_max IS NULL) OR ((in_flight_max >= 1) AND (in_flight_max <= 10000)))),
     CONSTRAINT stores_pkey PRIMARY KEY (store),
+    CONSTRAINT stores_rate_check CHECK ((((rate_per_s IS NULL) AND (burst IS NULL)) OR (((rate_per_s >= (0.001)::double precision) AND (rate_per_s <= (100000)::double precision)) AND ((burst >= 1) AND (burst <= 100000))))),
     CONSTRAINT stores_store_check CHECK (((length(store) >= 1) AND (length(store) <= 64)))
 );
 
@@ -628,6 +650,18 @@ BEGIN
     RETURN removed;
 END $function$;
 
+CREATE OR REPLACE FUNCTION public.courier_tokens(rate double precision, burst integer, tokens double precision, tokens_at timestamp with time zone, at_time timestamp with time zone)
+ RETURNS double precision
+ LANGUAGE sql
+ IMMUTABLE
+AS $function$
+    SELECT CASE WHEN rate IS NULL THEN NULL
+                ELSE LEAST(burst::double precision,
+                           coalesce(tokens, burst::double precision)
+                           + rate * GREATEST(0, extract(epoch FROM (at_time - coalesce(tokens_at, at_time)))))
+           END
+$function$;
+
 CREATE OR REPLACE FUNCTION public.courier_watched_delete()
  RETURNS trigger
  LANGUAGE plpgsql
@@ -992,6 +1026,65 @@ BEGIN
     RETURN moved;
 END $function$;
 
+CREATE OR REPLACE FUNCTION courier.provider_configure(provider text, rate_per_s double precision, burst integer, by_name text)
+ RETURNS timestamp with time zone
+ LANGUAGE plpgsql
+ SET search_path TO '$user', 'public'
+AS $function$
+#variable_conflict use_column
+DECLARE
+    old record;
+BEGIN
+    INSERT INTO provider_gates (provider) VALUES (provider_configure.provider)
+    ON CONFLICT (provider) DO NOTHING;
+    SELECT g.rate_per_s, g.burst INTO old
+    FROM provider_gates g WHERE g.provider = provider_configure.provider FOR UPDATE;
+    UPDATE provider_gates g
+    SET rate_per_s = provider_configure.rate_per_s,
+        burst = provider_configure.burst,
+        tokens = CASE WHEN g.rate_per_s IS NOT DISTINCT FROM provider_configure.rate_per_s
+                       AND g.burst IS NOT DISTINCT FROM provider_configure.burst
+                      THEN g.tokens END,
+        tokens_at = CASE WHEN g.rate_per_s IS NOT DISTINCT FROM provider_configure.rate_per_s
+                          AND g.burst IS NOT DISTINCT FROM provider_configure.burst
+                         THEN g.tokens_at END,
+        configured_at = now()
+    WHERE g.provider = provider_configure.provider;
+    INSERT INTO events (kind, detail)
+    VALUES ('provider_settings',
+            format('provider=%s by=%s rate_per_s=%s->%s burst=%s->%s',
+                   provider_configure.provider, by_name,
+                   coalesce(old.rate_per_s::text, 'none'),
+                   coalesce(provider_configure.rate_per_s::text, 'none'),
+                   coalesce(old.burst::text, 'none'), coalesce(provider_configure.burst::text, 'none')));
+    RETURN now();
+END $function$;
+
+CREATE OR REPLACE FUNCTION courier.provider_pause(provider text, pause_ms bigint, at_time timestamp with time zone DEFAULT NULL::timestamp with time zone)
+ RETURNS bigint
+ LANGUAGE plpgsql
+ SET search_path TO '$user', 'public'
+AS $function$
+#variable_conflict use_column
+DECLARE
+    was timestamptz;
+    pause_end timestamptz;
+BEGIN
+    INSERT INTO provider_gates (provider) VALUES (provider_pause.provider)
+    ON CONFLICT (provider) DO NOTHING;
+    SELECT g.paused_until INTO was FROM provider_gates g
+    WHERE g.provider = provider_pause.provider FOR UPDATE;
+    pause_end := GREATEST(coalesce(was, '-infinity'),
+                      coalesce(at_time, clock_timestamp()) + LEAST(GREATEST(pause_ms, 1), 300000) * interval '1 millisecond');
+    UPDATE provider_gates g SET paused_until = pause_end, pauses = g.pauses + 1
+    WHERE g.provider = provider_pause.provider;
+    IF was IS NULL OR was < coalesce(at_time, clock_timestamp()) THEN
+        INSERT INTO events (kind, detail)
+        VALUES ('provider_paused', format('provider=%s ms=%s', provider_pause.provider, pause_ms));
+    END IF;
+    RETURN (extract(epoch FROM pause_end - coalesce(at_time, clock_timestamp())) * 1000)::bigint;
+END $function$;
+
 CREATE OR REPLACE FUNCTION courier.redrive(action_id bigint, by_name text, stores text[] DEFAULT NULL::text[])
  RETURNS TABLE(outcome text, new_id bigint, state text, reason text)
  LANGUAGE plpgsql
@@ -1106,6 +1199,46 @@ AS $function$
             ARRAY['expires_at', 'expires_before_not_before', 'must be later than not_before']
     END
 $function$;
+
+CREATE OR REPLACE FUNCTION courier.store_configure(store text, rate_per_s double precision, burst integer, in_flight_max integer, by_name text)
+ RETURNS timestamp with time zone
+ LANGUAGE plpgsql
+ SET search_path TO '$user', 'public'
+AS $function$
+#variable_conflict use_column
+DECLARE
+    old record;
+BEGIN
+    IF store_configure.store IS NULL OR length(store_configure.store) > 64
+       OR store_configure.store !~ '^[A-Za-z0-9._-]+$' THEN
+        RAISE EXCEPTION USING ERRCODE = '22023',
+            MESSAGE = 'store: 1 to 64 characters of A-Z a-z 0-9 - _ .';
+    END IF;
+    INSERT INTO stores (store) VALUES (store_configure.store) ON CONFLICT (store) DO NOTHING;
+    SELECT s.rate_per_s, s.burst, s.in_flight_max INTO old
+    FROM stores s WHERE s.store = store_configure.store FOR NO KEY UPDATE;
+    UPDATE stores s
+    SET rate_per_s = store_configure.rate_per_s,
+        burst = store_configure.burst,
+        in_flight_max = store_configure.in_flight_max,
+        tokens = CASE WHEN s.rate_per_s IS NOT DISTINCT FROM store_configure.rate_per_s
+                       AND s.burst IS NOT DISTINCT FROM store_configure.burst
+                      THEN s.tokens END,
+        tokens_at = CASE WHEN s.rate_per_s IS NOT DISTINCT FROM store_configure.rate_per_s
+                          AND s.burst IS NOT DISTINCT FROM store_configure.burst
+                         THEN s.tokens_at END,
+        configured_at = now()
+    WHERE s.store = store_configure.store;
+    INSERT INTO events (kind, detail)
+    VALUES ('store_settings',
+            format('store=%s by=%s rate_per_s=%s->%s burst=%s->%s in_flight_max=%s->%s',
+                   store_configure.store, by_name,
+                   coalesce(old.rate_per_s::text, 'none'), coalesce(store_configure.rate_per_s::text, 'none'),
+                   coalesce(old.burst::text, 'none'), coalesce(store_configure.burst::text, 'none'),
+                   coalesce(old.in_flight_max::text, 'default'),
+                   coalesce(store_configure.in_flight_max::text, 'default')));
+    RETURN now();
+END $function$;
 
 CREATE OR REPLACE FUNCTION courier.store_problem(store text)
  RETURNS text[]

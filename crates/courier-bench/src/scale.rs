@@ -557,6 +557,7 @@ async fn claimer(
         let sent = tokio::time::Instant::now();
         let look = reclaims.look(sent);
         let req = ClaimReq {
+            provider: None,
             owner: owner.clone(),
             n: cfg.claim_batch_max,
             lease_ttl_ms: LEASE_TTL_MS,

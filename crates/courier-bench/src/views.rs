@@ -364,7 +364,7 @@ impl BenchViews for PgStore {
         // whatever the EXPLAIN gave.
         client
             .batch_execute(&format!(
-                "PREPARE courier_explained_claim (text, bigint, double precision, integer, boolean, timestamptz) AS {}",
+                "PREPARE courier_explained_claim (text, bigint, double precision, integer, boolean, timestamptz, text) AS {}",
                 courier_store::claim_statement(courier_store::ClaimMode::Fair)
             ))
             .await?;
@@ -375,7 +375,7 @@ impl BenchViews for PgStore {
             let rows = tx
                 .query(
                     &format!(
-                        "EXPLAIN (ANALYZE, BUFFERS) EXECUTE courier_explained_claim('bench-explain', {n}, 60000, {cap}, true, NULL)"
+                        "EXPLAIN (ANALYZE, BUFFERS) EXECUTE courier_explained_claim('bench-explain', {n}, 60000, {cap}, true, NULL, NULL)"
                     ),
                     &[],
                 )

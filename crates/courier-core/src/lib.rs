@@ -19,6 +19,7 @@ pub mod key;
 pub mod lease;
 pub mod limits;
 pub mod phone;
+pub mod rate;
 pub mod retention;
 pub mod state;
 pub mod status;
@@ -27,6 +28,7 @@ pub mod tier;
 
 pub use key::{action_key, validate_key, KeyError};
 pub use limits::{Limits, LimitsError, BODY_CHARS_MAX, ENQUEUE_MANY_MAX};
+pub use rate::{ProviderSettings, Rate, SettingsError, StoreSettings};
 pub use retention::{Retention, RetentionError};
 pub use state::ActionState;
 pub use status::{merge, Merge, Status};

@@ -42,6 +42,10 @@ pub struct ClaimReq {
     /// intent next ([`PgStore::outbox_intent`]), as after any reclaim: the
     /// tests that take the steps one at a time.
     pub intents: bool,
+    /// The provider the claimed actions will be sent to: its gate
+    /// (`provider_gates`, migration 27) applies, a pause stopping fresh
+    /// claims and a ceiling metering them. None: no gate.
+    pub provider: Option<Arc<str>>,
     /// Look for expired leases first (taken at epoch + 1). The look walks
     /// the index of held leases from its oldest end, past the dead entries
     /// of every action that moved on since the last vacuum: the worker paces
@@ -60,6 +64,10 @@ pub struct ClaimTaken {
     /// anything: a row not swept is swept after a later claim, each of
     /// which names the first rows in line that have no work.
     pub sweep: Vec<String>,
+    /// The provider ([`ClaimReq::provider`]) is paused for this many more
+    /// milliseconds (it answered "too many requests"): the claim took no
+    /// fresh action, and no request should leave for it before then.
+    pub provider_paused_ms: Option<u64>,
 }
 
 /// A write refused because the action is no longer ours: an expected outcome.
@@ -124,16 +132,28 @@ pub struct Heartbeat {
 
 /// The fair claim: expired leases first, then the least recently served
 /// stores with work and room under the cap, one action from each in turn.
-const CLAIM_FAIR: &str = sql!("lease/claim_head", "lease/claim_fair", "lease/claim_tail");
+const CLAIM_FAIR: &str = sql!(
+    "lease/claim_gate",
+    "lease/claim_head",
+    "lease/claim_fair",
+    "lease/claim_tail"
+);
 /// The FIFO claim: expired leases first, then the oldest pending actions.
-const CLAIM_FIFO: &str = sql!("lease/claim_head", "lease/claim_fifo", "lease/claim_tail");
+const CLAIM_FIFO: &str = sql!(
+    "lease/claim_gate",
+    "lease/claim_head",
+    "lease/claim_fifo",
+    "lease/claim_tail"
+);
 /// The claims without the look for expired leases ([`ClaimReq::reclaim`] off).
 const CLAIM_FAIR_NO_RECLAIM: &str = sql!(
+    "lease/claim_gate",
     "lease/claim_head_none",
     "lease/claim_fair",
     "lease/claim_tail"
 );
 const CLAIM_FIFO_NO_RECLAIM: &str = sql!(
+    "lease/claim_gate",
     "lease/claim_head_none",
     "lease/claim_fifo",
     "lease/claim_tail"
@@ -155,7 +175,7 @@ pub fn claim_statements(mode: ClaimMode) -> [&'static str; 2] {
 
 /// The text of a claim statement, so tests can check its plans (parameters:
 /// $1 owner, $2 batch size, $3 lease ttl ms, $4 per-store cap, $5 write
-/// intents, $6 the time or NULL). Not an API: run claims with
+/// intents, $6 the time or NULL, $7 the provider or NULL). Not an API: run claims with
 /// [`PgStore::action_claim`].
 #[doc(hidden)]
 pub fn claim_statement(mode: ClaimMode) -> &'static str {
@@ -193,8 +213,16 @@ impl PgStore {
         // no extra round trip; a claim that fails makes the COMMIT a
         // rollback.
         let statement = client.prepare_cached(sql).await?;
-        let params: [&(dyn tokio_postgres::types::ToSql + Sync); 6] =
-            [&req.owner.as_ref(), &n, &ttl, &cap, &req.intents, &now];
+        let provider = req.provider.as_deref();
+        let params: [&(dyn tokio_postgres::types::ToSql + Sync); 7] = [
+            &req.owner.as_ref(),
+            &n,
+            &ttl,
+            &cap,
+            &req.intents,
+            &now,
+            &provider,
+        ];
         // `biased`: polled in this order, so sent in this order. `statement`
         // must be a prepared Statement: with SQL text, the prepare's round
         // trip would let the COMMIT leave before the claim.
@@ -213,7 +241,13 @@ impl PgStore {
         committed?;
         let mut claimed = Vec::with_capacity(rows.len());
         let mut sweep: Vec<String> = Vec::new();
+        let mut provider_paused_ms = None;
         for r in &rows {
+            // A row with a pause carries nothing else.
+            if let Some(ms) = r.get::<_, Option<i64>>("paused_ms") {
+                provider_paused_ms = Some(u64::try_from(ms).unwrap_or(0));
+                continue;
+            }
             // A row with a store to sweep carries no action.
             if let Some(store) = r.get::<_, Option<String>>("sweep") {
                 sweep.push(store);
@@ -247,7 +281,11 @@ impl PgStore {
             claimed.iter().all(|c| c.lease.epoch > 0),
             "a claim granted a lease at epoch 0"
         );
-        Ok(ClaimTaken { claimed, sweep })
+        Ok(ClaimTaken {
+            claimed,
+            sweep,
+            provider_paused_ms,
+        })
     }
 
     /// Removes from `store_work` those of `stores` that have no pending

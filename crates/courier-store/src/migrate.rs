@@ -162,6 +162,16 @@ pub const MIGRATIONS: &[(i32, &str, &str)] = &[
         "guarantee_tiers_validate",
         include_str!("../migrations/0026_guarantee_tiers_validate.sql"),
     ),
+    (
+        27,
+        "flow_control",
+        include_str!("../migrations/0027_flow_control.sql"),
+    ),
+    (
+        28,
+        "flow_control_validate",
+        include_str!("../migrations/0028_flow_control_validate.sql"),
+    ),
 ];
 
 /// The first line that makes a migration run outside a transaction.
@@ -232,7 +242,12 @@ async fn run_locked(client: &mut tokio_postgres::Client) -> Result<usize, StoreE
             continue;
         }
         let failed = |e: tokio_postgres::Error| {
-            StoreError::Query(format!("migration {version} ({name}) failed: {e}"))
+            // The database's own message (tokio-postgres's Display says only
+            // "db error").
+            let detail = e
+                .as_db_error()
+                .map_or_else(|| e.to_string(), |d| d.to_string());
+            StoreError::Query(format!("migration {version} ({name}) failed: {detail}"))
         };
         if is_no_transaction(sql) {
             for statement in statements(sql) {
@@ -343,7 +358,7 @@ mod tests {
             .filter(|m| is_no_transaction(m.2))
             .map(|m| m.0)
             .collect();
-        assert_eq!(marked, vec![7, 14, 16, 20, 24, 26]);
+        assert_eq!(marked, vec![7, 14, 16, 20, 24, 26, 28]);
     }
 
     #[test]

@@ -27,7 +27,7 @@ async fn plan(c: &tokio_postgres::Client, sql: &str) -> Vec<String> {
     let rows = c
         .query(
             &format!("EXPLAIN {sql}"),
-            &[&"w", &7i64, &60_000f64, &1i32, &true, &now],
+            &[&"w", &7i64, &60_000f64, &1i32, &true, &now, &None::<&str>],
         )
         .await
         .expect("explain the claim");
@@ -246,7 +246,7 @@ async fn walk_plan(c: &tokio_postgres::Client, generic: bool) -> Vec<String> {
     let rows = c
         .query(
             &format!("EXPLAIN {}", claim_statement(ClaimMode::Fair)),
-            &[&"w", &16i64, &60_000f64, &4i32, &true, &now],
+            &[&"w", &16i64, &60_000f64, &4i32, &true, &now, &None::<&str>],
         )
         .await
         .expect("explain the claim");
@@ -450,8 +450,8 @@ async fn fair_claim_reads_in_proportion_to_stores_with_work_not_stores_registere
     c.batch_execute("ANALYZE").await.unwrap();
     let now: Option<chrono::DateTime<chrono::Utc>> = None;
     let claim = claim_statement(ClaimMode::Fair);
-    let params: [&(dyn tokio_postgres::types::ToSql + Sync); 6] =
-        [&"w", &16i64, &60_000f64, &4i32, &true, &now];
+    let params: [&(dyn tokio_postgres::types::ToSql + Sync); 7] =
+        [&"w", &16i64, &60_000f64, &4i32, &true, &now, &None::<&str>];
     let new = buffers(&mut c, claim, &params).await;
     let old = buffers(&mut c, WALK_OF_EVERY_STORE, &[]).await;
     eprintln!("{REGISTERED} stores registered, 100 with work: the fair claim read {new} buffers, the walk of every store {old}");
@@ -519,8 +519,8 @@ async fn claims_read_releases_through_the_index_with_missing_stale_and_fresh_sta
          INSERT INTO store_releases (store, n) SELECT store, 1 FROM stores";
     let now: Option<chrono::DateTime<chrono::Utc>> = None;
     let claim = |mode| claim_statement(mode);
-    let params: [&(dyn tokio_postgres::types::ToSql + Sync); 6] =
-        [&"w", &16i64, &60_000f64, &4i32, &true, &now];
+    let params: [&(dyn tokio_postgres::types::ToSql + Sync); 7] =
+        [&"w", &16i64, &60_000f64, &4i32, &true, &now, &None::<&str>];
     let states: [(&str, String); 4] = [
         ("never analysed", at_cap_with_releases.to_string()),
         (
@@ -612,8 +612,8 @@ async fn fair_claim_reads_what_it_takes_from_deep_backlogs_behind_stale_statisti
             c.batch_execute(&format!("SET plan_cache_mode = {generic}"))
                 .await
                 .unwrap();
-            let params: [&(dyn tokio_postgres::types::ToSql + Sync); 6] =
-                [&"w", &64i64, &60_000f64, &4i32, &true, &now];
+            let params: [&(dyn tokio_postgres::types::ToSql + Sync); 7] =
+                [&"w", &64i64, &60_000f64, &4i32, &true, &now, &None::<&str>];
             let read = buffers(&mut c, claim_statement(mode), &params).await;
             eprintln!("{mode:?}, {generic}: a claim of 64 read {read} buffers");
             assert!(
@@ -660,7 +660,7 @@ async fn claims_run_their_generic_plan_not_one_planned_per_call() {
             &[ClaimMode::Fair][..],
         ),
     ] {
-        let before = plans_made(&s.client().await.unwrap(), "WITH reclaimed AS").await;
+        let before = plans_made(&s.client().await.unwrap(), "WITH gate AS").await;
         for mode in modes {
             for _ in 0..CLAIMS / modes.len() as i64 {
                 let got = fixtures::claim(&s, &owner, 2, 60_000, 4, *mode)
@@ -669,7 +669,7 @@ async fn claims_run_their_generic_plan_not_one_planned_per_call() {
                 assert!(!got.is_empty(), "{label}: the claim found nothing");
             }
         }
-        let after = plans_made(&s.client().await.unwrap(), "WITH reclaimed AS").await;
+        let after = plans_made(&s.client().await.unwrap(), "WITH gate AS").await;
         let (generic, custom) = (after.0 - before.0, after.1 - before.1);
         eprintln!("{label}: {generic} generic and {custom} custom plans for {CLAIMS} claims");
         if label == "forced" {
@@ -800,9 +800,9 @@ async fn prepare_claims_and_settles(c: &tokio_postgres::Client) -> Vec<(String, 
         for (i, sql) in claim_statements(mode).iter().enumerate() {
             prepare(
                 format!("{name}{i}"),
-                "text, bigint, double precision, integer, boolean, timestamptz",
+                "text, bigint, double precision, integer, boolean, timestamptz, text",
                 sql,
-                "'w', 16, 60000, 4, true, NULL",
+                "'w', 16, 60000, 4, true, NULL, NULL",
             )
             .await;
         }

@@ -13,6 +13,7 @@ const SHORT_LEASE_MS: u64 = 100;
 
 async fn claim(store: &PgStore, lease_ttl_ms: u64, reclaim: bool) -> Vec<Claimed> {
     let req = ClaimReq {
+        provider: None,
         owner: "w".into(),
         n: 1,
         lease_ttl_ms,

@@ -37,8 +37,8 @@ async fn buffers(
 
 async fn claim_buffers(c: &mut tokio_postgres::Client) -> u64 {
     let now: Option<chrono::DateTime<chrono::Utc>> = None;
-    let params: [&(dyn tokio_postgres::types::ToSql + Sync); 6] =
-        [&"w", &16i64, &60_000f64, &4i32, &true, &now];
+    let params: [&(dyn tokio_postgres::types::ToSql + Sync); 7] =
+        [&"w", &16i64, &60_000f64, &4i32, &true, &now, &None::<&str>];
     buffers(c, claim_statement(ClaimMode::Fair), &params).await
 }
 

@@ -89,7 +89,7 @@ async fn plans(c: &tokio_postgres::Client) -> Vec<(&'static str, String)> {
             explain(
                 c,
                 claim_statement(ClaimMode::Fair),
-                &[&"w", &64i64, &60_000f64, &4i32, &true, &now],
+                &[&"w", &64i64, &60_000f64, &4i32, &true, &now, &None::<&str>],
             )
             .await,
         ),

@@ -128,6 +128,7 @@ async fn a_store_whose_work_is_claimed_leaves_store_work_and_comes_back_with_new
 /// The worker's claim: intents written, expired leases looked for.
 fn to_send(n: u32) -> ClaimReq {
     ClaimReq {
+        provider: None,
         owner: owner(),
         n,
         lease_ttl_ms: LONG_LEASE_MS,

@@ -71,6 +71,7 @@ pub async fn claim(
     mode: ClaimMode,
 ) -> Result<Vec<Claimed>, StoreError> {
     let req = ClaimReq {
+        provider: None,
         owner: owner.clone(),
         n,
         lease_ttl_ms,
@@ -93,6 +94,7 @@ pub async fn claim_to_send(
     mode: ClaimMode,
 ) -> Result<Vec<Claimed>, StoreError> {
     let req = ClaimReq {
+        provider: None,
         owner: owner.clone(),
         n,
         lease_ttl_ms,

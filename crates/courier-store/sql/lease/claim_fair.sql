@@ -1,14 +1,22 @@
--- The middle of the fair claim: the least recently served stores with work
--- and room under the cap, one action from each in turn, oldest first within
--- a store. The stores come from `store_work` (migration 0005), walked
--- through its index in serving order, so idle stores are never visited.
+-- The middle of the fair claim: the least recently served stores with work,
+-- room under their cap and, for a store with a rate, a whole token in its
+-- bucket; one action from each in turn, oldest first within a store. The
+-- stores come from `store_work` (migration 0005), walked through its index
+-- in serving order, so idle stores are never visited; a store waiting for
+-- tokens is passed over (one probe) and holds no slot.
 -- Store rows are locked FOR NO KEY UPDATE (enough to serialize claims of one
--- store) and SKIP LOCKED; enqueues lock no store row (migration 11).
--- Each store locks at most its share of the batch (the batch over the
+-- store, so its bucket is debited by one claim at a time) and SKIP LOCKED;
+-- enqueues lock no store row (migration 11). A locked row is read as it is
+-- now, not as the snapshot saw it, so the cap and the tokens are the latest.
+-- Each store locks at most its share of the batch (the budget over the
 -- number of stores, rounded up), so a claim locks about as many action rows
--- as it takes.
+-- as it takes. A store's cap is its own (`in_flight_max`, migration 27) or
+-- the claim's ($4).
 s AS (
-    SELECT st.store, st.in_flight, w.last_served_at
+    SELECT st.store, st.in_flight, w.last_served_at,
+           coalesce(st.in_flight_max, $4::int) AS cap,
+           courier_tokens(st.rate_per_s, st.burst, st.tokens, st.tokens_at,
+                          coalesce($6::timestamptz, now())) AS tokens
     FROM store_work w
     JOIN stores st ON st.store = w.store
     -- One probe of actions_ready's per-store index per store (a LIMIT keeps
@@ -28,8 +36,19 @@ s AS (
     -- mostly dead rows, 58-64 pages per store probed in `courier bench
     -- scale` (docs/benchmarks.md); the probe goes through the table's index
     -- whatever its statistics say (migration 9).
-    WHERE (st.in_flight < $4::int
-           OR st.in_flight - courier_releases_unfolded(st.store) < $4::int)
+    WHERE (st.in_flight < coalesce(st.in_flight_max, $4::int)
+           OR st.in_flight - courier_releases_unfolded(st.store)
+              < coalesce(st.in_flight_max, $4::int))
+      AND (st.rate_per_s IS NULL
+           OR courier_tokens(st.rate_per_s, st.burst, st.tokens, st.tokens_at,
+                             coalesce($6::timestamptz, now())) >= 1)
+      -- No store at all while the provider is paused (one test, before the
+      -- walk). The LIMIT stays the batch, a parameter: a LIMIT of the
+      -- budget's subquery is planned as 10% of store_work, and the plans
+      -- after it turn to scans (tests/plans.rs). With a ceiling nearly
+      -- spent, the claim locks up to the batch's stores and takes from the
+      -- first (`room` below).
+      AND (SELECT n FROM budget) > 0
     ORDER BY w.last_served_at NULLS FIRST, w.store
     LIMIT $2
     FOR NO KEY UPDATE OF st SKIP LOCKED
@@ -47,9 +66,12 @@ released AS (
 -- The store rows this claim holds: it counts only against them.
 locked_stores AS (SELECT store FROM s),
 ranked_stores AS (
-    SELECT f.*, GREATEST(LEAST($4 - f.in_flight, ($2 + f.k - 1) / f.k), 0) AS room
+    SELECT f.*,
+           GREATEST(LEAST(f.cap - f.in_flight,
+                          ((SELECT n FROM budget) + f.k - 1) / f.k,
+                          coalesce(floor(f.tokens)::bigint, f.cap)), 0) AS room
     FROM (
-        SELECT s.store,
+        SELECT s.store, s.cap, s.tokens,
                s.in_flight - coalesce((SELECT sum(x.n) FROM released x WHERE x.store = s.store), 0)
                    AS in_flight,
                row_number() OVER (ORDER BY s.last_served_at NULLS FIRST, s.store) AS store_rank,
@@ -73,7 +95,7 @@ locked AS (
         FROM (SELECT r.id FROM actions_ready r
               WHERE r.store = rs.store
               ORDER BY r.id
-              LIMIT rs.room + $4) r
+              LIMIT rs.room + rs.cap) r
         CROSS JOIN LATERAL (
             SELECT a.id FROM actions a
             WHERE a.id = r.id AND a.state = 'pending'
@@ -86,7 +108,7 @@ chosen AS (
                row_number() OVER (PARTITION BY store ORDER BY id) AS turn
         FROM locked) t
     ORDER BY turn, store_rank
-    LIMIT GREATEST($2 - (SELECT count(*) FROM reclaimed), 0)
+    LIMIT LEAST(GREATEST($2 - (SELECT count(*) FROM reclaimed), 0), (SELECT n FROM budget))
 ),
 -- The stores whose rows store_work may keep without work, for the caller
 -- to sweep (courier_store_work_sweep, which checks again under a lock):

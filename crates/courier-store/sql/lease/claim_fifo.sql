@@ -5,8 +5,9 @@
 -- planner cannot merge into the walk: joined plainly, in a database never
 -- analysed, it scanned all of `actions` and joined it to the walk
 -- (tests/plans.rs). The walk passes at most 1,000 actions that other claims
--- hold. The per-store cap does not apply ($4 is only referenced so both
--- claims take the same parameters). Unlike the fair claim, it waits: for the
+-- hold. The per-store caps and rates do not apply ($4 is only referenced so
+-- both claims take the same parameters; what it takes is still debited from
+-- its stores' buckets); the provider's gate does. Unlike the fair claim, it waits: for the
 -- store rows of what it took (to count them), which it locks in name order.
 chosen AS (
     SELECT a.id, a.store
@@ -17,7 +18,7 @@ chosen AS (
         SELECT a.id, a.store FROM actions a
         WHERE a.id = r.id AND a.state = 'pending' AND $4 >= 0
         FOR UPDATE SKIP LOCKED) a
-    LIMIT GREATEST($2 - (SELECT count(*) FROM reclaimed), 0)
+    LIMIT LEAST(GREATEST($2 - (SELECT count(*) FROM reclaimed), 0), (SELECT n FROM budget))
 ),
 -- The chosen actions' store rows, locked in name order (so two FIFO claims
 -- cannot wait on each other in a cycle) before their releases are folded.

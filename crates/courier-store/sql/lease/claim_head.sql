@@ -4,7 +4,7 @@
 -- first; each action row is locked and its lease re-checked in a LATERAL
 -- subquery, so only what this claim takes is locked. $6 is the time (NULL:
 -- the database's clock, see src/clock.rs).
-WITH reclaimed AS (
+reclaimed AS (
     UPDATE actions a
     SET owner = $1, epoch = a.epoch + 1,
         lease_until = coalesce($6::timestamptz, now()) + $3 * interval '1 millisecond',

@@ -3,7 +3,7 @@
 -- claims come back full, `RECLAIM_EVERY_MS` in courier-dispatch's
 -- src/worker/pacing.rs): no action is reclaimed. The columns of
 -- claim_head.sql's.
-WITH reclaimed AS (
+reclaimed AS (
     SELECT NULL::bigint AS id, NULL::uuid AS uid, NULL::text AS store, NULL::text AS recipient,
            NULL::text AS body, NULL::bigint AS epoch, true AS reclaimed,
            NULL::bigint AS expires_in_ms

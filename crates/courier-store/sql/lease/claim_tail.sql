@@ -9,7 +9,9 @@
 -- `locked_stores` (the store rows it holds, a superset of the chosen
 -- actions' stores) and `sweep` (stores whose store_work rows may be left
 -- without work: returned as rows with no action, `sweep` set, for the
--- caller to pass to courier_store_work_sweep). Each action comes with the
+-- caller to pass to courier_store_work_sweep); the gate (claim_gate.sql)
+-- defines `gate`, `pause` and `budget`, and a pause in force comes back as
+-- one more row with no action, `paused_ms` set. Each action comes with the
 -- milliseconds from the claim's time to its expires_at (NULL: none), which
 -- the owner turns into a deadline on its own clock, as it does the lease.
 claimed AS (
@@ -25,6 +27,13 @@ claimed AS (
 served AS (
     UPDATE stores st
     SET in_flight = st.in_flight + coalesce(c.n, 0) - coalesce(r.n, 0),
+        -- A store with a rate pays a token for each action taken.
+        tokens = CASE WHEN st.rate_per_s IS NULL OR c.n IS NULL THEN st.tokens
+                      ELSE courier_tokens(st.rate_per_s, st.burst, st.tokens, st.tokens_at,
+                                          coalesce($6::timestamptz, now())) - c.n END,
+        tokens_at = CASE WHEN st.rate_per_s IS NULL OR c.n IS NULL THEN st.tokens_at
+                         ELSE GREATEST(coalesce(st.tokens_at, coalesce($6::timestamptz, now())),
+                                       coalesce($6::timestamptz, now())) END,
         last_served_at = CASE WHEN c.n > 0 THEN clock_timestamp() ELSE st.last_served_at END
     FROM locked_stores u
     LEFT JOIN (SELECT store, count(*)::int AS n FROM chosen GROUP BY store) c ON c.store = u.store
@@ -42,19 +51,34 @@ work_served AS (
     FROM locked_stores u
     WHERE w.store = u.store AND u.store IN (SELECT store FROM chosen)
 ),
+-- The provider's ceiling pays a token for each action taken (its row is
+-- locked by `gate`, so no other claim debited it meanwhile).
+gate_paid AS (
+    UPDATE provider_gates g
+    SET tokens = gt.tokens - (SELECT count(*) FROM chosen),
+        tokens_at = GREATEST(coalesce(g.tokens_at, coalesce($6::timestamptz, now())),
+                             coalesce($6::timestamptz, now()))
+    FROM gate gt
+    WHERE g.provider = gt.provider AND EXISTS (SELECT 1 FROM chosen)
+),
 intents AS (
     INSERT INTO outbox (action_id, idem_key, epoch_written, attempts)
     SELECT id, 'courier-' || replace(uid::text, '-', ''), epoch, 1 FROM claimed WHERE $5
     ON CONFLICT (action_id) DO NOTHING
     RETURNING action_id
 )
-SELECT r.*, false AS counted, NULL::text AS sweep FROM reclaimed r
+SELECT r.*, false AS counted, NULL::text AS sweep, NULL::bigint AS paused_ms FROM reclaimed r
 UNION ALL
 SELECT c.*, EXISTS (SELECT 1 FROM intents i WHERE i.action_id = c.id) AS counted,
-       NULL::text AS sweep
+       NULL::text AS sweep, NULL::bigint
 FROM claimed c
 UNION ALL
 SELECT NULL::bigint, NULL::uuid, NULL::text, NULL::text, NULL::text, NULL::bigint, false,
        NULL::bigint, false,
-       w.store
+       w.store, NULL::bigint
 FROM sweep w
+UNION ALL
+SELECT NULL::bigint, NULL::uuid, NULL::text, NULL::text, NULL::text, NULL::bigint, false,
+       NULL::bigint, false,
+       NULL::text, p.ms
+FROM pause p
