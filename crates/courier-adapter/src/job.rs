@@ -231,7 +231,9 @@ impl Provider for Measured {
                 }
                 SendOutcome::Rejected { .. } => this.end(&key, inserted, false),
                 // Sent again later, as after an unknown outcome.
-                SendOutcome::NotCreated { .. } | SendOutcome::Unknown(_) => {}
+                SendOutcome::NotCreated { .. }
+                | SendOutcome::Throttled { .. }
+                | SendOutcome::Unknown(_) => {}
             }
             out
         }

@@ -118,6 +118,7 @@ fn worker_config(cfg: &Config) -> WorkerConfig {
         seed: u64::from(std::process::id()),
         // The stub answers as the contract says.
         tier: courier_core::Tier::A,
+        provider_gate: None,
     }
 }
 

@@ -63,6 +63,7 @@ async fn a_library_worker_prunes_finished_actions_past_their_retention() {
             reconcile: false,
             seed: 1,
             tier: courier_core::Tier::A,
+            provider_gate: None,
         },
     );
     let shutdown = CancellationToken::new();

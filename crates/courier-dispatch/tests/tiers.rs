@@ -67,6 +67,7 @@ async fn run_tier_c(store: &PgStore, first: SendOutcome) -> (Scripted, ActionSta
             pruner: None,
             seed: 3,
             tier: Tier::C(UnknownPolicy::Hold),
+            provider_gate: None,
         },
     );
     let stop = CancellationToken::new();
@@ -118,6 +119,7 @@ async fn a_429_that_created_nothing_is_sent_again_not_held() {
     let throttled = SendOutcome::NotCreated {
         status: 429,
         error: "error 20429: Too Many Requests".into(),
+        retry_after_ms: None,
     };
     let (p, state) = run_tier_c(&db.store, throttled).await;
     assert_eq!(state, ActionState::Dispatched);

@@ -2,7 +2,9 @@
 //!
 //! Answers are classified by what the caller does next. The rule that matters:
 //! a time-out, a 5xx, a 429, a 409 or a refused or reset connection is
-//! [`SendOutcome::Unknown`], never "no" — the message may exist.
+//! [`SendOutcome::Unknown`] (a 429: [`SendOutcome::Throttled`], unknown
+//! too, with the provider's `Retry-After`), never "no" — the message may
+//! exist.
 
 use crate::wire::{ErrorBody, MessageView, SendRequest};
 use courier_core::key::quote_key;
@@ -31,8 +33,22 @@ pub enum SendOutcome {
     Rejected { status: u16, error: String },
     /// The provider states that this request created nothing and may be
     /// sent again later (a named provider's documented 429; never the
-    /// contract's, whose 429 is [`SendOutcome::Unknown`]).
-    NotCreated { status: u16, error: String },
+    /// contract's, whose 429 is [`SendOutcome::Throttled`]), after
+    /// `retry_after_ms` when it said so.
+    NotCreated {
+        status: u16,
+        error: String,
+        retry_after_ms: Option<u64>,
+    },
+    /// "Too many requests" (the contract's 429): the outcome is unknown, as
+    /// for [`SendOutcome::Unknown`] (look the key up before any resend),
+    /// and the provider asks for no request before `retry_after_ms` (its
+    /// `Retry-After`, when it sent one).
+    Throttled {
+        status: u16,
+        error: String,
+        retry_after_ms: Option<u64>,
+    },
     /// Nothing is known: look the key up before doing anything else.
     Unknown(String),
 }
@@ -50,12 +66,76 @@ impl SendOutcome {
                 status: *status,
                 reason: format!("provider answered {status}: {error}"),
             },
-            SendOutcome::NotCreated { status, error } => {
+            SendOutcome::NotCreated { status, error, .. } => {
                 SendAnswer::NotCreated(format!("provider answered {status}: {error}"))
             }
-            SendOutcome::Unknown(_) => SendAnswer::Unknown,
+            SendOutcome::Throttled { .. } | SendOutcome::Unknown(_) => SendAnswer::Unknown,
         }
     }
+
+    /// Whether the provider asked for fewer requests (a 429, in the
+    /// contract's form or a named provider's), and when to come back.
+    pub fn throttle(&self) -> Option<Throttle> {
+        match self {
+            SendOutcome::Throttled { retry_after_ms, .. }
+            | SendOutcome::NotCreated {
+                status: 429,
+                retry_after_ms,
+                ..
+            } => Some(Throttle {
+                retry_after_ms: *retry_after_ms,
+            }),
+            _ => None,
+        }
+    }
+
+    /// The same answer with the provider's `Retry-After` (read from the
+    /// answer's headers, [`retry_after_ms`]) on a 429; any other answer is
+    /// returned as it is.
+    pub fn with_retry_after(self, ms: Option<u64>) -> Self {
+        match self {
+            SendOutcome::Throttled { status, error, .. } => SendOutcome::Throttled {
+                status,
+                error,
+                retry_after_ms: ms,
+            },
+            SendOutcome::NotCreated { status, error, .. } => SendOutcome::NotCreated {
+                status,
+                error,
+                retry_after_ms: ms,
+            },
+            other => other,
+        }
+    }
+}
+
+/// A provider's "too many requests".
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Throttle {
+    /// Milliseconds to wait, from its `Retry-After`; None when it gave none.
+    pub retry_after_ms: Option<u64>,
+}
+
+/// The `Retry-After` of an answer, in milliseconds from `now`: delta-seconds
+/// or an HTTP date (RFC 9110 section 10.2.3); None when absent or unreadable
+/// (the caller backs off on its own then). A date in the past is 0.
+pub fn retry_after_ms(
+    headers: &reqwest::header::HeaderMap,
+    now: std::time::SystemTime,
+) -> Option<u64> {
+    let v = headers
+        .get(reqwest::header::RETRY_AFTER)?
+        .to_str()
+        .ok()?
+        .trim();
+    if let Ok(s) = v.parse::<u64>() {
+        return Some(s.saturating_mul(1_000));
+    }
+    let at = httpdate::parse_http_date(v).ok()?;
+    Some(
+        at.duration_since(now)
+            .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX)),
+    )
 }
 
 /// The answer to a lookup.
@@ -127,6 +207,7 @@ impl ProviderClient {
             Err(e) => return SendOutcome::Unknown(describe(&e)),
         };
         let status = resp.status().as_u16();
+        let retry_after = retry_after_ms(resp.headers(), std::time::SystemTime::now());
         let replayed = resp
             .headers()
             .get("idempotent-replayed")
@@ -137,7 +218,7 @@ impl ProviderClient {
                 return SendOutcome::Unknown(format!("answer {status} cut off: {}", describe(&e)))
             }
         };
-        classify_send(status, replayed, &bytes)
+        classify_send(status, replayed, &bytes).with_retry_after(retry_after)
     }
 
     /// Looks a key up.
@@ -186,8 +267,15 @@ pub fn classify_send(status: u16, replayed: bool, body: &[u8]) -> SendOutcome {
             // A success we cannot read tells us nothing definite.
             Err(e) => SendOutcome::Unknown(format!("unreadable {status} answer: {e}")),
         },
-        // In progress, overload, server faults: the outcome is unknown.
-        409 | 429 | 500..=599 => {
+        // Too many requests: unknown, and a pause (its Retry-After is added
+        // by the caller, which has the headers).
+        429 => SendOutcome::Throttled {
+            status,
+            error: error_text(body),
+            retry_after_ms: None,
+        },
+        // In progress, server faults: the outcome is unknown.
+        409 | 500..=599 => {
             SendOutcome::Unknown(format!("provider answered {status}: {}", error_text(body)))
         }
         400..=499 => SendOutcome::Rejected {
@@ -236,6 +324,41 @@ fn encode_path(key: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_429_is_unknown_and_carries_its_retry_after() {
+        let out =
+            classify_send(429, false, br#"{"error":"rate_limited"}"#).with_retry_after(Some(2_000));
+        assert_eq!(out.answer(), SendAnswer::Unknown);
+        assert_eq!(
+            out.throttle(),
+            Some(Throttle {
+                retry_after_ms: Some(2_000)
+            })
+        );
+        // Only a 429 is a throttle; a Retry-After on a 503 is not read.
+        let busy = classify_send(503, false, b"{}").with_retry_after(Some(2_000));
+        assert_eq!(busy.throttle(), None);
+    }
+
+    #[test]
+    fn retry_after_reads_seconds_and_http_dates() {
+        use reqwest::header::{HeaderMap, HeaderValue, RETRY_AFTER};
+        let now = std::time::UNIX_EPOCH + std::time::Duration::from_secs(1_445_412_480);
+        let at = |v: &'static str| {
+            let mut h = HeaderMap::new();
+            h.insert(RETRY_AFTER, HeaderValue::from_static(v));
+            retry_after_ms(&h, now)
+        };
+        assert_eq!(at("3"), Some(3_000));
+        assert_eq!(at(" 0 "), Some(0));
+        // RFC 9110's example date, 10 s after `now`.
+        assert_eq!(at("Wed, 21 Oct 2015 07:28:10 GMT"), Some(10_000));
+        assert_eq!(at("Wed, 21 Oct 2015 07:27:00 GMT"), Some(0), "a date past");
+        assert_eq!(at("soon"), None);
+        assert_eq!(at("-1"), None);
+        assert_eq!(retry_after_ms(&HeaderMap::new(), now), None);
+    }
     use courier_core::Status;
 
     const MSG: &[u8] = br#"{"id":"msg_1","key":"k","status":"accepted"}"#;
@@ -254,10 +377,12 @@ mod tests {
     #[test]
     fn unknown_is_never_no() {
         for code in [409, 429, 500, 502, 503, 504] {
+            let out = classify_send(code, false, br#"{"error":"x"}"#);
+            assert_eq!(out.answer(), SendAnswer::Unknown, "{code}");
             assert!(
                 matches!(
-                    classify_send(code, false, br#"{"error":"x"}"#),
-                    SendOutcome::Unknown(_)
+                    out,
+                    SendOutcome::Unknown(_) | SendOutcome::Throttled { status: 429, .. }
                 ),
                 "{code}"
             );

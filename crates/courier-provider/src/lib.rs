@@ -15,5 +15,7 @@ mod provider;
 pub mod signature;
 pub mod wire;
 
-pub use client::{ClientConfig, LookupOutcome, ProviderClient, SendOutcome};
+pub use client::{
+    retry_after_ms, ClientConfig, LookupOutcome, ProviderClient, SendOutcome, Throttle,
+};
 pub use provider::Provider;

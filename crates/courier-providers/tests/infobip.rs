@@ -3,6 +3,7 @@
 //! every row of the answer tables, the statuses, the delivery reports and
 //! their token, the tier, and the client on the wire.
 
+use courier_core::step::SendAnswer;
 use courier_core::{Status, Tier, UnknownPolicy};
 use courier_provider::wire::MessageView;
 use courier_provider::{LookupOutcome, Provider, SendOutcome};
@@ -250,7 +251,6 @@ fn the_documented_400_is_a_definite_refusal_unless_it_names_a_duplicate() {
 
 #[test]
 fn refused_credentials_are_not_the_actions_fault() {
-    use courier_core::step::SendAnswer;
     let out = classify_send(401, &fixture("error_401.json"), KEY);
     assert!(
         matches!(&out, SendOutcome::Rejected { status: 401, error } if error.contains("UNAUTHORIZED")),
@@ -270,7 +270,9 @@ fn rate_limits_server_faults_and_garbage_are_unknown() {
     let err = br#"{"requestError":{"serviceException":{"messageId":"GENERAL_ERROR","text":"Something went wrong"}}}"#;
     for status in [429, 500, 502, 503, 504, 404, 409, 422, 302, 201] {
         let out = classify_send(status, err, KEY);
-        assert!(matches!(out, SendOutcome::Unknown(_)), "{status}: {out:?}");
+        assert_eq!(out.answer(), SendAnswer::Unknown, "{status}: {out:?}");
+        // Only the 429 pauses the workers.
+        assert_eq!(out.throttle().is_some(), status == 429, "{status}: {out:?}");
     }
     for garbage in [
         &b"not json"[..],

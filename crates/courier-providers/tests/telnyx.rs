@@ -213,10 +213,11 @@ fn a_429_is_an_unknown_outcome() {
     // Telnyx does not state that a rate-limited request created nothing.
     let out = telnyx::classify_send(429, &fixture("error_429.json"), KEY);
     assert!(
-        matches!(&out, SendOutcome::Unknown(why) if why.contains("10011")),
+        matches!(&out, SendOutcome::Throttled { error, .. } if error.contains("10011")),
         "{out:?}"
     );
     assert_eq!(out.answer(), SendAnswer::Unknown);
+    assert!(out.throttle().is_some(), "a 429 pauses the workers");
 }
 
 #[test]

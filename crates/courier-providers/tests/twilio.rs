@@ -250,7 +250,7 @@ fn unknown_is_never_no() {
     // and the send may go again (after a backoff), at any tier.
     let out = twilio::classify_send(429, rate_limited, KEY);
     assert!(
-        matches!(out, SendOutcome::NotCreated { status: 429, ref error } if error.contains("20429")),
+        matches!(out, SendOutcome::NotCreated { status: 429, ref error, .. } if error.contains("20429")),
         "{out:?}"
     );
     let good = fixture("send_response_201.json");

@@ -41,5 +41,6 @@ pub(crate) fn bench_worker(
         seed,
         // The contract's tier: the fake provider and the stub follow it.
         tier: courier_core::Tier::A,
+        provider_gate: None,
     }
 }

@@ -32,6 +32,13 @@ pub struct Args {
     /// How long an idle worker waits before claiming again.
     #[arg(long, default_value_t = 20)]
     idle_poll_ms: u64,
+    /// The provider's gate, shared by every worker that names it: its
+    /// ceiling (`courier providers limit`) meters their claims, and a "too
+    /// many requests" from the provider pauses them all. Default: the
+    /// provider's name (`contract`, or the named provider's). Workers that
+    /// send through different accounts of one provider name different gates.
+    #[arg(long, value_name = "NAME")]
+    provider_gate: Option<String>,
     /// Do not run the reconciler in this process.
     #[arg(long)]
     no_reconcile: bool,
@@ -113,6 +120,11 @@ pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
         name: provider_name,
         ..
     } = chosen;
+    let gate = args
+        .provider_gate
+        .clone()
+        .unwrap_or_else(|| provider_name.clone());
+    courier_core::rate::validate_name("--provider-gate", &gate).map_err(anyhow::Error::msg)?;
     let store = connect(&args).await?;
     let owner = courier_dispatch::owner_name();
     let seed = args.seed.unwrap_or_else(rand_seed);
@@ -146,6 +158,7 @@ pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
         pruner: Some(pruner),
         seed,
         tier,
+        provider_gate: Some(gate),
     };
     #[cfg(feature = "negative-controls")]
     if let Some(mode) = args.unsafe_resend {

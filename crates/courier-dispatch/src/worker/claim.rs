@@ -19,6 +19,10 @@
 //! - A claim looks for expired leases when [`super::pacing::ReclaimPacing`]
 //!   says so: the first, the one after a short claim, and once a second
 //!   while claims come back full.
+//! - While the provider is paused (a pause a claim came back with, or one
+//!   of this worker's own: `gate.rs`) the claimer does not claim; a
+//!   claimer with no room reads the pause every
+//!   [`super::gate::REFRESH_BUSY_MS`], so that every worker learns it.
 
 use super::context::{bounded, Ctx, Held};
 use super::delivery::Delivery;
@@ -56,6 +60,18 @@ pub(super) async fn run<P: Provider>(ctx: Arc<Ctx<P>>, shutdown: CancellationTok
             sweep(&ctx, sweeps.take()).await;
             tokio::select! {
                 _ = tasks.join_next() => {}
+                // No claim runs meanwhile to bring back another worker's
+                // pause: read it.
+                _ = tokio::time::sleep(Duration::from_millis(super::gate::REFRESH_BUSY_MS)),
+                    if ctx.gate.name.is_some() => refresh_pause(&ctx).await,
+                _ = shutdown.cancelled() => break,
+            }
+            continue;
+        }
+        // Paused: nothing leaves for the provider, so claim nothing either.
+        if let Some(ms) = ctx.gate.remaining_ms(ctx.now_ms()) {
+            tokio::select! {
+                _ = tokio::time::sleep(Duration::from_millis(ms)) => {}
                 _ = shutdown.cancelled() => break,
             }
             continue;
@@ -133,6 +149,7 @@ async fn claim<P: Provider>(
     let sent_ms = ctx.now_ms();
     let look = reclaims.look(started);
     let req = ClaimReq {
+        provider: ctx.gate.name.clone(),
         owner: ctx.owner.clone(),
         n,
         lease_ttl_ms: limits.lease_ttl_ms,
@@ -145,6 +162,9 @@ async fn claim<P: Provider>(
     // is reclaimed, looked up first, once its lease runs out.
     let claim = bounded(limits.lease_ttl_ms, ctx.store.action_claim(&req)).await;
     let found = claim.as_ref().map_or(0, |t| t.claimed.len());
+    if let Some(ms) = claim.as_ref().ok().and_then(|t| t.provider_paused_ms) {
+        learn_pause(ctx, sent_ms, ms).await;
+    }
     if claim.is_ok() {
         reclaims.claimed(started, look, n as usize, found);
     }
@@ -154,6 +174,39 @@ async fn claim<P: Provider>(
     })
     .await;
     claim.map(|c| (c, sent_ms))
+}
+
+/// A pause another worker wrote, read at `at_ms` (when the read was sent):
+/// this worker keeps to it too.
+async fn learn_pause<P: Provider>(ctx: &Ctx<P>, at_ms: u64, ms: u64) {
+    if ctx.gate.pause(at_ms, ms, 0) {
+        ctx.observe(Event::ProviderPaused { ms, shared: true })
+            .await;
+    }
+}
+
+/// Reads the provider's pause (a claimer with no room, which claims
+/// nothing that would bring it back); a failed read is logged, and the
+/// next one comes [`super::gate::REFRESH_BUSY_MS`] later.
+async fn refresh_pause<P: Provider>(ctx: &Ctx<P>) {
+    let Some(name) = ctx.gate.name.as_deref() else {
+        return;
+    };
+    let at_ms = ctx.now_ms();
+    match bounded(ctx.cfg.limits.lease_ttl_ms, ctx.store.provider_flow(name)).await {
+        Ok(flow) => {
+            if let Some(ms) = flow.and_then(|f| f.paused_ms) {
+                learn_pause(ctx, at_ms, ms).await;
+            }
+        }
+        Err(e) => {
+            ctx.observe(Event::LoopCallFailed {
+                call: "provider pause read",
+                error: &e,
+            })
+            .await
+        }
+    }
 }
 
 /// Runs a sweep of `store_work` the claims owe, if any (it only tidies the

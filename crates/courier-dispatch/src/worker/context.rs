@@ -76,6 +76,8 @@ pub(super) struct Ctx<P> {
     pub held: Mutex<HashMap<i64, Arc<Held>>>,
     pub stats: WorkerStats,
     pub settles: Settles,
+    /// The provider's pause as this worker knows it.
+    pub gate: super::gate::Gate,
     #[cfg(feature = "failpoints")]
     pub failpoints: crate::failpoint::Failpoints,
     /// The negative control: deadlines are ignored
@@ -101,9 +103,11 @@ impl<P: Provider> Ctx<P> {
                 },
             )
         };
+        let gate = super::gate::Gate::new(cfg.provider_gate.as_deref().map(Arc::from));
         Ctx {
             store,
             client,
+            gate,
             cfg,
             owner,
             t0: Instant::now(),

@@ -69,6 +69,13 @@ pub(super) enum Event<'a> {
         at: FencedAt,
         current_epoch: Option<i64>,
     },
+    /// The provider is paused for `ms` more: it answered "too many
+    /// requests" to this worker (`shared` false), or another worker's pause
+    /// came back with a claim (`shared` true).
+    ProviderPaused {
+        ms: u64,
+        shared: bool,
+    },
     /// A store call failed and will be retried.
     StoreRetry {
         error: &'a StoreError,

@@ -41,6 +41,7 @@ mod claim;
 mod context;
 mod delivery;
 mod event;
+mod gate;
 mod heartbeat;
 mod observe;
 pub mod pacing;
@@ -79,6 +80,12 @@ pub struct WorkerConfig {
     /// The provider's guarantee tier (`courier_core::tier`): what a lookup
     /// means for it, and so what this worker promises.
     pub tier: Tier,
+    /// The provider's name in `provider_gates` (migration 27): its ceiling
+    /// meters this worker's claims, and a "too many requests" from it
+    /// pauses every worker that names it. Workers that send through one
+    /// provider account name it alike. None: no ceiling, and a 429 pauses
+    /// this worker alone.
+    pub provider_gate: Option<String>,
 }
 
 /// Counters of one worker, also exported as metrics (both written by

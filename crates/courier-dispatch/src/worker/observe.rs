@@ -38,6 +38,15 @@ impl<P> Ctx<P> {
                 outcome,
                 by,
             } => self.looked_up(action_id, key, outcome, by),
+            Event::ProviderPaused { ms, shared } => {
+                let source = if shared { "shared" } else { "answer" };
+                metrics::counter!("courier_provider_pauses_total", "source" => source).increment(1);
+                tracing::warn!(
+                    pause_ms = ms,
+                    source,
+                    "the provider answered too many requests; no request leaves before the pause ends"
+                );
+            }
             Event::Settled { action_id, status } => {
                 add(&self.stats.settled);
                 metrics::counter!("courier_settled_total").increment(1);
@@ -183,6 +192,7 @@ fn send_label(o: &SendOutcome) -> &'static str {
         SendOutcome::Replayed(_) => "replayed",
         SendOutcome::Rejected { .. } => "rejected",
         SendOutcome::NotCreated { .. } => "not_created",
+        SendOutcome::Throttled { .. } => "throttled",
         SendOutcome::Unknown(_) => "unknown",
     }
 }

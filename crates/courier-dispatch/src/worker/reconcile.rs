@@ -7,6 +7,7 @@
 //! - At a tier without a lookup (`courier_core::Tier::has_lookup`) it asks
 //!   the provider nothing: statuses come from webhooks alone, and only the
 //!   age of open intents is reported.
+//! - While the provider is paused (`gate.rs`) it asks nothing either.
 
 use super::context::Ctx;
 use super::event::{Event, Looker};
@@ -32,7 +33,8 @@ pub(super) async fn run<P: Provider>(ctx: Arc<Ctx<P>>, shutdown: CancellationTok
             _ = shutdown.cancelled() => return,
         }
         let overdue_ms = ctx.cfg.limits.final_overdue_ms;
-        if ctx.cfg.tier.has_lookup() {
+        let paused = ctx.gate.remaining_ms(ctx.now_ms()).is_some();
+        if ctx.cfg.tier.has_lookup() && !paused {
             if let Err(e) = check_due(&ctx, overdue_ms).await {
                 tracing::warn!(error = %e, "reconciler: cannot read due checks");
                 continue;

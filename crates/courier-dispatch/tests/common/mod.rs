@@ -83,6 +83,7 @@ pub fn worker<P: Provider>(store: &PgStore, c: P, l: Limits, name: &str) -> Work
             pruner: None,
             seed: 7,
             tier: courier_core::Tier::A,
+            provider_gate: None,
         },
     )
 }

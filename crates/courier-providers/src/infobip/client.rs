@@ -6,7 +6,7 @@ use super::{idempotency_window_s, notify_url, tier, API_KEY, FROM, NAME, WEBHOOK
 use crate::inbound::percent_encode;
 use crate::settings::{Secret, Settings, SettingsError};
 use courier_core::Tier;
-use courier_provider::{LookupOutcome, Provider, SendOutcome};
+use courier_provider::{retry_after_ms, LookupOutcome, Provider, SendOutcome};
 use std::fmt;
 use std::time::Duration;
 
@@ -95,8 +95,9 @@ impl Provider for Client {
             Err(e) => return SendOutcome::Unknown(describe(e)),
         };
         let status = resp.status().as_u16();
+        let retry_after = retry_after_ms(resp.headers(), std::time::SystemTime::now());
         match resp.bytes().await {
-            Ok(bytes) => classify_send(status, &bytes, key),
+            Ok(bytes) => classify_send(status, &bytes, key).with_retry_after(retry_after),
             Err(e) => SendOutcome::Unknown(format!("answer {status} cut off: {}", describe(e))),
         }
     }

@@ -391,7 +391,13 @@ pub fn classify_send(status: u16, body: &[u8], key: &str) -> SendOutcome {
             status,
             error: error_text(body, key),
         },
-        429 | 500..=599 => SendOutcome::Unknown(format!(
+        // Too many requests: unknown as well, and a pause for every worker.
+        429 => SendOutcome::Throttled {
+            status,
+            error: error_text(body, key),
+            retry_after_ms: None,
+        },
+        500..=599 => SendOutcome::Unknown(format!(
             "infobip answered {status}: {}",
             error_text(body, key)
         )),

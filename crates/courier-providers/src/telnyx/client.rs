@@ -3,7 +3,7 @@
 use super::wire::{classify_send, webhook_url, SendBody};
 use super::NAME;
 use crate::settings::{Settings, SettingsError};
-use courier_provider::{LookupOutcome, Provider, SendOutcome};
+use courier_provider::{retry_after_ms, LookupOutcome, Provider, SendOutcome};
 use reqwest::header::{HeaderValue, AUTHORIZATION};
 use std::fmt;
 use std::time::Duration;
@@ -84,8 +84,9 @@ impl Provider for Client {
             Err(e) => return SendOutcome::Unknown(describe(&e)),
         };
         let status = resp.status().as_u16();
+        let retry_after = retry_after_ms(resp.headers(), std::time::SystemTime::now());
         match resp.bytes().await {
-            Ok(bytes) => classify_send(status, &bytes, key),
+            Ok(bytes) => classify_send(status, &bytes, key).with_retry_after(retry_after),
             Err(e) => SendOutcome::Unknown(format!("answer {status} cut off: {}", describe(&e))),
         }
     }

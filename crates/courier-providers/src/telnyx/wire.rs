@@ -152,7 +152,14 @@ pub fn classify_send(status: u16, body: &[u8], key: &str) -> SendOutcome {
             Ok(_) => SendOutcome::Unknown(format!("telnyx answered {status} without a message id")),
             Err(e) => SendOutcome::Unknown(format!("unreadable {status} answer: {e}")),
         },
-        408 | 409 | 429 | 500..=599 => {
+        // Too many requests: unknown as well (Telnyx does not say a 429
+        // created nothing), and a pause for every worker.
+        429 => SendOutcome::Throttled {
+            status,
+            error: error_text(body),
+            retry_after_ms: None,
+        },
+        408 | 409 | 500..=599 => {
             SendOutcome::Unknown(format!("telnyx answered {status}: {}", error_text(body)))
         }
         400..=499 => SendOutcome::Rejected {

@@ -6,7 +6,7 @@ use super::wire::{
 };
 use super::NAME;
 use crate::settings::{Secret, Settings, SettingsError};
-use courier_provider::{LookupOutcome, Provider, SendOutcome};
+use courier_provider::{retry_after_ms, LookupOutcome, Provider, SendOutcome};
 use reqwest::header::{HeaderValue, AUTHORIZATION, CONTENT_TYPE};
 use std::fmt;
 use std::time::Duration;
@@ -132,8 +132,9 @@ impl Provider for Client {
             Err(e) => return SendOutcome::Unknown(describe(&e)),
         };
         let status = resp.status().as_u16();
+        let retry_after = retry_after_ms(resp.headers(), std::time::SystemTime::now());
         match resp.bytes().await {
-            Ok(bytes) => classify_send(status, &bytes, key),
+            Ok(bytes) => classify_send(status, &bytes, key).with_retry_after(retry_after),
             Err(e) => SendOutcome::Unknown(format!("answer {status} cut off: {}", describe(&e))),
         }
     }

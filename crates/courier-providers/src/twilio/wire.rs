@@ -223,6 +223,7 @@ pub fn classify_send(status: u16, body: &[u8], key: &str) -> SendOutcome {
         429 => SendOutcome::NotCreated {
             status,
             error: error_text(body),
+            retry_after_ms: None,
         },
         // 408: a proxy may answer it after forwarding the request.
         408 | 409 | 500..=599 => {

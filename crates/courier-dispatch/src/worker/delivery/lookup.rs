@@ -34,6 +34,9 @@ impl<P: Provider> Delivery<'_, P> {
             let answer = courier_core::step::LookupAnswer::NotFound;
             return self.after_lookup(&answer);
         }
+        // A lookup is a request too: none while the provider is paused.
+        // The lease may have run short meanwhile; a lookup needs none.
+        self.wait_for_provider().await;
         let out = self.ctx.client.lookup(&self.key).await;
         self.ctx
             .observe(Event::LookedUp {

@@ -5,6 +5,8 @@
 //! - The request leaves only from [`Delivery::request`], which core chooses
 //!   only right after a counted attempt and a passing local lease check.
 //! - The request carries the action's key; nothing here changes it.
+//! - No request leaves while the provider is paused (`worker/gate.rs`):
+//!   the delivery waits, then core checks its lease again.
 
 use super::Delivery;
 use crate::worker::event::Event;
@@ -62,6 +64,11 @@ impl<P: Provider> Delivery<'_, P> {
     /// The request: one send with the action's key, its answer reported,
     /// and core's decision from it.
     pub(super) async fn request(&mut self) -> Step {
+        if self.wait_for_provider().await {
+            // The lease was checked before the wait: core checks it again
+            // (the counted attempt stays unused until a request leaves).
+            return step::before_request(self.lease_now(), self.ctx.cfg.limits.send_margin_ms);
+        }
         // The protocol's first rule, checked where the request leaves: no
         // request without an attempt counted (fenced) for it.
         debug_assert!(
@@ -91,6 +98,7 @@ impl<P: Provider> Delivery<'_, P> {
                 answer: &answer,
             })
             .await;
+        self.after_throttle(&out).await;
         // Only a definite answer says this request created nothing or
         // something; without one it may have reached the provider.
         if answer == courier_core::step::SendAnswer::Unknown {
@@ -101,5 +109,49 @@ impl<P: Provider> Delivery<'_, P> {
             self.from_lookup = false;
         }
         step::after_send(&answer)
+    }
+
+    /// Waits while the provider is paused (or until the heartbeat finds
+    /// the action fenced); returns whether it waited.
+    pub(super) async fn wait_for_provider(&self) -> bool {
+        let ctx = self.ctx;
+        ctx.gate.wait(|| ctx.now_ms(), &self.held.fenced).await
+    }
+
+    /// After a send's answer: "too many requests" pauses this worker at
+    /// once and, through `provider_gates`, every worker naming the
+    /// provider (`courier_core::rate::pause_ms`: its `Retry-After`, or a
+    /// backoff doubling with each such answer in a row); any other answer
+    /// ends the streak.
+    async fn after_throttle(&self, out: &SendOutcome) {
+        let ctx = self.ctx;
+        let Some(throttle) = out.throttle() else {
+            ctx.gate.answered();
+            return;
+        };
+        let ms = courier_core::rate::pause_ms(throttle.retry_after_ms, ctx.gate.throttled());
+        // Many deliveries meet the same 429: only a pause that grows by
+        // more than a request's time-out is worth a write.
+        let slack_ms = ctx.cfg.limits.request_timeout_ms;
+        if !ctx.gate.pause(ctx.now_ms(), ms, slack_ms) {
+            return;
+        }
+        ctx.observe(Event::ProviderPaused { ms, shared: false })
+            .await;
+        let Some(name) = ctx.gate.name.as_deref() else {
+            return;
+        };
+        let limit_ms = ctx.cfg.limits.lease_ttl_ms;
+        if let Err(e) =
+            crate::worker::context::bounded(limit_ms, ctx.store.provider_pause(name, ms)).await
+        {
+            // This worker keeps to the pause; the others learn of it from
+            // their own 429s.
+            ctx.observe(Event::LoopCallFailed {
+                call: "provider pause write",
+                error: &e,
+            })
+            .await;
+        }
     }
 }
