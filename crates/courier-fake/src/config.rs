@@ -40,6 +40,10 @@ pub const KEY_RETENTION_MS_MAX: u64 = 30 * 24 * 3600 * 1000;
 pub const CALLBACK_BYTES_MAX: usize = 2048;
 /// The longest message body, in characters (the contract's limit).
 pub const BODY_CHARS_MAX: usize = 1600;
+/// The highest `--rate-limit`, sends a second.
+pub const RATE_LIMIT_PER_S_MAX: f64 = 100_000.0;
+/// The largest `--rate-burst`.
+pub const RATE_BURST_MAX: u32 = 100_000;
 
 /// The four injected fault rates, each a probability per decision.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -400,6 +404,17 @@ pub struct FakeConfig {
     /// The provider it speaks as (`crate::dialect`): the contract's, or a
     /// named provider's wire format and callbacks.
     pub dialect: Dialect,
+    /// The fake's own rate limit (`--rate-limit`): sends admitted a second,
+    /// metered by a token bucket (`crate::bucket`); `None`, no limit. A
+    /// send over it is answered `429` with `Retry-After` before it claims
+    /// its key or draws its latency or fate, and is logged `rejected`
+    /// (`fault: rate_limited`). Lookups and webhooks are not metered, so a
+    /// client can always find out what its refused sends did.
+    pub rate_limit: Option<SendRate>,
+    /// The bucket's size (`--rate-burst`): sends admitted at once after a
+    /// quiet spell. Only with `rate_limit`; `None`, one second's worth
+    /// ([`SendRate::default_burst`]).
+    pub rate_burst: Option<u32>,
 }
 
 impl FakeConfig {
@@ -431,7 +446,18 @@ impl FakeConfig {
             keys_max: 5_000_000,
             fsync: false,
             dialect: Dialect::Contract,
+            rate_limit: None,
+            rate_burst: None,
         }
+    }
+
+    /// The rate limit and its burst, when there is one.
+    pub fn send_limit(&self) -> Option<(SendRate, u32)> {
+        let rate = self.rate_limit?;
+        Some((
+            rate,
+            self.rate_burst.unwrap_or_else(|| rate.default_burst()),
+        ))
     }
 
     /// The tier the two modes stand for (`a`, `a-`, `b` or `c`).
@@ -521,6 +547,16 @@ impl FakeConfig {
         if !(1..=100_000_000).contains(&self.keys_max) {
             return Err("--keys-max must be within 1..=100000000".into());
         }
+        if let Some(burst) = self.rate_burst {
+            if self.rate_limit.is_none() {
+                return Err("--rate-burst needs --rate-limit".into());
+            }
+            if !(1..=RATE_BURST_MAX).contains(&burst) {
+                return Err(format!(
+                    "--rate-burst must be within 1..={RATE_BURST_MAX}, got {burst}"
+                ));
+            }
+        }
         Ok(())
     }
 }
@@ -550,6 +586,83 @@ pub fn check_callback(url: &str) -> Result<(), String> {
         return Err("status_callback must be an http:// or https:// URL with a host".into());
     }
     Ok(())
+}
+
+/// A rate of sends, `--rate-limit`: `N/s` or a plain `N`, sends a second,
+/// above 0 and at most [`RATE_LIMIT_PER_S_MAX`], in steps of 0.001 (one
+/// send in 1000 s is the slowest). It is held as a whole number of
+/// thousandths of a send a second, so the bucket metering it counts in
+/// integers and admits exactly what the rate allows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SendRate {
+    milli_per_s: u64,
+}
+
+impl SendRate {
+    /// `n` sends a second, if it is a rate the fake can meter.
+    pub fn per_s(n: f64) -> Result<SendRate, String> {
+        if !n.is_finite() {
+            return Err(format!("the rate must be a finite number, got {n}"));
+        }
+        if n <= 0.0 {
+            return Err(format!(
+                "the rate must be above 0 sends a second, got {n} (leave --rate-limit out for no limit)"
+            ));
+        }
+        if n > RATE_LIMIT_PER_S_MAX {
+            return Err(format!(
+                "the rate must be at most {RATE_LIMIT_PER_S_MAX} sends a second, got {n}"
+            ));
+        }
+        let milli = n * 1000.0;
+        let whole = milli.round();
+        if whole < 1.0 || (milli - whole).abs() > 1e-6 * whole {
+            return Err(format!(
+                "the rate must be a multiple of 0.001 sends a second, got {n}"
+            ));
+        }
+        Ok(SendRate {
+            // Within 1..=1e8 by the checks above: the cast is exact.
+            milli_per_s: whole as u64,
+        })
+    }
+
+    /// Thousandths of a send a second.
+    pub fn milli_per_s(self) -> u64 {
+        self.milli_per_s
+    }
+
+    /// One second's worth of sends, rounded up, at least 1: the burst when
+    /// `--rate-burst` is not given.
+    pub fn default_burst(self) -> u32 {
+        let burst = self.milli_per_s.div_ceil(1000).max(1);
+        // At most RATE_LIMIT_PER_S_MAX, which fits.
+        u32::try_from(burst).unwrap_or(RATE_BURST_MAX)
+    }
+}
+
+impl fmt::Display for SendRate {
+    /// The syntax it is read from: `50/s`, `0.5/s`.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let (whole, milli) = (self.milli_per_s / 1000, self.milli_per_s % 1000);
+        if milli == 0 {
+            write!(f, "{whole}/s")
+        } else {
+            let frac = format!("{milli:03}");
+            write!(f, "{whole}.{}/s", frac.trim_end_matches('0'))
+        }
+    }
+}
+
+impl FromStr for SendRate {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        let n = s.strip_suffix("/s").unwrap_or(s);
+        let per_s: f64 = n.parse().map_err(|_| {
+            format!("expected N/s or a plain N (sends a second), e.g. 50/s; got {s:?}")
+        })?;
+        SendRate::per_s(per_s)
+    }
 }
 
 /// Which provider the fake speaks as.
@@ -727,6 +840,21 @@ mod tests {
                 }),
                 "--no-lookup",
             ),
+            (with(|c| c.rate_burst = Some(5)), "--rate-limit"),
+            (
+                with(|c| {
+                    c.rate_limit = Some(SendRate::per_s(10.0).unwrap());
+                    c.rate_burst = Some(0);
+                }),
+                "--rate-burst",
+            ),
+            (
+                with(|c| {
+                    c.rate_limit = Some(SendRate::per_s(10.0).unwrap());
+                    c.rate_burst = Some(RATE_BURST_MAX + 1);
+                }),
+                "--rate-burst",
+            ),
         ];
         for (cfg, flag) in cases {
             let err = cfg.validate().expect_err(flag);
@@ -750,6 +878,60 @@ mod tests {
             assert_eq!(cfg.validate(), Ok(()), "{name}");
         }
         assert!(cfg.set_tier("c-resend").is_err());
+    }
+
+    #[test]
+    fn rate_limit_syntax_parses_and_bad_rates_are_refused() {
+        let milli = |s: &str| s.parse::<SendRate>().map(SendRate::milli_per_s);
+        assert_eq!(milli("50/s"), Ok(50_000));
+        assert_eq!(milli("50"), Ok(50_000));
+        assert_eq!(milli("0.5/s"), Ok(500));
+        assert_eq!(milli("33.3"), Ok(33_300));
+        assert_eq!(milli("0.001/s"), Ok(1));
+        assert_eq!(milli("100000/s"), Ok(100_000_000));
+        for (bad, why) in [
+            ("0", "above 0"),
+            ("0/s", "above 0"),
+            ("-1", "above 0"),
+            ("-0.5/s", "above 0"),
+            ("NaN", "finite"),
+            ("inf/s", "finite"),
+            ("-inf", "finite"),
+            ("100000.001", "at most"),
+            ("1e9/s", "at most"),
+            ("0.0004", "multiple of 0.001"),
+            ("0.0015/s", "multiple of 0.001"),
+            ("", "N/s"),
+            ("50/m", "N/s"),
+            ("50 /s", "N/s"),
+            ("fast", "N/s"),
+        ] {
+            let err = bad.parse::<SendRate>().expect_err(bad);
+            assert!(err.contains(why), "{bad:?}: {err:?}");
+        }
+        // Display writes the syntax it reads.
+        for text in ["50/s", "0.5/s", "33.3/s", "0.001/s", "100000/s", "1.25/s"] {
+            let r: SendRate = text.parse().unwrap();
+            assert_eq!(r.to_string(), text);
+        }
+    }
+
+    #[test]
+    fn the_default_burst_is_one_seconds_worth_rounded_up_and_at_least_one() {
+        let burst = |s: &str| s.parse::<SendRate>().unwrap().default_burst();
+        assert_eq!(burst("50/s"), 50);
+        assert_eq!(burst("33.3/s"), 34);
+        assert_eq!(burst("0.5/s"), 1);
+        assert_eq!(burst("0.001/s"), 1);
+        assert_eq!(burst("100000/s"), RATE_BURST_MAX);
+        let rate: SendRate = "2.5/s".parse().unwrap();
+        let mut cfg = with(|c| c.rate_limit = Some(rate));
+        assert_eq!(cfg.validate(), Ok(()));
+        assert_eq!(cfg.send_limit(), Some((rate, 3)));
+        cfg.rate_burst = Some(7);
+        assert_eq!(cfg.validate(), Ok(()));
+        assert_eq!(cfg.send_limit(), Some((rate, 7)));
+        assert_eq!(with(|_| {}).send_limit(), None);
     }
 
     #[test]

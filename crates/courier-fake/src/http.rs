@@ -5,8 +5,11 @@
 //! is usable (`503`), the bearer token (`401`), the `Idempotency-Key` header
 //! (`400`), the body size (`413`, refused from `Content-Length` before a
 //! byte is read, or after `request_bytes_max` bytes), the JSON (`400`), the
-//! phone number, text length and callback (`400`). Each refusal is logged
-//! `rejected` and leaves no effect.
+//! phone number, text length and callback (`400`), then, with
+//! `--rate-limit`, the fake's own rate limit (`429` with `Retry-After`,
+//! answered at once, without the send's latency). Each refusal is logged
+//! `rejected` and leaves no effect; a rate-limited one has the fault
+//! `rate_limited`.
 //!
 //! The first request for a key claims it, waits out its latency, and then
 //! creates the message (or faults). That part runs in a tracked task when
@@ -18,6 +21,7 @@
 //! with lookups off (`--no-lookup`) it is then answered
 //! `501 {"error":"lookup_not_supported"}` at once and logged `faulted`.
 
+use crate::bucket::Admission;
 use crate::config::{check_callback, BODY_CHARS_MAX};
 use crate::fate::{self, TimeoutFault};
 use crate::state::{error_body, fingerprint, Begin, Claim, Creation, LOOKUP_NOT_SUPPORTED};
@@ -65,6 +69,10 @@ pub(crate) fn error(status: StatusCode, text: &str) -> Response {
 pub(crate) fn log_unavailable() -> Response {
     error(StatusCode::SERVICE_UNAVAILABLE, "log_unavailable")
 }
+
+/// The error of a send over the rate limit, in its answer and its log
+/// line's `fault`.
+pub(crate) const RATE_LIMITED: &str = "rate_limited";
 
 async fn no_route() -> Response {
     error(StatusCode::NOT_FOUND, "no_such_route")
@@ -141,6 +149,9 @@ async fn send(State(sh): State<Arc<Shared>>, headers: HeaderMap, body: Body) -> 
 /// (`crate::dialect`) checks its own request, then comes here, and
 /// translates the answer.
 pub(crate) async fn send_flow(sh: Arc<Shared>, key: String, req: SendRequest) -> Response {
+    if let Admission::Limited { retry_after_s } = sh.admit_send() {
+        return rate_limited(&sh, &key, retry_after_s);
+    }
     let fp = fingerprint(&req);
     let latency_ms = latency_for(&sh, &key, Some(&req));
     let callback: Option<Arc<str>> = req
@@ -178,6 +189,21 @@ pub(crate) async fn send_flow(sh: Arc<Shared>, key: String, req: SendRequest) ->
     } else {
         shutting_down()
     }
+}
+
+/// A send over the rate limit: logged `rejected` with the fault
+/// `rate_limited` and answered `429 {"error":"rate_limited"}` with
+/// `Retry-After`. It comes before the send's latency, its key's claim and
+/// its fault draws, so nothing is created, the key is not remembered, and
+/// no seeded draw is used up.
+fn rate_limited(sh: &Shared, key: &str, retry_after_s: u64) -> Response {
+    let status = StatusCode::TOO_MANY_REQUESTS;
+    let mut resp = reject(sh, Some(key), status, RATE_LIMITED, RATE_LIMITED);
+    if resp.status() == status {
+        resp.headers_mut()
+            .insert(header::RETRY_AFTER, HeaderValue::from(retry_after_s));
+    }
+    resp
 }
 
 /// Checks a send's credentials, key and body. A refusal is logged (no

@@ -10,6 +10,7 @@
 //!   logged in the same critical section. `state/recovery` rebuilds them
 //!   from the log after a restart; `state/references` is ignore-key mode.
 //! - `http`: the axum handlers (auth, send, lookup).
+//! - `bucket`: the token bucket of the fake's own rate limit.
 //! - `webhook`: signed, retried, bounded webhook delivery.
 //!
 //! Background work: one scheduler task fires status changes from a timer
@@ -54,6 +55,18 @@
 //!   sends)); a message's plan is written in its `created` line and
 //!   survives restarts.
 //!
+//! # Rate limit
+//! With `rate_limit` (`--rate-limit N/s`, `--rate-burst B`) the fake meters
+//! sends with a token bucket of its own, as a provider's gateway does: a
+//! send that finds no token is answered `429 {"error":"rate_limited"}` with
+//! `Retry-After` (whole seconds until a token is back), in each dialect's
+//! own error shape, before it claims its key or draws its latency or fate.
+//! It creates nothing and remembers nothing, so the same key sent again
+//! later is handled as if the refused send had never come; it is logged
+//! `rejected` with `fault: rate_limited`, never as a created message.
+//! Lookups and webhooks are not metered. The bucket starts full at every
+//! start of the provider: it is not kept in the log.
+//!
 //! Test controls beside the seeded faults: what a send's latency is drawn
 //! from ([`LatencySubject`]), the per-request draw, the message's own, or a
 //! latency the message body states (`[latency N ms]`), which lets any
@@ -65,9 +78,13 @@
 //! `tests/contract_restart.rs` (replays, lookups and webhooks survive a
 //! restart; torn lines; seq continues), `tests/tier_modes.rs` (ignore-key
 //! and no-lookup: duplicates, per-message lag, `501`, recovery of several
-//! messages per key, a log of the other mode refused). Its benchmark is
+//! messages per key, a log of the other mode refused), `tests/rate_limit.rs`
+//! (a burst over the limit is `429` with `Retry-After` in every dialect and
+//! creates nothing, the key succeeds later, lookups are not metered, seeded
+//! fates unchanged). Its benchmark is
 //! `courier bench provider` (`courier-bench`, `provider.rs`).
 
+mod bucket;
 pub mod config;
 pub mod dialect;
 mod fate;
@@ -76,10 +93,13 @@ mod logfile;
 mod state;
 mod webhook;
 
-pub use config::{FakeConfig, FaultRates, Latency, LatencySubject, MsRange, TierModes, TIERS};
+pub use config::{
+    FakeConfig, FaultRates, Latency, LatencySubject, MsRange, SendRate, TierModes, TIERS,
+};
 pub use logfile::LogOpened;
 pub use state::RecoverySummary;
 
+use bucket::{Admission, SendBucket};
 use chrono::Utc;
 use logfile::LogOpenError;
 use state::State;
@@ -153,6 +173,10 @@ pub(crate) struct Shared {
     pub requests: AtomicU64,
     /// The last `seq` written.
     pub log_lines: Arc<AtomicU64>,
+    /// The rate limit's bucket (`None`: no limit). A mutex of its own, not
+    /// the state's: metering a send takes no log write, and a send that is
+    /// admitted takes the state lock afterwards.
+    pub send_bucket: Option<Mutex<SendBucket>>,
 }
 
 impl Shared {
@@ -160,6 +184,18 @@ impl Shared {
         // A panic while holding the lock is a bug; the state is still the
         // last consistent one the log describes, so keep serving.
         self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Asks the rate limit about one send, now; admitted when there is none.
+    pub fn admit_send(&self) -> Admission {
+        let Some(bucket) = &self.send_bucket else {
+            return Admission::Admitted;
+        };
+        // Its arithmetic saturates and cannot panic; a poisoned lock still
+        // holds counts that make a valid bucket, so keep metering.
+        let mut bucket = bucket.lock().unwrap_or_else(|p| p.into_inner());
+        // Read under the lock, so the bucket sees its times in order.
+        bucket.admit(Instant::now())
     }
 }
 
@@ -188,6 +224,9 @@ impl FakeProvider {
         .await
         .map_err(|e| FakeError::Task(e.to_string()))??;
         let log_lines = state.log.written();
+        let send_bucket = cfg
+            .send_limit()
+            .map(|(rate, burst)| Mutex::new(SendBucket::new(rate, burst, Instant::now())));
         let shared = Shared {
             webhook_permits: Semaphore::new(cfg.webhook_concurrency_max),
             cfg,
@@ -198,6 +237,7 @@ impl FakeProvider {
             webhook_http,
             requests: AtomicU64::new(0),
             log_lines,
+            send_bucket,
         };
         Ok(FakeProvider {
             shared: Arc::new(shared),

@@ -57,6 +57,17 @@ pub struct Args {
     /// --ignore-key: after each message's creation).
     #[arg(long, default_value_t = 0)]
     lookup_lag_ms: u64,
+    /// Admit at most N sends a second (`N/s` or `N`), a token bucket; a send
+    /// over it is answered 429 with `Retry-After` (whole seconds until a
+    /// token is back) and creates nothing. Lookups and webhooks are not
+    /// metered, so a client can always find out what its 429'd sends did.
+    #[arg(long, value_name = "N/s")]
+    rate_limit: Option<courier_fake::SendRate>,
+    /// Sends admitted at once after a quiet spell (default: N rounded up,
+    /// at least 1).
+    #[arg(long, value_name = "B", requires = "rate_limit",
+          value_parser = clap::value_parser!(u32).range(1..=100_000))]
+    rate_burst: Option<u32>,
     /// Do not deduplicate: every valid send creates a new message (no replay,
     /// no 409, no 422), and the key is only the client's reference; a lookup
     /// answers the earliest message sent with it. The time-out fault applies
@@ -157,6 +168,8 @@ fn config(a: Args) -> anyhow::Result<FakeConfig> {
         }
     }
     cfg.lookup_lag_ms = a.lookup_lag_ms;
+    cfg.rate_limit = a.rate_limit;
+    cfg.rate_burst = a.rate_burst;
     cfg.latency = a.latency_ms;
     cfg.key_retention_ms = a
         .key_retention_s

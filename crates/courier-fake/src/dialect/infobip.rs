@@ -11,7 +11,8 @@
 //!   `REJECTED_DUPLICATE_MESSAGE_ID`, the rejected-repeat shape courier's
 //!   adapter assumes (`courier_providers::infobip`, module docs: the
 //!   reference leaves it open); every other refusal or fault keeps its
-//!   status with Infobip's error body.
+//!   status with Infobip's error body (a `429`, from the fake's
+//!   `--rate-limit`, is `TOO_MANY_REQUESTS` and keeps its `Retry-After`).
 //! - `GET /sms/3/logs?messageId=`: the contract's lookup; found is
 //!   `{"results": [entry]}`, not found `{"results": []}`, lookups off
 //!   (`--no-lookup`) `501` with Infobip's error body.
@@ -28,7 +29,7 @@
 //! - A status rendered here maps back, through the adapter's
 //!   `map_status`, onto the courier status it was rendered from.
 
-use super::Outgoing;
+use super::{retry_after, with_retry_after, Outgoing};
 use crate::http::{check_send, json, lookup_flow, reject, send_flow};
 use crate::state::WebhookJob;
 use crate::{FakeConfig, Shared};
@@ -273,9 +274,10 @@ async fn answer_body(answer: Response) -> Bytes {
 /// key and number of a send that reached the core.
 async fn translate(answer: Response, sent: Option<(&str, &str)>) -> Response {
     let status = answer.status();
+    let retry_after = retry_after(answer.headers());
     let body = answer_body(answer).await;
     let (status, bytes) = send_answer(status, &body, sent);
-    json(status, bytes)
+    with_retry_after(json(status, bytes), retry_after)
 }
 
 /// The translation of a send's answer: `201` (created or replayed) is `200`
@@ -621,7 +623,10 @@ mod tests {
             let out = classify_send(status.as_u16(), &body, KEY);
             match code.as_u16() {
                 400 | 401 => assert!(matches!(out, SendOutcome::Rejected { .. }), "{out:?}"),
-                _ => assert!(matches!(out, SendOutcome::Unknown(_)), "{out:?}"),
+                _ => assert!(
+                    matches!(out, SendOutcome::Unknown(_) | SendOutcome::Throttled { status: 429, .. }),
+                    "{out:?}"
+                ),
             }
         }
         // A refusal before the core (no key yet) is an error, never a 200.

@@ -16,6 +16,8 @@
 //!   `POST /v1/messages` for tests that need both).
 //! - Every attempt of one event carries the same bytes and signature
 //!   ([`Outgoing`] is built once per event).
+//! - A translated send answer keeps the contract answer's `Retry-After`
+//!   (set by the fake's rate limit).
 
 mod infobip;
 mod telnyx;
@@ -24,6 +26,8 @@ mod twilio;
 pub use crate::config::Dialect;
 use crate::state::WebhookJob;
 use crate::{FakeConfig, Shared};
+use axum::http::{header, HeaderMap, HeaderValue};
+use axum::response::Response;
 use axum::Router;
 use courier_provider::signature;
 use std::sync::Arc;
@@ -56,6 +60,19 @@ impl Dialect {
             Dialect::Infobip => infobip::outgoing(cfg, job),
         }
     }
+}
+
+/// The `Retry-After` of a contract answer, to keep on its translation.
+pub(crate) fn retry_after(contract: &HeaderMap) -> Option<HeaderValue> {
+    contract.get(header::RETRY_AFTER).cloned()
+}
+
+/// `translated` with the contract answer's `Retry-After`, if it had one.
+pub(crate) fn with_retry_after(mut translated: Response, value: Option<HeaderValue>) -> Response {
+    if let Some(v) = value {
+        translated.headers_mut().insert(header::RETRY_AFTER, v);
+    }
+    translated
 }
 
 /// A status callback, ready to post: every attempt sends these bytes.

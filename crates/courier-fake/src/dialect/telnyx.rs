@@ -12,9 +12,10 @@
 //! recipient, the text and the callback (`400`). The rest is the contract
 //! fake's own send ([`send_flow`]), its answer translated: `201` becomes
 //! Telnyx's `200 {"data": ...}`, an error keeps its status (`401`, `409`,
-//! `422`, `429`, `503`, `504`) and its meaning, in Telnyx's body. Telnyx
-//! has no idempotency key, so the double runs with `--ignore-key
-//! --no-lookup` (tier `c`) and a repeat is a new message.
+//! `422`, `429`, `503`, `504`) and its meaning, in Telnyx's body (a `429`,
+//! from the fake's `--rate-limit`, is code `10011` and keeps its
+//! `Retry-After`). Telnyx has no idempotency key, so the double runs with
+//! `--ignore-key --no-lookup` (tier `c`) and a repeat is a new message.
 //!
 //! Error codes are those of Telnyx's error catalog
 //! (https://developers.telnyx.com/development/api-fundamentals/api-errors):
@@ -34,7 +35,7 @@
 //! 300 s tolerance would be refused as stale here, where Telnyx's would
 //! not.
 
-use super::Outgoing;
+use super::{retry_after, with_retry_after, Outgoing};
 use crate::http::{check_send, json, reject, send_flow};
 use crate::state::WebhookJob;
 use crate::{FakeConfig, Shared};
@@ -180,12 +181,13 @@ fn is_length_limit(e: &axum::Error) -> bool {
 /// The contract fake's answer, in Telnyx's words.
 async fn telnyx_answer(contract: Response, req: Option<&SendBody>) -> Response {
     let status = contract.status();
+    let retry_after = retry_after(contract.headers());
     let body = match axum::body::to_bytes(contract.into_body(), ANSWER_BYTES_MAX).await {
         Ok(b) => b,
         Err(_) => Bytes::new(),
     };
     let (status, body) = translate(status, &body, req);
-    json(status, body)
+    with_retry_after(json(status, body), retry_after)
 }
 
 /// A contract answer as Telnyx's: `201` with a message (given the request
@@ -427,7 +429,11 @@ mod tests {
                     matches!(&out, SendOutcome::Rejected { status: s, error } if *s == status.as_u16() && error.contains("why")),
                     "{out:?}"
                 ),
-                _ => assert!(matches!(out, SendOutcome::Unknown(_)), "{status}: {out:?}"),
+                _ => assert!(
+                    matches!(out, SendOutcome::Unknown(_))
+                        || matches!(out, SendOutcome::Throttled { status: 429, .. }) && status == 429,
+                    "{status}: {out:?}"
+                ),
             }
         }
     }

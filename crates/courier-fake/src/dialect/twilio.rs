@@ -18,7 +18,9 @@
 //! fields of the documented `201` example, `sid` = `SM` + 32 hex derived
 //! from the contract's id, status `queued`), its errors into Twilio's error
 //! JSON with the same HTTP status (so `429`, `503` and the `504` of a held
-//! time-out keep their meaning).
+//! time-out keep their meaning). The contract's text is the error's message,
+//! except a `429` (the fake's `--rate-limit`), which is Twilio's error 20429
+//! `Too Many Requests`, its `Retry-After` kept.
 //!
 //! A status event: Twilio's status callback form (`MessageSid`,
 //! `MessageStatus`, `SmsSid`, `SmsStatus`, `ApiVersion`, `ErrorCode` when
@@ -35,7 +37,7 @@
 //!   effect), like the contract's own.
 
 use crate::config::FakeConfig;
-use crate::dialect::Outgoing;
+use crate::dialect::{retry_after, with_retry_after, Outgoing};
 use crate::http::{check_send, json, reject, send_flow};
 use crate::state::WebhookJob;
 use crate::Shared;
@@ -62,6 +64,8 @@ use subtle::ConstantTimeEq;
 const BODY_READ_MS_MAX: u64 = 10_000;
 /// The most of the contract's own answer read for its translation.
 const ANSWER_BYTES_MAX: usize = 1024 * 1024;
+/// The message of Twilio's error 20429.
+const TOO_MANY_REQUESTS: &str = "Too Many Requests";
 
 /// The Messages create route.
 pub(crate) fn routes(sh: Arc<Shared>) -> Router {
@@ -363,12 +367,13 @@ fn refuse(sh: &Shared, key: Option<&str>, refused: Refused) -> Response {
 /// The contract's answer as Twilio's.
 async fn translate(contract: Response, account: &str, form: &SendForm) -> Response {
     let status = contract.status();
+    let retry_after = retry_after(contract.headers());
     let body = axum::body::to_bytes(contract.into_body(), ANSWER_BYTES_MAX)
         .await
         .unwrap_or_default();
     let now = chrono::Utc::now().to_rfc2822();
     let (status, out) = translate_answer(status, &body, account, form, &now);
-    json(status, out)
+    with_retry_after(json(status, out), retry_after)
 }
 
 /// Pure: the contract's status and body as Twilio's (module docs).
@@ -390,6 +395,12 @@ fn translate_answer(
             status,
             to_bytes(&ApiError::new(status.as_u16(), 20500, text)),
         );
+    }
+    if status == StatusCode::TOO_MANY_REQUESTS {
+        // Twilio's error 20429 in Twilio's words (its only cause here is the
+        // fake's rate limit).
+        let error = ApiError::new(status.as_u16(), 20429, TOO_MANY_REQUESTS);
+        return (status, to_bytes(&error));
     }
     let text = serde_json::from_slice::<ErrorBody>(body)
         .map(|e| e.error)
@@ -608,14 +619,20 @@ mod tests {
 
     #[test]
     fn contract_errors_keep_their_status_and_meaning() {
+        // (status, the contract's text, Twilio's code and message)
         let cases = [
-            (400, "'to': not a phone number", 21211),
-            (400, "'body' must be 1..=1600 characters, got 0", 21602),
-            (429, "rate_limited", 20429),
-            (503, "overloaded", 20503),
-            (504, "timeout", 20500),
+            (400, "'to': not a phone number", 21211, None),
+            (
+                400,
+                "'body' must be 1..=1600 characters, got 0",
+                21602,
+                None,
+            ),
+            (429, "rate_limited", 20429, Some("Too Many Requests")),
+            (503, "overloaded", 20503, None),
+            (504, "timeout", 20500, None),
         ];
-        for (status, text, code) in cases {
+        for (status, text, code, message) in cases {
             let status = StatusCode::from_u16(status).unwrap();
             let body = serde_json::to_vec(&ErrorBody { error: text.into() }).unwrap();
             let (got, out) = translate_answer(status, &body, ACCOUNT, &form(), NOW);
@@ -623,13 +640,13 @@ mod tests {
             let e: ApiError = serde_json::from_slice(&out).unwrap();
             assert_eq!(
                 (e.status, e.code, e.message.as_str()),
-                (status.as_u16(), code, text)
+                (status.as_u16(), code, message.unwrap_or(text))
             );
             let read = twilio::classify_send(status.as_u16(), &out, KEY);
             match status.as_u16() {
                 400 => assert!(matches!(read, SendOutcome::Rejected { status: 400, .. })),
-                // Twilio's 429 is "never processed" (the contract fake
-                // answers none to a send; a rate limit of its own would).
+                // Twilio's 429 is "never processed" (the fake answers one
+                // only under its own rate limit, before anything is made).
                 429 => assert!(matches!(read, SendOutcome::NotCreated { status: 429, .. })),
                 _ => assert!(
                     matches!(read, SendOutcome::Unknown(_)),

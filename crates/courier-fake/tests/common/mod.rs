@@ -58,6 +58,8 @@ pub struct Answer {
     pub status: u16,
     pub replayed: bool,
     pub content_type: Option<String>,
+    /// The `Retry-After` header (a `429` of the fake's rate limit).
+    pub retry_after: Option<String>,
     pub body: Bytes,
 }
 
@@ -116,11 +118,17 @@ impl Api {
             .get("content-type")
             .and_then(|v| v.to_str().ok())
             .map(str::to_string);
+        let retry_after = resp
+            .headers()
+            .get("retry-after")
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_string);
         let body = resp.bytes().await.expect("an answer body");
         Answer {
             status,
             replayed,
             content_type,
+            retry_after,
             body,
         }
     }
