@@ -32,6 +32,7 @@
 use crate::database::{Database, DatabaseSpec};
 use crate::failover::{self, FailoverDone};
 use crate::fleet::{spawn_service, Fleet, Proc};
+use crate::flow::{self, FlowDone, FlowSpec};
 use crate::ha::{HaCluster, HaSettings};
 use crate::load::{IntentCounts, IntentMix, IntentSnapshot, Load};
 use crate::plan::{FailoverCounts, FaultCounts, FaultKind, FaultPlan, Planned};
@@ -125,6 +126,12 @@ pub struct ChaosConfig {
     pub stall_s: u64,
     /// Run on a local HA cluster and fail it over (`--failover`).
     pub failover: Option<FailoverSpec>,
+    /// Rated stores, the fake's own rate limit ([`crate::flow`]).
+    pub flow: FlowSpec,
+    /// The fake provider runs without faults (`courier provider
+    /// --no-faults`): with no faults planned either, the run's pacing and
+    /// pauses are judged, not only reported ([`FlowDone::judged`]).
+    pub provider_faults_off: bool,
 }
 
 /// The HA cluster of a failover run and what is done to it.
@@ -190,6 +197,8 @@ impl ChaosConfig {
             timeout_s: 900,
             stall_s: 120,
             failover: None,
+            flow: FlowSpec::default(),
+            provider_faults_off: false,
         }
     }
 
@@ -203,6 +212,17 @@ impl ChaosConfig {
         }
         if self.unsafe_ignore_expiry && !cfg!(feature = "negative-controls") {
             return bad("unsafe_ignore_expiry needs a build with the negative-controls feature");
+        }
+        if self.flow.unshared_gates && !cfg!(feature = "negative-controls") {
+            return bad("unshared provider gates need a build with the negative-controls feature");
+        }
+        if self.flow.rated_stores > self.stores {
+            return bad("rated_stores must not be more than the stores");
+        }
+        if (self.flow.fake_rate_limit.is_some() || self.provider_faults_off)
+            && self.provider.is_some()
+        {
+            return bad("the fake's rate limit and faults are the run's own fake provider's");
         }
         if self.unsafe_worker_tier.is_some() && !cfg!(feature = "negative-controls") {
             return bad("unsafe_worker_tier needs a build with the negative-controls feature");
@@ -278,6 +298,9 @@ pub struct Done {
     /// Actions the courier held `unknown` (its provider's tier could not
     /// tell whether an attempt went out).
     pub held_unknown: i64,
+    /// What the provider's log shows of flow control (a run with rated
+    /// stores or a rate-limited fake only).
+    pub flow: Option<FlowDone>,
 }
 
 /// The time and intent of a run: what the load asked
@@ -357,6 +380,7 @@ impl Chaos {
             .map_err(|e| RigError::io(&dir, e))?;
         let (ha, db) = start_database(&cfg, &dir).await?;
         let store = PgStore::connect(&StoreConfig::new(db.url())).await?;
+        cfg.flow.apply(&store).await?;
         let secret = cfg
             .provider
             .as_ref()
@@ -390,6 +414,7 @@ impl Chaos {
             tier: cfg.unsafe_worker_tier.unwrap_or(cfg.tier),
             unsafe_resend: cfg.unsafe_resend,
             unsafe_ignore_expiry: cfg.unsafe_ignore_expiry,
+            unshared_gate: cfg.flow.unshared_gates,
         };
         let seeds: Vec<u64> = (0..cfg.workers).map(|_| rng.random()).collect();
         let fleet = Fleet::start(exe, worker, &dir, seeds)?;
@@ -479,13 +504,23 @@ impl Chaos {
             cancelled: s.state("cancelled"),
         };
         done.held_unknown = s.state("unknown");
+        if cfg.flow != FlowSpec::default() {
+            // The fake's Retry-After: whole seconds, 1 at any limit of at
+            // least one send a second.
+            let mut flow = flow::done(&cfg.flow, &self.store, &self.log, 1_000).await?;
+            flow.judged = cfg.provider_faults_off
+                && cfg.faults == FaultCounts::default()
+                && cfg.failover.is_none();
+            done.flow = Some(flow);
+        }
+        let flow_ok = done.flow.as_ref().is_none_or(|f| !f.judged || f.passed());
         if let Some(f) = done.failover.as_mut() {
             f.acked = acked.len();
             f.acked_missing = failover::acked_missing(&self.store, &acked).await?;
         }
         let failover_ok = done.failover.as_ref().is_none_or(failover_passed);
         Ok(ChaosOutcome {
-            passed: finished && report.passed() && failover_ok,
+            passed: finished && report.passed() && failover_ok && flow_ok,
             finished,
             wall,
             report,
@@ -543,10 +578,14 @@ async fn start_provider(
         api_key: API_KEY.into(),
         webhook_secret: secret.to_string(),
         seed: cfg.seed,
-        modes: match cfg.named {
-            // The double leaves out what the named provider lacks.
-            Some(n) => FakeModes::for_tier(n.double_tier(), 0),
-            None => FakeModes::for_tier(cfg.tier, CHAOS_LOOKUP_LAG_MS),
+        modes: FakeModes {
+            faults_off: cfg.provider_faults_off,
+            rate_limit: cfg.flow.fake_rate_limit,
+            ..match cfg.named {
+                // The double leaves out what the named provider lacks.
+                Some(n) => FakeModes::for_tier(n.double_tier(), 0),
+                None => FakeModes::for_tier(cfg.tier, CHAOS_LOOKUP_LAG_MS),
+            }
         },
         dialect: cfg.named.map_or("contract", Named::as_str).to_string(),
     };
@@ -942,6 +981,35 @@ impl ChaosOutcome {
             t.push_str(&format!("| {what} | {count} |\n"));
         }
         t
+    }
+
+    /// What the provider's log shows of flow control: each rated store's
+    /// pacing against its bucket, the fake's 429s and the requests inside a
+    /// shared pause; None for a run without flow control.
+    pub fn flow_table(&self) -> Option<String> {
+        let f = self.done.flow.as_ref()?;
+        let mut t = String::from(
+            "| rated store | rate/s | burst | created | span s | max in 1 s (bound) | max in 10 s (bound) |\n|---|---:|---:|---:|---:|---:|---:|\n",
+        );
+        for p in &f.pacing {
+            t.push_str(&format!(
+                "| {} | {} | {} | {} | {:.1} | {} ({:.0}) | {} ({:.0}) |\n",
+                p.store,
+                p.rate_per_s,
+                p.burst,
+                p.created,
+                p.span_s,
+                p.max_1s,
+                p.bound_1s,
+                p.max_10s,
+                p.bound_10s
+            ));
+        }
+        t.push_str(&format!(
+            "\n| provider's log | count |\n|---|---:|\n| sends answered 429 by the fake | {} |\n| requests inside a pause every worker should keep | {} |\n| judged (no faults) | {} |\n",
+            f.rate_limited, f.pause_breaches, if f.judged { "yes" } else { "no: reported only" }
+        ));
+        Some(t)
     }
 
     /// The failover run's rows (every one must be 0) and what was done to

@@ -100,6 +100,7 @@ impl Demo {
             tier: courier_core::Tier::A,
             unsafe_resend: None,
             unsafe_ignore_expiry: false,
+            unshared_gate: false,
         };
         let seeds = (0..cfg.workers as u64).map(|i| cfg.seed.wrapping_mul(1000).wrapping_add(i));
         let fleet = Fleet::start(exe, worker, &dir, seeds)?;

@@ -42,6 +42,7 @@ pub mod database;
 pub mod demo;
 pub mod failover;
 pub mod fleet;
+pub mod flow;
 pub mod ha;
 pub mod judge;
 pub mod load;

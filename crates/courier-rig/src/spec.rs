@@ -95,6 +95,11 @@ pub struct FakeModes {
     pub no_lookup: bool,
     /// Lookups answer 404 for this long after a message was created.
     pub lookup_lag_ms: u64,
+    /// No faults (`--no-faults`): every answer as the contract says, at once.
+    pub faults_off: bool,
+    /// Its own rate limit (`--rate-limit N/s`), sends a second: a send over
+    /// it is answered 429 with `Retry-After`.
+    pub rate_limit: Option<u32>,
 }
 
 impl FakeModes {
@@ -139,6 +144,12 @@ impl FakeSpec {
         if m.lookup_lag_ms > 0 {
             a.extend(flag("lookup-lag-ms", m.lookup_lag_ms));
         }
+        if m.faults_off {
+            a.push("--no-faults".to_string());
+        }
+        if let Some(n) = m.rate_limit {
+            a.extend(flag("rate-limit", format!("{n}/s")));
+        }
         if self.dialect != "contract" {
             a.extend(flag("dialect", &self.dialect));
         }
@@ -179,6 +190,10 @@ pub struct WorkerSpec {
     /// (`--unsafe-ignore-expiry`, a flag only a `negative-controls` build
     /// has).
     pub unsafe_ignore_expiry: bool,
+    /// DEMONSTRATION ONLY: each worker names a provider gate of its own
+    /// (`--provider-gate gate-SEED`), so a 429 pauses only the worker that
+    /// got it; otherwise every worker names the provider's (the default).
+    pub unshared_gate: bool,
 }
 
 /// The limit flags of `courier worker`, in the order [`WorkerSpec::args`]
@@ -262,6 +277,9 @@ impl WorkerSpec {
         if self.unsafe_ignore_expiry {
             a.push("--unsafe-ignore-expiry".to_string());
         }
+        if self.unshared_gate {
+            a.extend(flag("provider-gate", format!("gate-{seed}")));
+        }
         a
     }
 }
@@ -334,6 +352,7 @@ mod tests {
             tier: Tier::AMinus,
             unsafe_resend: None,
             unsafe_ignore_expiry: false,
+            unshared_gate: false,
         };
         let a = spec.args(42);
         let tier_at = a.iter().position(|x| x == "--tier").unwrap();
@@ -369,6 +388,7 @@ mod tests {
             tier: Tier::A,
             unsafe_resend: Some(UnsafeResend::NewKey),
             unsafe_ignore_expiry: false,
+            unshared_gate: false,
         };
         let a = spec.args(42);
         assert_eq!(a[a.len() - 2..], ["--unsafe-resend", "new-key"]);
@@ -389,6 +409,7 @@ mod tests {
             tier: Tier::A,
             unsafe_resend: None,
             unsafe_ignore_expiry: true,
+            unshared_gate: false,
         };
         let a = spec.args(42);
         assert_eq!(a.last().map(String::as_str), Some("--unsafe-ignore-expiry"));

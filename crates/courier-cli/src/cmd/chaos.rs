@@ -47,6 +47,32 @@ pub struct Args {
     /// Actions arrive, and faults land, spread over this many seconds.
     #[arg(long, default_value_t = 60)]
     duration_s: u64,
+    /// Give the first --rated-stores stores (store-000, ...) this rate,
+    /// sends a second, before the load begins; the report shows their
+    /// pacing from the provider's log.
+    #[arg(long, value_name = "N")]
+    store_rate: Option<f64>,
+    /// The rated stores' burst (default: one second's worth).
+    #[arg(long, value_name = "B", requires = "store_rate")]
+    store_burst: Option<u32>,
+    /// How many stores get --store-rate.
+    #[arg(long, default_value_t = 1)]
+    rated_stores: usize,
+    /// The fake provider's own rate limit, sends a second (it answers 429
+    /// with Retry-After over it).
+    #[arg(long, value_name = "N")]
+    provider_rate_limit: Option<u32>,
+    /// Run the fake provider without faults: with --kills 0 --pg-restarts 0
+    /// --freezes 0 too, the pacing and the shared pauses are judged, not
+    /// only reported.
+    #[arg(long)]
+    provider_faults_off: bool,
+    /// DEMONSTRATION ONLY: each worker names a provider gate of its own,
+    /// so a 429 pauses only the worker that got it (the shared pause's
+    /// negative control).
+    #[cfg(feature = "negative-controls")]
+    #[arg(long)]
+    unsafe_unshared_gates: bool,
     /// Share of the actions enqueued with a not_before 1 to 4 s ahead.
     #[arg(long, default_value_t = IntentMix::chaos().scheduled_share)]
     scheduled_share: f64,
@@ -178,6 +204,21 @@ impl Args {
         } else {
             None
         };
+        let store_rate = courier_core::rate::validate_rate(self.store_rate, self.store_burst)
+            .map_err(|e| anyhow::anyhow!("--store-rate / --store-burst: {e}"))?;
+        let flow = courier_rig::flow::FlowSpec {
+            store_rate,
+            rated_stores: if store_rate.is_some() {
+                self.rated_stores
+            } else {
+                0
+            },
+            fake_rate_limit: self.provider_rate_limit,
+            #[cfg(feature = "negative-controls")]
+            unshared_gates: self.unsafe_unshared_gates,
+            #[cfg(not(feature = "negative-controls"))]
+            unshared_gates: false,
+        };
         Ok(ChaosConfig {
             seed,
             actions: self.actions,
@@ -222,6 +263,8 @@ impl Args {
             timeout_s: self.timeout_s,
             stall_s: self.stall_s,
             failover,
+            flow,
+            provider_faults_off: self.provider_faults_off,
         })
     }
 }
@@ -239,6 +282,10 @@ pub async fn run(a: Args) -> anyhow::Result<ExitCode> {
     #[cfg(feature = "negative-controls")]
     if let Some(t) = a.unsafe_worker_tier {
         println!("WARNING: --unsafe-worker-tier {t}: the workers decide as tier {t}, not {}, on purpose; the verifier must fail", a.tier());
+    }
+    #[cfg(feature = "negative-controls")]
+    if a.unsafe_unshared_gates {
+        println!("WARNING: --unsafe-unshared-gates: a 429 pauses only the worker that got it, on purpose; the pause check must fail");
     }
     #[cfg(feature = "negative-controls")]
     if a.unsafe_ignore_expiry {
@@ -261,6 +308,10 @@ pub async fn run(a: Args) -> anyhow::Result<ExitCode> {
     println!();
     print!("{}", outcome.report.table());
     if let Some(t) = outcome.failover_table() {
+        println!();
+        print!("{t}");
+    }
+    if let Some(t) = outcome.flow_table() {
         println!();
         print!("{t}");
     }

@@ -337,6 +337,38 @@ mod tests {
         }
     }
 
+    /// The rig's flow-control modes (no faults, the fake's own rate limit)
+    /// reach the fake.
+    #[test]
+    fn the_rigs_flow_modes_round_trip_through_the_provider_flags() {
+        let spec = FakeSpec {
+            listen: "127.0.0.1:0".into(),
+            log: PathBuf::from("/tmp/run/provider.jsonl"),
+            api_key: "key".into(),
+            webhook_secret: "secret".into(),
+            seed: 42,
+            modes: FakeModes {
+                faults_off: true,
+                rate_limit: Some(20),
+                ..FakeModes::default()
+            },
+            dialect: "contract".into(),
+        };
+        let argv = std::iter::once("courier".to_string()).chain(spec.args());
+        let crate::Command::Provider(a) = crate::Cli::try_parse_from(argv)
+            .expect("the rig's flags parse")
+            .command
+        else {
+            panic!("not the provider command");
+        };
+        let cfg = config(a).unwrap();
+        assert_eq!(
+            cfg.rate_limit,
+            Some(courier_fake::SendRate::per_s(20.0).unwrap())
+        );
+        assert_eq!(cfg.faults.timeout, 0.0);
+    }
+
     fn parse(flags: &[&str]) -> Result<Args, clap::Error> {
         let argv = ["courier", "provider", "--log", "p.jsonl"]
             .into_iter()

@@ -292,6 +292,7 @@ mod tests {
             tier: courier_core::Tier::B,
             unsafe_resend: None,
             unsafe_ignore_expiry: false,
+            unshared_gate: false,
         };
         #[cfg(feature = "negative-controls")]
         {
