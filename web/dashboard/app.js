@@ -4,7 +4,9 @@
 // reads one action (GET /v1/actions/{id}) and, after an in-page
 // confirmation, calls the API's cancel and re-drive routes, which decide
 // whether the page's token may; the Held unknown panel calls the resolve
-// route the same way. When the server has an API token, the page
+// route the same way. The Store settings panel lists the snapshot's
+// configured stores and reads one provider gate (GET /v1/providers/{name}).
+// When the server has an API token, the page
 // sends it as a bearer token; it is kept in this browser's localStorage.
 // Text from the server is set with textContent.
 "use strict";
@@ -218,6 +220,72 @@
       td(fmtInt(s.pending + s.in_flight), "num"), td(fmtSecs(s.oldest_pending_s), "num"))));
   }
 
+  function fmtNum(v) {
+    return v === null || v === undefined ? "–" : Number(v).toLocaleString("en-US", { maximumFractionDigits: 3 });
+  }
+
+  // The configured stores, as the server last read them.
+  function renderSettings(data) {
+    const list = data.store_settings;
+    const note = document.getElementById("settings-note");
+    if (!list) {
+      note.textContent = data.store_settings_error
+        ? `cannot read the list: ${data.store_settings_error}`
+        : "waiting for the first read of the list…";
+      return;
+    }
+    const more = list.length >= data.store_settings_max ? ` The first ${fmtInt(list.length)} by name are listed.` : "";
+    const failed = data.store_settings_error ? ` Cannot read the list now (${data.store_settings_error}); it is older.` : "";
+    note.textContent = `${fmtInt(list.length)} configured.${more}${failed}`;
+    const tbody = document.querySelector("#store-settings tbody");
+    if (list.length === 0) return emptyRow(tbody, 7, "no store has a rate or a cap of its own");
+    tbody.replaceChildren(...list.map((f) => h("tr", { dataset: { store: f.store } },
+      td(f.store, "mono"), td(fmtNum(f.settings.rate_per_s), "num"), td(fmtNum(f.settings.burst), "num"),
+      td(f.settings.in_flight_max === null ? "worker's" : fmtInt(f.settings.in_flight_max), "num"),
+      td(fmtInt(f.in_flight), "num"), td(f.tokens === null ? "–" : f.tokens.toFixed(1), "num"),
+      td(f.configured_at === null ? "–" : String(f.configured_at).replace("T", " ").replace(/\.[0-9]*Z$|Z$/, "")))));
+  }
+
+  // One provider gate by name: its ceiling, tokens and pause.
+  async function lookUpGate(name) {
+    const answer = (text, state, code) => showAnswer("gate-answer", text, state, code);
+    const fields = document.getElementById("gate-fields");
+    if (!/^[A-Za-z0-9._-]{1,64}$/.test(name) || name === "." || name === "..") {
+      fields.hidden = true;
+      answer("A gate's name is 1 to 64 of A-Z a-z 0-9 . _ -", "error", "bad_provider");
+      return;
+    }
+    answer(`looking up gate ${name}…`, "wait");
+    try {
+      const resp = await fetch(`/v1/providers/${encodeURIComponent(name)}`, { headers: authHeaders(), cache: "no-store" });
+      if (!resp.ok) {
+        const e = await errorAnswer(resp);
+        fields.hidden = true;
+        answer(resp.status === 404 ? `No gate ${name}: never given a ceiling, never paused.` : e.text, "error", e.code);
+        return;
+      }
+      const g = await resp.json();
+      const ceiling = g.settings.rate_per_s === null
+        ? "none"
+        : `${fmtNum(g.settings.rate_per_s)} a second, burst ${fmtNum(g.settings.burst)}`;
+      const rows = [
+        ["Gate", g.provider],
+        ["Ceiling", ceiling],
+        ["Tokens now", g.tokens === null ? "–" : g.tokens.toFixed(1)],
+        ["Paused", g.paused_ms === null ? "no" : `for ${fmtInt(g.paused_ms)} ms more`],
+        ["Pauses", fmtInt(g.pauses)],
+        ["Configured", fmtTime(g.configured_at)],
+      ];
+      fields.querySelector("tbody").replaceChildren(...rows.map(([k, v]) =>
+        h("tr", {}, h("th", { scope: "row" }, k), h("td", {}, v))));
+      fields.hidden = false;
+      fields.dataset.paused = g.paused_ms === null ? "no" : "yes";
+      answer("", "ok");
+    } catch (e) {
+      answer(`cannot reach the server (${e.message})`, "error");
+    }
+  }
+
   function renderWorkers(data) {
     const tbody = document.querySelector("#workers tbody");
     document.getElementById("ttl").textContent = fmtSecs(data.lease_ttl_ms / 1000);
@@ -292,6 +360,7 @@
     renderChart(data.history);
     renderHeld(data);
     renderStores(data.snapshot);
+    renderSettings(data);
     renderWorkers(data);
     renderIntents(data);
     renderEvents(data.snapshot);
@@ -652,6 +721,10 @@
     if (ev.key === "Escape") document.getElementById("held-confirm-no").click();
   });
 
+  document.getElementById("gate-form").addEventListener("submit", (ev) => {
+    ev.preventDefault();
+    lookUpGate(document.getElementById("gate-name").value.trim());
+  });
   document.getElementById("action-form").addEventListener("submit", (ev) => {
     ev.preventDefault();
     lookUp(document.getElementById("action-id").value.trim(), false);

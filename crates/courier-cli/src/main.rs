@@ -52,6 +52,9 @@ enum Command {
     Resolve(cmd::intent::ResolveArgs),
     /// API tokens: create (printed once), list, revoke.
     Token(cmd::token::Args),
+    /// A store's flow control: set, show or list its rate, burst and
+    /// in-flight cap (running workers obey a change at their next claim).
+    Store(cmd::store::Args),
     /// The managed local PostgreSQL: start | stop | status | url.
     Db(cmd::db::Args),
     /// A named provider's setup (settings, credentials, webhook route),
@@ -118,6 +121,7 @@ fn main() -> ExitCode {
             Command::Resolve(a) => cmd::intent::resolve(a).await,
             Command::Providers(a) => cmd::providers::run(a).await,
             Command::Token(a) => cmd::token::run(a).await,
+            Command::Store(a) => cmd::store::run(a).await,
             Command::Db(a) => cmd::db::run(a).await,
             Command::Provider(a) => cmd::provider::run(a).await,
             Command::Verify(a) => cmd::verify::run(a).await,

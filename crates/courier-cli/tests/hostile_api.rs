@@ -19,7 +19,7 @@ mod live;
 #[path = "hostile/raw.rs"]
 mod raw;
 
-use courier_client::{Client, ClientError, EnqueueRequest, Enqueued};
+use courier_client::{Client, ClientError, EnqueueRequest, Enqueued, StoreSettings};
 use courier_provider::signature;
 use courier_store::PgStore;
 use courier_testkit::fixtures;
@@ -38,6 +38,8 @@ const ANSWER_WITHIN: Duration = Duration::from_secs(10);
 struct Live {
     server: Service,
     store: PgStore,
+    /// The database `courier serve` runs on.
+    db_url: String,
     /// For the requests built by hand.
     http: reqwest::Client,
     /// For the well-formed ones, with the server's token.
@@ -74,6 +76,7 @@ impl Live {
         Live {
             server,
             store,
+            db_url: url,
             http: reqwest::Client::builder()
                 .timeout(ANSWER_WITHIN)
                 .build()
@@ -498,7 +501,11 @@ async fn unknown_routes_and_ids_are_json_4xx(live: &Live) {
         ("/v1/actions/99999999999999999999", 400, "bad_id"),
         ("/v1/actions/1.5", 400, "bad_id"),
         ("/v1/actions/%00", 400, "bad_id"),
-        ("/v1/stores/nope", 404, "no_route"),
+        ("/v1/stores/nope", 404, "not_found"),
+        ("/v1/stores/nope/extra", 404, "no_route"),
+        ("/v1/stores/%FF", 400, "bad_store"),
+        ("/v1/providers/nope", 404, "not_found"),
+        ("/v1/providers/a%2Fb", 400, "bad_provider"),
         ("/v1/actions/1/extra", 404, "no_route"),
         ("/admin", 404, "no_route"),
     ] {
@@ -744,6 +751,9 @@ async fn wrong_bearer_tokens_are_refused_everywhere() {
     for path in [
         "/v1/actions",
         "/v1/actions/1",
+        "/v1/stores",
+        "/v1/stores/s1",
+        "/v1/providers/contract",
         "/v1/ops/snapshot",
         "/metrics",
     ] {
@@ -779,5 +789,231 @@ async fn wrong_bearer_tokens_are_refused_everywhere() {
         let r = live.http.get(live.url(path)).send().await.unwrap();
         assert_eq!(r.status().as_u16(), 200, "{path}");
     }
+    live.assert_healthy().await;
+}
+
+/// Settings the server must refuse (out of their bounds, of the wrong type,
+/// unknown, malformed, for a name no store can have), through the typed
+/// client, by hand and through `courier store set`: each refused with the
+/// field at fault, and nothing changed, neither the settings nor a row.
+#[tokio::test]
+async fn hostile_store_settings_are_refused_with_their_field_and_change_nothing() {
+    let mut live = Live::start("settings").await;
+    let set = StoreSettings {
+        rate_per_s: Some(5.0),
+        burst: Some(10),
+        in_flight_max: Some(2),
+    };
+    let was = live.client.store_settings_put("s1", &set).await.unwrap();
+    let before = db_state(&live.store).await;
+    // Names no store can have, through the typed client (`..` it refuses
+    // itself: a URL cannot carry it).
+    let s65 = "s".repeat(65);
+    for (name, store) in [
+        ("a space", "a b"),
+        ("a path", "../etc"),
+        ("NUL", "s\u{0}1"),
+        ("65 characters", s65.as_str()),
+        ("not ASCII", "ストア"),
+        ("dots alone", ".."),
+    ] {
+        let e = live
+            .client
+            .store_settings_put(store, &set)
+            .await
+            .unwrap_err();
+        assert!(
+            matches!(&e, ClientError::Refused { status: 400, reason, field: Some(f), .. }
+                if reason == "bad_store" && f == "store"),
+            "{name}: {e:?}"
+        );
+    }
+    // A value the client cannot send as JSON (serde_json writes an infinite
+    // number as null): refused by the client, which sends nothing.
+    let infinite = StoreSettings {
+        rate_per_s: Some(f64::INFINITY),
+        ..set
+    };
+    let e = live
+        .client
+        .store_settings_put("s1", &infinite)
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(&e, ClientError::Refused { status: 400, reason, field: Some(f), .. }
+            if reason == "bad_settings" && f == "rate_per_s"),
+        "{e:?}"
+    );
+    // By hand: values out of their bounds, and JSON the typed settings
+    // cannot express.
+    for (name, raw, code, field) in [
+        (
+            "a negative rate",
+            &br#"{"rate_per_s": -1}"#[..],
+            "bad_settings",
+            Some("rate_per_s"),
+        ),
+        (
+            "a rate over its bound",
+            br#"{"rate_per_s": 1e9}"#,
+            "bad_settings",
+            Some("rate_per_s"),
+        ),
+        (
+            "a zero burst",
+            br#"{"rate_per_s": 5, "burst": 0}"#,
+            "bad_settings",
+            Some("burst"),
+        ),
+        (
+            "a burst without a rate",
+            br#"{"burst": 3}"#,
+            "bad_settings",
+            Some("burst"),
+        ),
+        (
+            "a cap over its bound",
+            br#"{"in_flight_max": 10001}"#,
+            "bad_settings",
+            Some("in_flight_max"),
+        ),
+        ("NaN", br#"{"rate_per_s": NaN}"#, "bad_json", None),
+        (
+            "a rate past f64",
+            br#"{"rate_per_s": 1e999}"#,
+            "bad_json",
+            None,
+        ),
+        (
+            "a boolean burst",
+            br#"{"rate_per_s": 5, "burst": true}"#,
+            "bad_settings",
+            Some("burst"),
+        ),
+        (
+            "a burst past u32",
+            br#"{"rate_per_s": 5, "burst": 4294967296}"#,
+            "bad_settings",
+            Some("burst"),
+        ),
+        (
+            "an unknown field",
+            br#"{"rate_per_s": 5, "priority": 1}"#,
+            "bad_settings",
+            Some("priority"),
+        ),
+        (
+            "a lone surrogate field",
+            br#"{"\ud800": 1}"#,
+            "bad_json",
+            None,
+        ),
+        ("an array", b"[5, 10, 2]", "bad_json", None),
+        ("not UTF-8", b"{\"rate_per_s\": \"\xff\"}", "bad_json", None),
+        ("nested deep", &[b'['; 4096][..], "bad_json", None),
+    ] {
+        let r = live
+            .http
+            .put(live.url("/v1/stores/s1"))
+            .bearer_auth(TOKEN)
+            .header("content-type", "application/json")
+            .body(raw.to_vec())
+            .send()
+            .await
+            .unwrap();
+        let status = r.status().as_u16();
+        let v: Value = r.json().await.unwrap();
+        assert_eq!(
+            (status, v["error"].as_str(), v["field"].as_str()),
+            (400, Some(code), field),
+            "{name}: {v}"
+        );
+    }
+    // The CLI refuses what the API refuses, before it writes anything.
+    let url = live.db_url.clone();
+    for (name, flags) in [
+        ("a negative rate", vec!["--rate-per-s", "-1"]),
+        ("a zero burst", vec!["--rate-per-s", "5", "--burst", "0"]),
+        (
+            "a negative burst",
+            vec!["--rate-per-s", "5", "--burst", "-3"],
+        ),
+        ("a burst without a rate", vec!["--burst", "3"]),
+        ("a rate that is not a number", vec!["--rate-per-s", "fast"]),
+        ("an unknown flag", vec!["--rate", "5"]),
+    ] {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_courier"))
+            .args(["store", "set", "s1", "--database-url", &url])
+            .args(&flags)
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(2), "{name}: {out:?}");
+        assert!(!out.stderr.is_empty(), "{name}: no reason given");
+    }
+    assert_eq!(db_state(&live.store).await, before);
+    let now = live.client.store_settings_get("s1").await.unwrap().unwrap();
+    assert_eq!(now.settings, was.settings);
+
+    // What the CLI sets, the API shows, and the other way round.
+    let courier = |args: &[&str]| {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_courier"))
+            .args(args)
+            .args(["--database-url", &url])
+            .output()
+            .unwrap();
+        (
+            out.status.code(),
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+        )
+    };
+    let (code, text) = courier(&["store", "set", "s1", "--rate-per-s", "2", "--burst", "4"]);
+    assert_eq!(code, Some(0), "{text}");
+    assert!(text.contains("2 a second, burst 4"), "{text}");
+    let now = live.client.store_settings_get("s1").await.unwrap().unwrap();
+    assert_eq!(
+        now.settings,
+        StoreSettings {
+            rate_per_s: Some(2.0),
+            burst: Some(4),
+            in_flight_max: None
+        }
+    );
+    let (code, text) = courier(&["store", "show", "s1", "--json"]);
+    assert_eq!(code, Some(0), "{text}");
+    let shown: Value = serde_json::from_str(&text).unwrap();
+    assert_eq!(shown["settings"]["burst"], 4, "{text}");
+    let (code, text) = courier(&["store", "list"]);
+    assert_eq!(code, Some(0));
+    assert!(text.lines().any(|l| l.starts_with("s1 ")), "{text}");
+    assert_eq!(courier(&["store", "show", "never-seen"]).0, Some(2));
+    let (code, text) = courier(&["providers", "limit", "contract", "--rate-per-s", "9"]);
+    assert_eq!(code, Some(0), "{text}");
+    let gate = live
+        .client
+        .provider_settings_get("contract")
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        (gate.settings.rate_per_s, gate.settings.burst),
+        (Some(9.0), Some(9))
+    );
+    let (code, text) = courier(&["providers", "gate", "contract"]);
+    assert_eq!(code, Some(0), "{text}");
+    assert!(
+        text.contains("9 a second, burst 9") && text.contains("paused      no"),
+        "{text}"
+    );
+    assert_eq!(courier(&["providers", "gate", "nope"]).0, Some(2));
+    let events: Vec<String> = fixtures::column(
+        &live.store,
+        "SELECT detail FROM events WHERE kind IN ('store_settings', 'provider_settings') ORDER BY id",
+    )
+    .await;
+    assert_eq!(events.len(), 3, "{events:?}");
+    assert!(
+        events[1].contains("by=cli:") && events[2].contains("by=cli:"),
+        "{events:?}"
+    );
     live.assert_healthy().await;
 }

@@ -4,6 +4,7 @@
 
 use crate::wire::{Action, BatchAnswer, EnqueuedItem, ErrorBody};
 use crate::{ClientError, Enqueued};
+use serde::de::DeserializeOwned;
 
 /// Classifies an answer to `POST /v1/actions`.
 pub fn classify_enqueue(status: u16, body: &[u8]) -> Result<Enqueued, ClientError> {
@@ -60,8 +61,38 @@ pub fn classify_cancel(status: u16, body: &[u8]) -> Result<Option<Action>, Clien
     }
 }
 
+/// Classifies an answer to a settings change (`PUT /v1/stores/{store}`,
+/// `PUT /v1/providers/{name}`) or to the list of configured stores
+/// (`GET /v1/stores`): `T` is what the route answers with (`StoreFlow`,
+/// `ProviderFlow`, `StoreFlowList`). A change replaces the settings whole,
+/// so sending it again after an unknown outcome is harmless.
+pub fn classify_settings<T: DeserializeOwned>(status: u16, body: &[u8]) -> Result<T, ClientError> {
+    match status {
+        200 => read(status, body),
+        _ => Err(failure(status, body)),
+    }
+}
+
+/// Classifies an answer to a settings read (`GET /v1/stores/{store}`,
+/// `GET /v1/providers/{name}`): `None` for the API's own 404 (`not_found`:
+/// no such store, or no such gate).
+pub fn classify_settings_get<T: DeserializeOwned>(
+    status: u16,
+    body: &[u8],
+) -> Result<Option<T>, ClientError> {
+    match status {
+        200 => read(status, body).map(Some),
+        404 if error_body(body).is_some_and(|e| e.error == "not_found") => Ok(None),
+        _ => Err(failure(status, body)),
+    }
+}
+
 /// A success we cannot read tells us nothing definite.
 fn read_action(status: u16, body: &[u8]) -> Result<Action, ClientError> {
+    read(status, body)
+}
+
+fn read<T: DeserializeOwned>(status: u16, body: &[u8]) -> Result<T, ClientError> {
     serde_json::from_slice(body)
         .map_err(|e| ClientError::Unknown(format!("unreadable {status} answer: {e}")))
 }
@@ -313,5 +344,45 @@ mod tests {
         v["cancelled_at"] = serde_json::json!(null);
         let body = serde_json::to_vec(&v).unwrap();
         assert!(classify_enqueue(201, &body).unwrap().created());
+    }
+
+    const STORE: &[u8] = br#"{"store":"s1","settings":{"rate_per_s":5.0,"burst":5,
+        "in_flight_max":null,"later":1},"in_flight":0,"tokens":5.0,
+        "configured_at":"2026-01-01T00:00:00.123456Z","more":true}"#;
+
+    #[test]
+    fn settings_answers_are_read_leniently_and_classified() {
+        use crate::wire::StoreFlow;
+        let flow: StoreFlow = classify_settings(200, STORE).unwrap();
+        assert_eq!(flow.settings.burst, Some(5));
+        assert_eq!(flow.settings.in_flight_max, None);
+        let got: Option<StoreFlow> = classify_settings_get(200, STORE).unwrap();
+        assert_eq!(got, Some(flow));
+        let none: Option<StoreFlow> =
+            classify_settings_get(404, br#"{"error":"not_found","message":"no store"}"#).unwrap();
+        assert_eq!(none, None);
+        let body = br#"{"error":"bad_settings","message":"burst: 0 is outside","field":"burst"}"#;
+        assert!(matches!(
+            classify_settings::<StoreFlow>(400, body),
+            Err(ClientError::Refused { status: 400, field: Some(ref f), .. }) if f == "burst"
+        ));
+        let body = br#"{"error":"admin_only","message":"settings need an admin token"}"#;
+        assert!(matches!(
+            classify_settings_get::<StoreFlow>(403, body),
+            Err(ClientError::Forbidden { ref reason, .. }) if reason == "admin_only"
+        ));
+        for status in [408, 409, 503] {
+            assert!(classify_settings::<StoreFlow>(status, body)
+                .unwrap_err()
+                .is_unknown());
+        }
+        assert!(classify_settings::<StoreFlow>(200, b"{}")
+            .unwrap_err()
+            .is_unknown());
+        // Not the API's 404: not evidence that the store is missing.
+        assert!(matches!(
+            classify_settings_get::<StoreFlow>(404, b"<html>"),
+            Err(ClientError::Refused { status: 404, .. })
+        ));
     }
 }

@@ -1,6 +1,7 @@
 //! A typed client of the courier's HTTP API (`courier serve`, described at
 //! `/openapi.json`): enqueue one action or a batch, read an action, and
-//! cancel one.
+//! cancel one; with an admin token, set and read a store's flow-control
+//! settings and a provider's ceiling.
 //!
 //! Answers are classified by what the caller does next, as the provider
 //! client classifies the provider's (`courier_provider::client`):
@@ -12,7 +13,8 @@
 //! | [`ClientError::Refused`] | fix the request (`reason`, `field`, `index` say what); sending it again gets the same answer |
 //! | [`ClientError::Refused`] with status 409, from [`Client::cancel`] | nothing: the action can no longer be cancelled (`reason`: `claimed`, `dispatched` or `final`); wait for its final status |
 //! | [`ClientError::Unauthorized`] | fix the token |
-//! | [`ClientError::Forbidden`] | use a token that covers the store |
+//! | [`ClientError::Forbidden`] | use a token that covers the store (`forbidden_store`), or an admin token (`admin_only`: the settings' routes) |
+//! | `Ok(None)` from a settings read | nothing: no store, or no provider gate, has this name |
 //! | [`ClientError::Unknown`] | send the same request again, with the same key: the action may exist |
 //!
 //! # Invariants
@@ -30,8 +32,14 @@
 mod classify;
 mod wire;
 
-pub use classify::{classify_batch, classify_cancel, classify_enqueue, classify_get};
-pub use wire::{Action, EnqueueRequest, Enqueued, EnqueuedItem};
+pub use classify::{
+    classify_batch, classify_cancel, classify_enqueue, classify_get, classify_settings,
+    classify_settings_get,
+};
+pub use courier_core::rate::{ProviderSettings, StoreSettings};
+pub use wire::{
+    Action, EnqueueRequest, Enqueued, EnqueuedItem, ProviderFlow, StoreFlow, StoreFlowList,
+};
 
 use reqwest::header::{HeaderValue, AUTHORIZATION};
 use std::time::Duration;
@@ -44,8 +52,14 @@ pub const REQUEST_TIMEOUT_MS_DEFAULT: u64 = 10_000;
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum ClientError {
     /// A definite no: the server refused this request and changed nothing.
-    /// `reason` is the API's error code (`bad_phone`, `key_reused`, ...;
-    /// `http_<status>` when the answer was not the API's JSON error).
+    /// `reason` is the API's error code (`bad_phone`, `key_reused`,
+    /// `bad_settings`, ...; `http_<status>` when the answer was not the
+    /// API's JSON error). Also a settings call the client refuses without
+    /// sending it, as status 400: settings out of their bounds
+    /// (`bad_settings`; the server's own check, `courier_core::rate`, which
+    /// also catches a rate JSON cannot carry, such as an infinite one), or a
+    /// store or a provider named `.` or `..`, which a URL cannot carry
+    /// (`bad_store`, `bad_provider`).
     #[error("refused with {status} {reason}{}: {message}", place(.field.as_deref(), *.index))]
     Refused {
         status: u16,
@@ -60,7 +74,9 @@ pub enum ClientError {
     /// 401: no token was sent, or not one the server accepts. Nothing changed.
     #[error("unauthorized: {message}")]
     Unauthorized { message: String },
-    /// 403: the token is valid but does not cover this store. Nothing changed.
+    /// 403: the token is valid but does not cover this store
+    /// (`forbidden_store`), or the route needs an admin token
+    /// (`admin_only`). Nothing changed.
     #[error("forbidden ({reason}): {message}")]
     Forbidden { reason: String, message: String },
     /// Nothing is known: the request may or may not have taken effect. Send
@@ -99,6 +115,8 @@ pub struct Client {
     http: reqwest::Client,
     /// Without a trailing slash.
     base_url: String,
+    /// The same, parsed.
+    base: reqwest::Url,
     /// `Bearer <token>`, marked sensitive.
     auth: Option<HeaderValue>,
 }
@@ -160,6 +178,7 @@ impl Client {
         Ok(Client {
             http,
             base_url,
+            base: url,
             auth,
         })
     }
@@ -210,6 +229,93 @@ impl Client {
         classify_cancel(status, &body)
     }
 
+    /// `PUT /v1/stores/{store}` (admin token): sets a store's rate, burst
+    /// and in-flight cap, replacing all three (a `None` field goes back to
+    /// its default); the store is created if it was never seen. Answers the
+    /// settings as they now stand. A refused field is
+    /// [`ClientError::Refused`] with `bad_settings` and the field's name.
+    pub async fn store_settings_put(
+        &self,
+        store: &str,
+        settings: &StoreSettings,
+    ) -> Result<StoreFlow, ClientError> {
+        let url = self.named_url("store", &["v1", "stores"], store)?;
+        settings.validate().map_err(settings_refused)?;
+        let (status, body) = self.exchange(self.http.put(url).json(settings)).await?;
+        classify_settings(status, &body)
+    }
+
+    /// `GET /v1/stores/{store}` (admin token): a store's settings and
+    /// state, or `None` when no store has this name.
+    pub async fn store_settings_get(&self, store: &str) -> Result<Option<StoreFlow>, ClientError> {
+        let url = self.named_url("store", &["v1", "stores"], store)?;
+        let (status, body) = self.exchange(self.http.get(url)).await?;
+        classify_settings_get(status, &body)
+    }
+
+    /// `GET /v1/stores` (admin token): the stores with a rate or an
+    /// in-flight cap set, by name, as many as the server lists.
+    pub async fn stores_configured(&self) -> Result<StoreFlowList, ClientError> {
+        let get = self.http.get(self.url("/v1/stores"));
+        let (status, body) = self.exchange(get).await?;
+        classify_settings(status, &body)
+    }
+
+    /// `PUT /v1/providers/{name}` (admin token): sets the ceiling of the
+    /// provider gate `name` (as workers name it, `courier worker
+    /// --provider-gate`), replacing it. Answers the gate as it now stands.
+    pub async fn provider_settings_put(
+        &self,
+        name: &str,
+        settings: &ProviderSettings,
+    ) -> Result<ProviderFlow, ClientError> {
+        let url = self.named_url("provider", &["v1", "providers"], name)?;
+        settings.validate().map_err(settings_refused)?;
+        let (status, body) = self.exchange(self.http.put(url).json(settings)).await?;
+        classify_settings(status, &body)
+    }
+
+    /// `GET /v1/providers/{name}` (admin token): the gate's ceiling, tokens
+    /// and pause, or `None` when no gate has this name.
+    pub async fn provider_settings_get(
+        &self,
+        name: &str,
+    ) -> Result<Option<ProviderFlow>, ClientError> {
+        let url = self.named_url("provider", &["v1", "providers"], name)?;
+        let (status, body) = self.exchange(self.http.get(url)).await?;
+        classify_settings_get(status, &body)
+    }
+
+    /// The URL of `route` and then `name` below the base URL, `name`
+    /// percent-encoded as one path segment. A URL's parser removes a
+    /// segment `.` or `..`, so such a name is refused here (`bad_<field>`)
+    /// and nothing is sent.
+    fn named_url(
+        &self,
+        field: &str,
+        route: &[&str],
+        name: &str,
+    ) -> Result<reqwest::Url, ClientError> {
+        if matches!(name, "." | "..") {
+            return Err(ClientError::Refused {
+                status: 400,
+                reason: format!("bad_{field}"),
+                message: format!(
+                    "a {field} named {name:?} cannot be named in a URL; nothing was sent"
+                ),
+                field: Some(field.to_string()),
+                index: None,
+            });
+        }
+        let mut url = self.base.clone();
+        url.path_segments_mut()
+            .expect("an http:// URL (checked when the client was built) has a path")
+            .pop_if_empty()
+            .extend(route)
+            .push(name);
+        Ok(url)
+    }
+
     fn url(&self, path: &str) -> String {
         format!("{}{path}", self.base_url)
     }
@@ -233,6 +339,22 @@ impl Client {
         })?;
         Ok((status, body.to_vec()))
     }
+}
+
+/// A request the client refuses without sending it (see
+/// [`ClientError::Refused`]).
+fn not_sent(reason: String, field: &str, message: String) -> ClientError {
+    ClientError::Refused {
+        status: 400,
+        reason,
+        message: format!("{message}; nothing was sent"),
+        field: Some(field.to_string()),
+        index: None,
+    }
+}
+
+fn settings_refused(e: courier_core::rate::SettingsError) -> ClientError {
+    not_sent("bad_settings".to_string(), e.field, e.to_string())
 }
 
 fn describe(e: &reqwest::Error) -> String {

@@ -1,11 +1,13 @@
 //! What the API takes and answers, as the OpenAPI document names them
-//! (`EnqueueRequest`, `Action`, `EnqueuedItem`, `Error`). The client reads
+//! (`EnqueueRequest`, `Action`, `EnqueuedItem`, `StoreFlow`,
+//! `StoreFlowList`, `ProviderFlow`, `Error`). The client reads
 //! answers leniently: a field it does not know is ignored, so a server with
 //! more to say does not turn a success into an unknown outcome.
 
 use chrono::{DateTime, Utc};
+use courier_core::rate::{ProviderSettings, StoreSettings};
 use courier_core::{ActionState, Status};
-use serde::{Deserialize, Serialize};
+use serde::{Deserialize, Deserializer, Serialize};
 
 /// One action to enqueue: the body of `POST /v1/actions`, and one item of a
 /// batch. The server checks every field (`courier.enqueue_problem`); a field
@@ -133,6 +135,77 @@ pub struct EnqueuedItem {
     /// False for a repeat of a kept action or of an earlier item of the same
     /// batch.
     pub created: bool,
+}
+
+/// A store's settings as they stand, and what its bucket and its slots
+/// hold now (the document's `StoreFlow`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct StoreFlow {
+    pub store: String,
+    /// What is in force; a `None` field is its default.
+    #[serde(deserialize_with = "store_settings_seen")]
+    pub settings: StoreSettings,
+    /// The store's actions in flight now, as the claims count them.
+    pub in_flight: i32,
+    /// Sends its bucket allows now (`None`: no rate).
+    pub tokens: Option<f64>,
+    /// When an operator last set its settings (`None`: never).
+    pub configured_at: Option<DateTime<Utc>>,
+}
+
+/// The configured stores (the document's `StoreFlowList`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct StoreFlowList {
+    /// The stores with a rate or an in-flight cap set, by name.
+    pub stores: Vec<StoreFlow>,
+    /// More stores are configured than listed.
+    pub truncated: bool,
+}
+
+/// A provider's gate as it stands (the document's `ProviderFlow`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ProviderFlow {
+    pub provider: String,
+    /// The ceiling in force; a `None` field is its default.
+    #[serde(deserialize_with = "provider_settings_seen")]
+    pub settings: ProviderSettings,
+    /// Sends its bucket allows now (`None`: no ceiling).
+    pub tokens: Option<f64>,
+    /// Milliseconds its pause still lasts (`None`: not paused).
+    pub paused_ms: Option<u64>,
+    /// Pauses begun or lengthened since the gate was made.
+    pub pauses: i64,
+    /// When an operator last set its ceiling (`None`: never).
+    pub configured_at: Option<DateTime<Utc>>,
+}
+
+/// Settings as an answer shows them: read leniently (the settings types of
+/// `courier_core::rate` refuse unknown fields, as a request must).
+#[derive(Deserialize)]
+struct SettingsSeen {
+    #[serde(default)]
+    rate_per_s: Option<f64>,
+    #[serde(default)]
+    burst: Option<u32>,
+    #[serde(default)]
+    in_flight_max: Option<u32>,
+}
+
+fn store_settings_seen<'de, D: Deserializer<'de>>(d: D) -> Result<StoreSettings, D::Error> {
+    let s = SettingsSeen::deserialize(d)?;
+    Ok(StoreSettings {
+        rate_per_s: s.rate_per_s,
+        burst: s.burst,
+        in_flight_max: s.in_flight_max,
+    })
+}
+
+fn provider_settings_seen<'de, D: Deserializer<'de>>(d: D) -> Result<ProviderSettings, D::Error> {
+    let s = SettingsSeen::deserialize(d)?;
+    Ok(ProviderSettings {
+        rate_per_s: s.rate_per_s,
+        burst: s.burst,
+    })
 }
 
 /// The body of `POST /v1/actions:batch`.

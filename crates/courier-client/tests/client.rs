@@ -4,7 +4,10 @@
 
 mod live;
 
-use courier_client::{Action, Client, ClientError, EnqueueRequest, Enqueued, EnqueuedItem};
+use courier_client::{
+    Action, Client, ClientError, EnqueueRequest, Enqueued, EnqueuedItem, ProviderFlow,
+    ProviderSettings, StoreFlow, StoreSettings,
+};
 use courier_core::ActionState;
 use courier_store::PgStore;
 use live::TOKEN;
@@ -217,10 +220,35 @@ fn the_types_have_the_fields_of_the_documents_schemas() {
         id: 1,
         created: true,
     };
+    let store = StoreFlow {
+        store: "s1".into(),
+        settings: StoreSettings::default(),
+        in_flight: 0,
+        tokens: None,
+        configured_at: None,
+    };
+    let gate = ProviderFlow {
+        provider: "contract".into(),
+        settings: ProviderSettings::default(),
+        tokens: None,
+        paused_ms: None,
+        pauses: 0,
+        configured_at: None,
+    };
     for (name, ours) in [
         ("Action", serde_json::to_value(&action).unwrap()),
         ("EnqueueRequest", serde_json::to_value(timed).unwrap()),
         ("EnqueuedItem", serde_json::to_value(item).unwrap()),
+        ("StoreFlow", serde_json::to_value(&store).unwrap()),
+        ("ProviderFlow", serde_json::to_value(&gate).unwrap()),
+        (
+            "StoreSettings",
+            serde_json::to_value(StoreSettings::default()).unwrap(),
+        ),
+        (
+            "ProviderSettings",
+            serde_json::to_value(ProviderSettings::default()).unwrap(),
+        ),
     ] {
         assert_eq!(keys(&ours), schema(name), "{name}");
     }
@@ -280,4 +308,122 @@ async fn a_scheduled_action_shows_its_times_and_is_cancelled_once() {
     );
     assert_eq!(c.cancel(a.id + 1_000).await.unwrap(), None);
     assert_eq!(actions_in(&live.store).await, 1);
+}
+
+#[tokio::test]
+async fn store_settings_are_set_read_back_and_refused_with_their_field() {
+    let live = live::start().await;
+    let c = client(&live.url);
+    assert_eq!(c.store_settings_get("shop-1").await.unwrap(), None);
+    let set = StoreSettings {
+        rate_per_s: Some(5.0),
+        burst: Some(10),
+        in_flight_max: Some(2),
+    };
+    let flow = c.store_settings_put("shop-1", &set).await.unwrap();
+    assert_eq!((flow.store.as_str(), flow.settings), ("shop-1", set));
+    assert!(flow.configured_at.is_some());
+    let got = c.store_settings_get("shop-1").await.unwrap().unwrap();
+    assert_eq!(got.settings, set);
+    let list = c.stores_configured().await.unwrap();
+    assert_eq!(list.stores.len(), 1);
+    assert!(!list.truncated);
+    // Refused by the client (the same check as the server's), and by the
+    // server (a name the client sends as it is): nothing changed.
+    for (store, settings, reason, field) in [
+        (
+            "shop-1",
+            StoreSettings {
+                burst: Some(0),
+                ..set
+            },
+            "bad_settings",
+            "burst",
+        ),
+        (
+            "shop-1",
+            StoreSettings {
+                rate_per_s: Some(-1.0),
+                ..set
+            },
+            "bad_settings",
+            "rate_per_s",
+        ),
+        (
+            "shop-1",
+            StoreSettings {
+                rate_per_s: None,
+                ..set
+            },
+            "bad_settings",
+            "burst",
+        ),
+        ("a b", set, "bad_store", "store"),
+        (".", set, "bad_store", "store"),
+    ] {
+        let e = c.store_settings_put(store, &settings).await.unwrap_err();
+        assert!(
+            matches!(&e, ClientError::Refused { status: 400, reason: r, field: Some(f), .. }
+                if r == reason && f == field),
+            "{store} {settings:?}: {e:?}"
+        );
+    }
+    let e = c.store_settings_get("a/b").await.unwrap_err();
+    assert!(
+        matches!(&e, ClientError::Refused { status: 400, reason, .. } if reason == "bad_store"),
+        "{e:?}"
+    );
+    assert_eq!(
+        c.store_settings_get("shop-1")
+            .await
+            .unwrap()
+            .unwrap()
+            .settings,
+        set
+    );
+}
+
+#[tokio::test]
+async fn a_providers_ceiling_is_set_and_read_and_a_store_token_is_forbidden() {
+    let live = live::start().await;
+    let c = client(&live.url);
+    assert_eq!(c.provider_settings_get("contract").await.unwrap(), None);
+    let ceiling = ProviderSettings {
+        rate_per_s: Some(50.0),
+        burst: None,
+    };
+    let gate = c.provider_settings_put("contract", &ceiling).await.unwrap();
+    assert_eq!(gate.settings.burst, Some(50), "one second's worth");
+    assert_eq!((gate.paused_ms, gate.pauses), (None, 0));
+    let read = c.provider_settings_get("contract").await.unwrap().unwrap();
+    assert_eq!((read.settings, read.pauses), (gate.settings, 0));
+    let token = live.store_token(&["s1"]).await;
+    let tenant = Client::new(&live.url, Some(token)).unwrap();
+    let answers = [
+        tenant
+            .store_settings_put("s1", &StoreSettings::default())
+            .await
+            .unwrap_err(),
+        tenant.store_settings_get("s1").await.unwrap_err(),
+        tenant.stores_configured().await.unwrap_err(),
+        tenant
+            .provider_settings_put("contract", &ProviderSettings::default())
+            .await
+            .unwrap_err(),
+        tenant.provider_settings_get("contract").await.unwrap_err(),
+    ];
+    for e in answers {
+        assert!(
+            matches!(&e, ClientError::Forbidden { reason, .. } if reason == "admin_only"),
+            "{e:?}"
+        );
+    }
+    assert_eq!(
+        c.provider_settings_get("contract")
+            .await
+            .unwrap()
+            .unwrap()
+            .settings,
+        gate.settings
+    );
 }

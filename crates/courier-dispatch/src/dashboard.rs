@@ -5,20 +5,24 @@
 //!   `web/dashboard/`, compiled in; no CDN): actions by state (every
 //!   `ActionState`) over the last minutes, one action looked up by id with
 //!   its Cancel and Re-drive buttons, the actions held `unknown` with
-//!   their Resolve buttons, stores by backlog and in-flight, workers with
-//!   their leases, the oldest open intents against the key retention, the
-//!   latest fenced writes and backward reports.
+//!   their Resolve buttons, stores by backlog and in-flight, the stores'
+//!   flow-control settings and one provider gate looked up by name
+//!   (`GET /v1/providers/{name}`), workers with their leases, the oldest
+//!   open intents against the key retention, the latest fenced writes and
+//!   backward reports.
 //! - `GET /v1/ops/snapshot`: the data behind it, as JSON: the sampler's latest
 //!   sample (see [`crate::metrics::Sampler`]) and its history, and the
-//!   latest read of the held list ([`HeldList`]).
+//!   latest reads of the held list ([`HeldList`]) and of the configured
+//!   stores ([`SettingsList`]).
 //! - `GET /report`: opens a JSON report chosen by the user (chaos, bench,
 //!   verify) in the browser; [`render_report_html`] writes the same view as
 //!   one self-contained HTML file.
 //!
 //! # Invariants
 //! - Read-only: nothing here writes to the database; the snapshot is read in
-//!   a read-only transaction by the sampler, and the held list by its own
-//!   loop on the same interval, never per request. The page's Cancel,
+//!   a read-only transaction by the sampler, and the held list and the
+//!   configured stores each by a loop of their own on the same interval,
+//!   never per request. The page's Cancel,
 //!   Re-drive and Resolve buttons (each after an in-page confirmation) call
 //!   the API's routes, `POST /v1/actions/{id}/cancel`, `/redrive` and
 //!   `/resolve` (`crate::server`), with the page's token: the API authorizes
@@ -37,8 +41,9 @@ use axum::http::{header, HeaderMap, HeaderValue, Uri};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::{Json, Router};
-use courier_store::{HeldUnknown, OpsSnapshot, PgStore};
+use courier_store::{HeldUnknown, OpsSnapshot, PgStore, StoreError, StoreFlow};
 use serde::Serialize;
+use std::future::Future;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use tokio_util::sync::CancellationToken;
@@ -56,6 +61,8 @@ const CSP: &str = "default-src 'self'; img-src 'self' data:; style-src 'self'; \
 /// Actions held `unknown` the dashboard lists, newest hold first; their
 /// count is the maintained one (`by_state` of the snapshot).
 pub const HELD_LISTED_MAX: i64 = 50;
+/// Configured stores the dashboard lists, by name.
+pub const SETTINGS_LISTED_MAX: i64 = 50;
 
 /// Everything `courier serve` answers: the API (with its body limit and
 /// request time-out), `/openapi.json`, `/metrics` and the dashboard. It
@@ -71,36 +78,83 @@ pub fn app(
     let handle = recorder()?;
     let every = Duration::from_millis(sampler_cfg.interval_ms);
     let sampler = Sampler::start(store.clone(), sampler_cfg, shutdown.clone())?;
-    let held = HeldList::start(store.clone(), every, shutdown);
+    let held = {
+        let store = store.clone();
+        Polled::start("the held list", every, shutdown.clone(), move || {
+            let store = store.clone();
+            async move { store.actions_unknown(HELD_LISTED_MAX, None).await }
+        })
+    };
+    let settings = {
+        let store = store.clone();
+        Polled::start("the store settings", every, shutdown, move || {
+            let store = store.clone();
+            async move { store.stores_configured(SETTINGS_LISTED_MAX).await }
+        })
+    };
     Ok(api_router(store, cfg, auth.clone())
         .merge(crate::openapi::router())
         .merge(crate::metrics::router(handle, auth.clone()))
-        .merge(router(sampler, held, auth)))
+        .merge(router(sampler, held, settings, auth)))
 }
 
 /// The operators' list of actions held `unknown`
-/// ([`PgStore::actions_unknown`], at most [`HELD_LISTED_MAX`]), read every
-/// sampler interval by a loop of its own, so that any number of viewers
-/// costs one read per interval, as the snapshot does. It is not a gauge,
-/// so it lives here rather than in the metrics' [`Sampler`]; its figure
-/// (actions `unknown`) is the sampler's. Cheap to clone.
-#[derive(Clone, Default)]
-pub struct HeldList {
-    inner: Arc<Mutex<HeldRead>>,
+/// ([`PgStore::actions_unknown`], at most [`HELD_LISTED_MAX`]). It is not a
+/// gauge, so it lives here rather than in the metrics' [`Sampler`]; its
+/// figure (actions `unknown`) is the sampler's.
+pub type HeldList = Polled<Vec<HeldUnknown>>;
+
+/// The stores with a rate or an in-flight cap set
+/// ([`PgStore::stores_configured`], at most [`SETTINGS_LISTED_MAX`]).
+pub type SettingsList = Polled<Vec<StoreFlow>>;
+
+/// A list the dashboard shows, read every sampler interval by a loop of
+/// its own, so that any number of viewers costs one read per interval, as
+/// the snapshot does. Cheap to clone.
+pub struct Polled<T> {
+    inner: Arc<Mutex<PolledRead<T>>>,
 }
 
-#[derive(Default)]
-struct HeldRead {
+impl<T> Clone for Polled<T> {
+    fn clone(&self) -> Self {
+        Polled {
+            inner: self.inner.clone(),
+        }
+    }
+}
+
+impl<T> Default for Polled<T> {
+    fn default() -> Self {
+        Polled {
+            inner: Arc::new(Mutex::new(PolledRead {
+                latest: None,
+                error: None,
+            })),
+        }
+    }
+}
+
+struct PolledRead<T> {
     /// The latest list read and when.
-    latest: Option<(Instant, Arc<Vec<HeldUnknown>>)>,
+    latest: Option<(Instant, Arc<T>)>,
     /// Why the latest read failed (the list kept is older).
     error: Option<String>,
 }
 
-impl HeldList {
-    /// Reads the list every `every` until `shutdown`; the first read at once.
-    pub fn start(store: PgStore, every: Duration, shutdown: CancellationToken) -> HeldList {
-        let list = HeldList::default();
+impl<T: Send + Sync + 'static> Polled<T> {
+    /// Runs `read` every `every` until `shutdown`, the first at once;
+    /// `what` names the list in the log when a read fails.
+    pub fn start<F, Fut>(
+        what: &'static str,
+        every: Duration,
+        shutdown: CancellationToken,
+        mut read: F,
+    ) -> Polled<T>
+    where
+        F: FnMut() -> Fut + Send + 'static,
+        Fut: Future<Output = Result<T, StoreError>> + Send,
+    {
+        let list = Polled::default();
         let me = list.clone();
         tokio::spawn(async move {
             let mut tick = tokio::time::interval(every);
@@ -110,31 +164,31 @@ impl HeldList {
                     _ = tick.tick() => {}
                     _ = shutdown.cancelled() => return,
                 }
-                let read = store.actions_unknown(HELD_LISTED_MAX, None).await;
-                me.publish(read);
+                let got = read().await;
+                if let Err(e) = &got {
+                    tracing::warn!(error = %e, "dashboard: cannot read {what}");
+                }
+                me.publish(got);
             }
         });
         list
     }
 
-    fn publish(&self, read: Result<Vec<HeldUnknown>, courier_store::StoreError>) {
-        let mut r = self.inner.lock().expect("held list lock");
+    fn publish(&self, read: Result<T, StoreError>) {
+        let mut r = self.inner.lock().expect("dashboard list lock");
         match read {
             Ok(list) => {
                 r.latest = Some((Instant::now(), Arc::new(list)));
                 r.error = None;
             }
-            Err(e) => {
-                tracing::warn!(error = %e, "dashboard: cannot read the held list");
-                r.error = Some(e.to_string());
-            }
+            Err(e) => r.error = Some(e.to_string()),
         }
     }
 
     /// The latest list, its age, and why the latest read failed.
-    fn latest(&self) -> HeldNow {
-        let r = self.inner.lock().expect("held list lock");
-        HeldNow {
+    fn latest(&self) -> Latest<T> {
+        let r = self.inner.lock().expect("dashboard list lock");
+        Latest {
             list: r.latest.as_ref().map(|(_, list)| list.clone()),
             age: r.latest.as_ref().map(|(at, _)| at.elapsed()),
             error: r.error.clone(),
@@ -142,10 +196,10 @@ impl HeldList {
     }
 }
 
-/// What [`HeldList::latest`] has: the list and its age (None before the
+/// What [`Polled::latest`] has: the list and its age (None before the
 /// first read), and why the latest read failed.
-struct HeldNow {
-    list: Option<Arc<Vec<HeldUnknown>>>,
+struct Latest<T> {
+    list: Option<Arc<T>>,
     age: Option<Duration>,
     error: Option<String>,
 }
@@ -154,11 +208,12 @@ struct HeldNow {
 struct DashState {
     sampler: Sampler,
     held: HeldList,
+    settings: SettingsList,
     auth: Auth,
 }
 
 /// The dashboard's routes alone (no fallback, so it merges into the API's).
-pub fn router(sampler: Sampler, held: HeldList, auth: Auth) -> Router {
+pub fn router(sampler: Sampler, held: HeldList, settings: SettingsList, auth: Auth) -> Router {
     Router::new()
         .route("/", get(index))
         .route("/dashboard", get(index))
@@ -184,6 +239,7 @@ pub fn router(sampler: Sampler, held: HeldList, auth: Auth) -> Router {
         .with_state(DashState {
             sampler,
             held,
+            settings,
             auth,
         })
 }
@@ -246,6 +302,14 @@ pub struct SnapshotAnswer<'a> {
     pub held_unknown_age_ms: Option<u64>,
     /// Why the latest read of that list failed (the list shown is older).
     pub held_unknown_error: Option<String>,
+    /// The stores with a rate or an in-flight cap set, by name, at most
+    /// `store_settings_max`; None before the first read.
+    pub store_settings: Option<&'a [StoreFlow]>,
+    pub store_settings_max: i64,
+    /// How old that list is.
+    pub store_settings_age_ms: Option<u64>,
+    /// Why the latest read of that list failed (the list shown is older).
+    pub store_settings_error: Option<String>,
 }
 
 async fn snapshot(State(s): State<DashState>, uri: Uri, headers: HeaderMap) -> Response {
@@ -255,6 +319,7 @@ async fn snapshot(State(s): State<DashState>, uri: Uri, headers: HeaderMap) -> R
     let cfg = s.sampler.config();
     let latest = s.sampler.latest();
     let held = s.held.latest();
+    let settings = s.settings.latest();
     let ms = |age: &Duration| u64::try_from(age.as_millis()).unwrap_or(u64::MAX);
     let answer = SnapshotAnswer {
         sample_age_ms: latest.as_ref().map(|(_, age)| ms(age)),
@@ -269,6 +334,10 @@ async fn snapshot(State(s): State<DashState>, uri: Uri, headers: HeaderMap) -> R
         held_unknown_max: HELD_LISTED_MAX,
         held_unknown_age_ms: held.age.as_ref().map(ms),
         held_unknown_error: held.error,
+        store_settings: settings.list.as_ref().map(|list| list.as_slice()),
+        store_settings_max: SETTINGS_LISTED_MAX,
+        store_settings_age_ms: settings.age.as_ref().map(ms),
+        store_settings_error: settings.error,
     };
     let mut r = Json(answer).into_response();
     r.headers_mut()
@@ -397,6 +466,10 @@ mod tests {
             held_unknown_max: HELD_LISTED_MAX,
             held_unknown_age_ms: Some(5),
             held_unknown_error: None,
+            store_settings: None,
+            store_settings_max: SETTINGS_LISTED_MAX,
+            store_settings_age_ms: None,
+            store_settings_error: None,
         };
         let v = serde_json::to_value(&answer).unwrap();
         assert_eq!(v["held_unknown_max"], 50);
@@ -414,6 +487,83 @@ mod tests {
             assert!(
                 APP_JS.contains(&format!("a.{field}")),
                 "app.js reads {field}"
+            );
+        }
+    }
+
+    #[test]
+    fn the_dashboard_snapshot_carries_the_store_settings_the_page_reads() {
+        let list = vec![StoreFlow {
+            store: "shop-1".to_string(),
+            settings: courier_core::rate::StoreSettings {
+                rate_per_s: Some(5.0),
+                burst: Some(10),
+                in_flight_max: None,
+            },
+            in_flight: 2,
+            tokens: Some(3.5),
+            configured_at: None,
+        }];
+        let settings = SettingsList::default();
+        settings.publish(Ok(list));
+        let now = settings.latest();
+        let answer = SnapshotAnswer {
+            snapshot: None,
+            sample_age_ms: None,
+            error: None,
+            interval_ms: 2_000,
+            history: Vec::new(),
+            lease_ttl_ms: 30_000,
+            key_retention_s: 86_400,
+            intent_alert_s: 3_600,
+            held_unknown: None,
+            held_unknown_max: HELD_LISTED_MAX,
+            held_unknown_age_ms: None,
+            held_unknown_error: None,
+            store_settings: now.list.as_ref().map(|l| l.as_slice()),
+            store_settings_max: SETTINGS_LISTED_MAX,
+            store_settings_age_ms: Some(1),
+            store_settings_error: None,
+        };
+        let v = serde_json::to_value(&answer).unwrap();
+        assert_eq!(
+            v["store_settings"][0],
+            json!({"store": "shop-1", "in_flight": 2, "tokens": 3.5, "configured_at": null,
+                   "settings": {"rate_per_s": 5.0, "burst": 10, "in_flight_max": null}}),
+            "{v}"
+        );
+        assert_eq!(v["store_settings_max"], 50);
+        for field in [
+            "f.store",
+            "f.settings.rate_per_s",
+            "f.settings.burst",
+            "f.settings.in_flight_max",
+            "f.in_flight",
+            "f.tokens",
+            "f.configured_at",
+        ] {
+            assert!(APP_JS.contains(field), "app.js reads {field}");
+        }
+        for field in [
+            "g.settings.rate_per_s",
+            "g.tokens",
+            "g.paused_ms",
+            "g.pauses",
+        ] {
+            assert!(APP_JS.contains(field), "app.js reads {field}");
+        }
+        assert!(APP_JS.contains("fetch(`/v1/providers/${encodeURIComponent(name)}`"));
+        for id in [
+            "store-settings",
+            "settings-note",
+            "gate-form",
+            "gate-name",
+            "gate-fields",
+            "gate-answer",
+        ] {
+            assert!(
+                INDEX_HTML.contains(&format!("id=\"{id}\"")),
+                "index.html lacks #{id}"
             );
         }
     }

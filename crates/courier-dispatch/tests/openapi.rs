@@ -1,8 +1,9 @@
 //! The OpenAPI document against a live server (real PostgreSQL, real HTTP):
-//! every answer of the three API routes is documented (status and body) and
+//! every answer of the API's routes is documented (status and body) and
 //! matches its schema; every documented response is provoked, except the few
-//! that need a broken database (`NOT_PROVOKED`); the schema of an action
-//! lists exactly the fields the store's `ActionView` serializes.
+//! that need a broken database (`NOT_PROVOKED`); the schemas of an action, a
+//! store's and a provider's settings list exactly the fields the store's
+//! views serialize, and the settings' bounds are `courier_core::rate`'s.
 use courier_core::Limits;
 use courier_dispatch::openapi::{document_json, router, NOT_PROVOKED};
 use courier_dispatch::server::{router as api_router, serve, HttpLimits, ServerConfig};
@@ -223,6 +224,9 @@ fn the_document_describes_the_routes() {
             "/v1/actions/{id}/cancel",
             "/v1/actions/{id}/redrive",
             "/v1/actions/{id}/resolve",
+            "/v1/stores",
+            "/v1/stores/{store}",
+            "/v1/providers/{name}",
             "/v1/webhooks/provider"
         ])
     );
@@ -329,6 +333,7 @@ impl Walk<'_> {
         let url = format!("{}{}", self.srv.base, c.url_path);
         let mut req = match c.method {
             "get" => self.http.get(&url),
+            "put" => self.http.put(&url),
             _ => self.http.post(&url),
         };
         if let Some(t) = &c.token {
@@ -371,12 +376,13 @@ impl Walk<'_> {
 
     /// 408: a body that never finishes, on a route that takes one.
     async fn slow_body(&mut self, path: &'static str) {
-        self.slow_body_at(path, path).await;
+        self.slow_body_at("post", path, path).await;
     }
 
-    /// 408 as [`Walk::slow_body`], on `path`, an instance of `template`.
-    async fn slow_body_at(&mut self, template: &'static str, path: &str) {
-        let line = format!("POST {path}");
+    /// 408 as [`Walk::slow_body`], with `method` on `path`, an instance of
+    /// `template`.
+    async fn slow_body_at(&mut self, method: &'static str, template: &'static str, path: &str) {
+        let line = format!("{} {path}", method.to_uppercase());
         let mut s = tokio::net::TcpStream::connect(self.srv.addr).await.unwrap();
         let head = format!(
             "{line} HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {TOKEN}\r\n\
@@ -385,7 +391,7 @@ impl Walk<'_> {
         s.write_all(head.as_bytes()).await.unwrap();
         let (status, ct, body) = read_answer(&mut s, Duration::from_secs(10)).await;
         assert_eq!(status, 408, "{line}: {}", String::from_utf8_lossy(&body));
-        self.record("post", template, status, &ct, &body);
+        self.record(method, template, status, &ct, &body);
     }
 }
 
@@ -444,6 +450,50 @@ fn batch_cases() -> Vec<Case> {
         case(400).json(&json!({ "actions": too_many })),
         case(422).json(&batch(vec![item("b5", "x"), item("b1", "changed")])),
         case(413).body(vec![b' '; 9 * 1024 * 1024]),
+    ]
+}
+
+/// The settings' routes: set, read, list, every refusal; `tenant` is a
+/// store token (refused: settings need an admin token).
+fn settings_cases(tenant: &str) -> Vec<Case> {
+    let (store, one) = ("/v1/stores/{store}", "/v1/stores/s1");
+    let (provider, gate) = ("/v1/providers/{name}", "/v1/providers/contract");
+    let list = "/v1/stores";
+    let set = json!({"rate_per_s": 5, "burst": 10, "in_flight_max": 2});
+    vec![
+        Case::new("get", store, "/v1/stores/never-seen", 404),
+        Case::new("put", store, one, 200).json(&set),
+        Case::new("put", store, "/v1/stores/plain", 200).json(&json!({})),
+        Case::new("get", store, one, 200),
+        Case::new("get", list, list, 200),
+        Case::new("put", store, one, 400).json(&json!({"rate_per_s": -1})),
+        Case::new("put", store, one, 400).json(&json!({"rate": 5})),
+        Case::new("put", store, one, 400).body(&b"[5]"[..]),
+        Case::new("put", store, "/v1/stores/a%20b", 400).json(&set),
+        Case::new("get", store, "/v1/stores/a%20b", 400),
+        Case::new("put", store, one, 401).json(&set).no_token(),
+        Case::new("get", store, one, 401).no_token(),
+        Case::new("get", list, list, 401).no_token(),
+        Case::new("put", store, one, 403)
+            .json(&set)
+            .with_token(tenant),
+        Case::new("get", store, one, 403).with_token(tenant),
+        Case::new("get", list, list, 403).with_token(tenant),
+        Case::new("put", store, one, 413).body(vec![b' '; 70_000]),
+        Case::new("get", provider, gate, 404),
+        Case::new("put", provider, gate, 200).json(&json!({"rate_per_s": 50})),
+        Case::new("get", provider, gate, 200),
+        Case::new("put", provider, gate, 400).json(&json!({"burst": 3})),
+        Case::new("get", provider, "/v1/providers/a%20b", 400),
+        Case::new("put", provider, gate, 401)
+            .json(&json!({}))
+            .no_token(),
+        Case::new("get", provider, gate, 401).no_token(),
+        Case::new("put", provider, gate, 403)
+            .json(&json!({}))
+            .with_token(tenant),
+        Case::new("get", provider, gate, 403).with_token(tenant),
+        Case::new("put", provider, gate, 413).body(vec![b' '; 70_000]),
     ]
 }
 
@@ -610,7 +660,15 @@ async fn every_answer_is_documented_and_matches_its_schema() {
     ] {
         walk.run(c).await;
     }
-    walk.slow_body_at(resolve_path, &held_path).await;
+    walk.slow_body_at("post", resolve_path, &held_path).await;
+    let tenant_s1 = store_token(&db.store, &srv.base, "s1").await;
+    for c in settings_cases(&tenant_s1) {
+        walk.run(c).await;
+    }
+    walk.slow_body_at("put", "/v1/stores/{store}", "/v1/stores/s1")
+        .await;
+    walk.slow_body_at("put", "/v1/providers/{name}", "/v1/providers/contract")
+        .await;
     let key = fixtures::settled(&db.store).await.key;
     for c in webhook_cases(&key) {
         walk.run(c).await;
@@ -720,4 +778,86 @@ async fn the_action_schema_matches_the_store_view() {
         check(&doc, &schema, &missing, "$").is_err(),
         "the checker must catch missing fields"
     );
+}
+
+/// The settings' schemas list exactly the fields the store's views
+/// serialize (a configured store, a paused provider), and state
+/// `courier_core::rate`'s bounds.
+#[tokio::test]
+async fn the_settings_schemas_match_the_store_views_and_the_bounds() {
+    use courier_core::rate::{
+        ProviderSettings, StoreSettings, BURST_MAX, IN_FLIGHT_MAX, RATE_PER_S_MAX, RATE_PER_S_MIN,
+    };
+    let db = fresh_db().await;
+    let doc: Value = serde_json::from_str(&document_json()).unwrap();
+    let set = StoreSettings {
+        rate_per_s: Some(5.0),
+        burst: None,
+        in_flight_max: Some(2),
+    };
+    let flow = db.store.store_configure("s1", &set, "test").await.unwrap();
+    let unset = db.store.store_flow("s1").await.unwrap().unwrap();
+    db.store.provider_pause("p1", 5_000).await.unwrap();
+    let paused = db.store.provider_flow("p1").await.unwrap().unwrap();
+    let ceiling = ProviderSettings {
+        rate_per_s: Some(2.0),
+        burst: Some(4),
+    };
+    let gate = db
+        .store
+        .provider_configure("p2", &ceiling, "test")
+        .await
+        .unwrap();
+    for (name, v) in [
+        ("StoreFlow", serde_json::to_value(&flow).unwrap()),
+        ("StoreFlow", serde_json::to_value(&unset).unwrap()),
+        ("ProviderFlow", serde_json::to_value(&paused).unwrap()),
+        ("ProviderFlow", serde_json::to_value(&gate).unwrap()),
+    ] {
+        let schema = json!({ "$ref": format!("#/components/schemas/{name}") });
+        check(&doc, &schema, &v, "$").unwrap();
+        let mut missing = v.clone();
+        missing.as_object_mut().unwrap().remove("tokens");
+        assert!(check(&doc, &schema, &missing, "$").is_err(), "{name}");
+    }
+    // The mirror types read every field the store writes, and no other.
+    let _: courier_dispatch::server::StoreFlowDoc =
+        serde_json::from_value(serde_json::to_value(&flow).unwrap()).unwrap();
+    let _: courier_dispatch::server::ProviderFlowDoc =
+        serde_json::from_value(serde_json::to_value(&paused).unwrap()).unwrap();
+    let schemas = &doc["components"]["schemas"];
+    for name in ["StoreSettings", "ProviderSettings"] {
+        let props = &schemas[name]["properties"];
+        assert_eq!(
+            schemas[name]["additionalProperties"],
+            json!(false),
+            "{name}"
+        );
+        let bound = |k: &str| props["rate_per_s"][k].as_f64();
+        assert_eq!(bound("minimum"), Some(RATE_PER_S_MIN), "{name}");
+        assert_eq!(bound("maximum"), Some(RATE_PER_S_MAX), "{name}");
+        assert_eq!(props["burst"]["minimum"], json!(1), "{name}");
+        assert_eq!(props["burst"]["maximum"], json!(BURST_MAX), "{name}");
+    }
+    let cap = &schemas["StoreSettings"]["properties"]["in_flight_max"];
+    assert_eq!(
+        (cap["minimum"].clone(), cap["maximum"].clone()),
+        (json!(1), json!(IN_FLIGHT_MAX))
+    );
+    // The request schemas name the settings types' fields, and only them.
+    let fields = |v: Value| {
+        let mut k: Vec<String> = v.as_object().unwrap().keys().cloned().collect();
+        k.sort();
+        k
+    };
+    for (name, ours) in [
+        ("StoreSettings", serde_json::to_value(set).unwrap()),
+        ("ProviderSettings", serde_json::to_value(ceiling).unwrap()),
+    ] {
+        assert_eq!(
+            fields(ours),
+            fields(schemas[name]["properties"].clone()),
+            "{name}"
+        );
+    }
 }

@@ -20,6 +20,7 @@ pub mod relay;
 pub mod serve;
 pub mod sim;
 pub mod status;
+pub mod store;
 pub mod token;
 pub mod verify;
 pub mod worker;

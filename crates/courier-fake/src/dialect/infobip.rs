@@ -624,7 +624,10 @@ mod tests {
             match code.as_u16() {
                 400 | 401 => assert!(matches!(out, SendOutcome::Rejected { .. }), "{out:?}"),
                 _ => assert!(
-                    matches!(out, SendOutcome::Unknown(_) | SendOutcome::Throttled { status: 429, .. }),
+                    matches!(
+                        out,
+                        SendOutcome::Unknown(_) | SendOutcome::Throttled { status: 429, .. }
+                    ),
                     "{out:?}"
                 ),
             }

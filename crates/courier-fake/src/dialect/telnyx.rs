@@ -431,7 +431,8 @@ mod tests {
                 ),
                 _ => assert!(
                     matches!(out, SendOutcome::Unknown(_))
-                        || matches!(out, SendOutcome::Throttled { status: 429, .. }) && status == 429,
+                        || matches!(out, SendOutcome::Throttled { status: 429, .. })
+                            && status == 429,
                     "{status}: {out:?}"
                 ),
             }
