@@ -57,8 +57,8 @@ enum Command {
     Store(cmd::store::Args),
     /// The managed local PostgreSQL: start | stop | status | url.
     Db(cmd::db::Args),
-    /// A named provider's setup (settings, credentials, webhook route),
-    /// checked without sending anything.
+    /// A named provider's setup checked without sending anything (`check`),
+    /// and a provider's ceiling and pause (`limit`, `gate`).
     Providers(cmd::providers::Args),
     /// Run the flaky fake SMS provider (follows docs/provider-api.md).
     Provider(cmd::provider::Args),

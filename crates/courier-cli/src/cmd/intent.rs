@@ -117,7 +117,7 @@ fn not_found(id: i64) -> ExitCode {
 }
 
 /// `cli:` and the login name (`$USER`), or `cli:unknown`.
-fn caller() -> String {
+pub(super) fn caller() -> String {
     caller_of(std::env::var("USER").ok().as_deref())
 }
 

@@ -10,12 +10,11 @@
 //! the database unreachable.
 
 use super::common::DbArgs;
+pub(super) use super::intent::caller;
 use courier_core::rate::{validate_name, SettingsError, StoreSettings};
 use courier_store::{FlowError, StoreFlow};
 use std::process::ExitCode;
 
-/// Longest caller name recorded (the rest of `$USER` is dropped).
-const CALLER_NAME_CHARS_MAX: usize = 64;
 /// The most stores `courier store list` prints.
 const STORES_LISTED_MAX: i64 = 1_000;
 
@@ -201,21 +200,6 @@ fn flag_of(field: &str) -> String {
     }
 }
 
-/// `cli:` and the login name (`$USER`), or `cli:unknown`, as `courier
-/// resolve` records its caller.
-pub(super) fn caller() -> String {
-    let name: String = std::env::var("USER")
-        .unwrap_or_default()
-        .chars()
-        .filter(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.' | '@'))
-        .take(CALLER_NAME_CHARS_MAX)
-        .collect();
-    if name.is_empty() {
-        "cli:unknown".to_string()
-    } else {
-        format!("cli:{name}")
-    }
-}
 
 #[cfg(test)]
 mod tests {
