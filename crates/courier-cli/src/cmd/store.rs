@@ -200,7 +200,6 @@ fn flag_of(field: &str) -> String {
     }
 }
 
-
 #[cfg(test)]
 mod tests {
     use super::*;
