@@ -14,6 +14,10 @@
 //! its enqueue to the provider's accepted answer, as the database recorded
 //! them. The reference is the fair baseline of the same run.
 //!
+//! Two flow-control scenarios ([`flow`]) can run in the same run, on the
+//! same cluster and capacity: a store given a rate under a burst, and the
+//! fake provider's own rate limit below the offered load.
+//!
 //! # Invariants
 //! - Fair and FIFO runs of a scenario see the same arrival schedule.
 //! - The quiet stores are the same stores in every scenario (every store but
@@ -25,9 +29,12 @@ use crate::harness::bench_worker;
 use crate::harness::drain::{drain, Progress};
 use crate::harness::probe::{CpuProbe, LatenessProbe, Probes, Running, ScanProbe};
 use crate::harness::server::{with_cluster, Statements};
+pub mod flow;
+pub mod pacing;
 mod report;
 mod round;
 
+pub use flow::{FlowConfig, FlowReport, Scenarios};
 pub use report::*;
 use round::*;
 
@@ -48,7 +55,7 @@ use courier_provider::{ClientConfig, ProviderClient};
 use courier_store::cluster::Cluster;
 use courier_store::{ClaimMode, NewAction, PgStore, StoreConfig};
 use serde::Serialize;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -135,6 +142,10 @@ pub struct FairnessConfig {
     pub probes: Probes,
     /// Progress bars on stderr.
     pub progress: bool,
+    /// Which scenarios run: the classic ones, the flow ones, or both.
+    pub scenarios: Scenarios,
+    /// The flow scenarios' settings.
+    pub flow: FlowConfig,
 }
 
 impl FairnessConfig {
@@ -167,6 +178,8 @@ impl FairnessConfig {
             fifo_steady: true,
             probes: Probes::default(),
             progress: true,
+            scenarios: Scenarios::CLASSIC,
+            flow: FlowConfig::new(),
         }
     }
 
@@ -181,6 +194,7 @@ impl FairnessConfig {
             calibration_s: 2,
             burst_actions_min: 50,
             drain_timeout_s: 60,
+            flow: FlowConfig::smoke(),
             ..FairnessConfig::new(seed)
         }
     }
@@ -243,6 +257,12 @@ impl FairnessConfig {
         }
         if !(1..=4096).contains(&self.enqueue_in_flight_max) {
             return Err("enqueue_in_flight_max must be within 1..=4096".into());
+        }
+        if !self.scenarios.classic && !self.scenarios.flow() {
+            return Err("--scenarios must name at least one scenario".into());
+        }
+        if self.scenarios.flow() {
+            self.flow.validate()?;
         }
         Ok(())
     }
@@ -314,29 +334,33 @@ pub async fn run(cfg: &FairnessConfig) -> Result<FairnessReport, BenchError> {
     let (runs, calibration, service_ms_measured) = with_cluster(cluster, track, async |server| {
         let url = &server.url;
         let statements = server.statements_loaded && statements_enable(url).await?;
-        let mut fake = FakeConfig::new(dir.path().join("provider.jsonl"), API_KEY, SECRET);
-        fake.faults = FaultRates::NONE;
-        fake.latency = cfg.latency;
-        fake.latency_subject = LatencySubject::Stated;
-        fake.seed = cfg.seed;
-        let provider = courier_fake::start(fake).await?;
+        let provider =
+            courier_fake::start(fake_config(cfg, &dir.path().join("provider.jsonl"))).await?;
         let ctx = Ctx {
             cfg,
             server_url: url.clone(),
             provider_url: provider.url(),
             statements,
             postmaster: server.postmaster,
+            dir: dir.path(),
         };
         let runs = async {
             let (calibration, measured) = calibration_run(&ctx, assumed).await?;
             let plan = Plan::new(cfg, calibration, cfg.duration_s)?;
-            Ok::<_, BenchError>((all_runs(&ctx, &plan).await?, calibration, measured))
+            let runs = if cfg.scenarios.classic {
+                all_runs(&ctx, &plan).await?
+            } else {
+                Vec::new()
+            };
+            let flow = flow::flow_runs(&ctx, calibration).await?;
+            Ok::<_, BenchError>(((runs, flow), calibration, measured))
         }
         .await;
         provider.shutdown().await?;
         runs
     })
     .await?;
+    let (runs, flow) = runs;
     let settings = settings(cfg, assumed, calibration, service_ms_measured);
     let verdict = verdict(&runs);
     let mut report = FairnessReport {
@@ -344,11 +368,23 @@ pub async fn run(cfg: &FairnessConfig) -> Result<FairnessReport, BenchError> {
         settings,
         runs,
         verdict,
+        flow,
         chart: None,
         wall_time_s: 0.0,
     };
     report.wall_time_s = started.elapsed().as_secs_f64();
     Ok(report)
+}
+
+/// The fake provider of a run: faults off, the run's latency, stated by
+/// each message that states one, logging to `log`.
+fn fake_config(cfg: &FairnessConfig, log: &Path) -> FakeConfig {
+    let mut fake = FakeConfig::new(log, API_KEY, SECRET);
+    fake.faults = FaultRates::NONE;
+    fake.latency = cfg.latency;
+    fake.latency_subject = LatencySubject::Stated;
+    fake.seed = cfg.seed;
+    fake
 }
 
 /// The settings a report was produced with.
@@ -392,6 +428,8 @@ struct Ctx<'a> {
     statements: bool,
     /// The server's postmaster, whose processes' CPU each run reads.
     postmaster: Option<u32>,
+    /// The run's directory (the flow runs' provider logs).
+    dir: &'a Path,
 }
 
 /// The capacity and length of a run.

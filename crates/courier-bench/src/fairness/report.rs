@@ -170,8 +170,12 @@ impl FairnessVerdict {
 pub struct FairnessReport {
     pub seed: u64,
     pub settings: FairnessSettings,
+    /// The classic scenarios' runs (empty when they did not run).
     pub runs: Vec<FairnessRun>,
     pub verdict: FairnessVerdict,
+    /// The flow scenarios, when any ran.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub flow: Option<FlowReport>,
     pub chart: Option<PathBuf>,
     pub wall_time_s: f64,
 }
@@ -188,11 +192,17 @@ impl FairnessReport {
         trending_lines(&self.runs)
     }
 
-    /// The results as a text table.
+    /// The results as a text table: the classic scenarios' when they ran,
+    /// then the flow scenarios'.
     pub fn table(&self) -> String {
         let mut out = self.settings_lines();
-        out.push_str(&self.runs_lines());
-        out.push_str(&self.verdict_lines());
+        if !self.runs.is_empty() {
+            out.push_str(&self.runs_lines());
+            out.push_str(&self.verdict_lines());
+        }
+        if let Some(flow) = &self.flow {
+            out.push_str(&flow.table());
+        }
         out
     }
 
@@ -218,11 +228,13 @@ impl FairnessReport {
             "store_in_flight_max {} · claim batch {} · idle poll {} ms · synchronous_commit {}\n",
             s.store_in_flight_max, s.claim_batch_max, s.idle_poll_ms, s.synchronous_commit
         ));
-        out.push_str(&format!(
-            "{} round(s) of {} s per scenario and claim mode; latencies are the median over rounds, \
-             ratios the median of each round's ratio to that round's fair baseline\n\n",
-            s.rounds, s.duration_s
-        ));
+        if !self.runs.is_empty() {
+            out.push_str(&format!(
+                "{} round(s) of {} s per scenario and claim mode; latencies are the median over rounds, \
+                 ratios the median of each round's ratio to that round's fair baseline\n\n",
+                s.rounds, s.duration_s
+            ));
+        }
         out
     }
 

@@ -3,20 +3,42 @@
 
 use super::*;
 
+/// Where a run's workers send, and what they tell the provider.
+pub(super) struct Wiring {
+    pub provider_url: String,
+    /// The status webhooks' URL each send names; None: no webhooks.
+    pub status_callback: Option<String>,
+    /// The provider gate every worker names (its ceiling and its pauses,
+    /// shared through `provider_gates`); None: no gate.
+    pub provider_gate: Option<String>,
+}
+
+impl Wiring {
+    /// The run's shared provider, no webhooks, no gate.
+    pub fn plain(provider_url: &str) -> Wiring {
+        Wiring {
+            provider_url: provider_url.to_string(),
+            status_callback: None,
+            provider_gate: None,
+        }
+    }
+}
+
 /// Starts the plan's workers on `url`, each with its own provider client.
 pub(super) async fn start_workers(
     ctx: &Ctx<'_>,
     plan: &Plan,
     claim: ClaimMode,
     url: &str,
+    wiring: &Wiring,
 ) -> Result<WorkerPool<ProviderClient>, BenchError> {
     let n = plan.calibration.workers;
     let clients = (0..n)
         .map(|_| {
             ProviderClient::new(ClientConfig {
-                base_url: ctx.provider_url.clone(),
+                base_url: wiring.provider_url.clone(),
                 api_key: API_KEY.into(),
-                status_callback: None,
+                status_callback: wiring.status_callback.clone(),
                 timeout: Duration::from_millis(plan.limits.request_timeout_ms),
             })
             .map_err(|e| BenchError::Settings(e.to_string()))
@@ -25,13 +47,14 @@ pub(super) async fn start_workers(
     let mut wc = StoreConfig::new(url);
     wc.migrate = false;
     wc.pool_size_max = (plan.calibration.concurrency as usize + 2).min(16);
-    let worker = bench_worker(
+    let mut worker = bench_worker(
         plan.limits.clone(),
         claim,
         courier_dispatch::owner_name(),
         ctx.cfg.idle_poll_ms,
         ctx.cfg.seed,
     );
+    worker.provider_gate = wiring.provider_gate.clone();
     // A clone of a client shares its connections; each worker gets its own
     // client, and the originals are dropped with `clients`.
     let provider = |i: u32| clients[i as usize].clone();
@@ -56,7 +79,8 @@ pub(super) async fn run_one(
         statements_reset(&ctx.server_url).await?;
     }
     // The workers, each with its own pool and provider client, like processes.
-    let mut pool = start_workers(ctx, plan, claim, &url).await?;
+    let wiring = Wiring::plain(&ctx.provider_url);
+    let mut pool = start_workers(ctx, plan, claim, &url, &wiring).await?;
     let bar = bar(
         cfg.progress,
         plan.duration_s,
@@ -136,7 +160,7 @@ pub(super) struct Probed {
 
 /// The open-loop load for its whole duration, with the progress bar;
 /// answers the largest lag behind schedule, in ms.
-async fn load(
+pub(super) async fn load(
     ctx: &Ctx<'_>,
     plan: &Plan,
     store: &PgStore,
@@ -199,8 +223,8 @@ async fn drain_queue(
 
 /// The actions of one run, split as the accounting reads them.
 #[derive(Default)]
-struct Split {
-    quiet_us: Vec<u64>,
+pub(super) struct Split {
+    pub quiet_us: Vec<u64>,
     quiet_wait_us: Vec<u64>,
     /// Quiet `(enqueued_ms, latency_us)`, warm-up included.
     quiet_timeline: Vec<(f64, u64)>,
@@ -214,7 +238,7 @@ struct Split {
 }
 
 /// Splits the accepted actions into quiet and noisy, warm-up apart.
-fn split(cfg: &FairnessConfig, rows: &[ActionLatency]) -> Split {
+pub(super) fn split(cfg: &FairnessConfig, rows: &[ActionLatency]) -> Split {
     let warmup_ms = cfg.warmup_s as f64 * 1000.0;
     let is_noisy = |s: &str| (0..cfg.noisy_stores).any(|i| store_name(i) == s);
     let mut out = Split::default();

@@ -24,8 +24,9 @@ pub struct Args {
 #[derive(clap::Subcommand)]
 enum Which {
     /// Will one noisy store hurt the others? Quiet stores' latency with fair
-    /// and with FIFO claiming, in three scenarios, in one run.
-    Fairness(FairnessArgs),
+    /// and with FIFO claiming, in three scenarios, and two flow-control
+    /// scenarios (a rate-limited store, a provider's 429), in one run.
+    Fairness(Box<FairnessArgs>),
     /// Does a claim cost the same with a million stores? Claim round trip
     /// and drain rate against stores registered (100 active), and with
     /// 10,000 active stores.
@@ -196,6 +197,71 @@ struct FairnessArgs {
     /// second are reported as overloaded without running (default 1000).
     #[arg(long)]
     offered_max: Option<f64>,
+    /// Scenarios to run, comma-separated: classic (every store equal, one
+    /// store noisy steadily and in bursts, fair and FIFO), rate-limited-store
+    /// (one store at --store-rate under a burst of --store-burst-actions),
+    /// provider-429 (the fake's --fake-rate-limit below --offered-rate)
+    /// (default: all three; not with --matrix).
+    #[arg(long, value_enum, value_delimiter = ',')]
+    scenarios: Vec<ScenarioName>,
+    /// rate-limited-store: the store's rate, sends a second (default 5).
+    #[arg(long)]
+    store_rate: Option<f64>,
+    /// rate-limited-store: the store's burst, its bucket's size (default 5).
+    #[arg(long)]
+    store_burst: Option<u32>,
+    /// rate-limited-store: actions enqueued for it at once (default 1000;
+    /// 100 with --smoke).
+    #[arg(long)]
+    store_burst_actions: Option<u32>,
+    /// rate-limited-store: the pacing window's length (default 10; 2 with --smoke).
+    #[arg(long)]
+    window_s: Option<u64>,
+    /// rate-limited-store: windows the load lasts, the first not judged
+    /// (default 6; 3 with --smoke).
+    #[arg(long)]
+    windows: Option<u32>,
+    /// rate-limited-store: rounds of its pair of runs, baseline and limited
+    /// (default 1).
+    #[arg(long)]
+    flow_rounds: Option<u32>,
+    /// provider-429: the fake's own rate limit, N/s (default 50/s).
+    #[arg(long)]
+    fake_rate_limit: Option<courier_fake::SendRate>,
+    /// provider-429: the fake's burst (default: one second's worth).
+    #[arg(long)]
+    fake_rate_burst: Option<u32>,
+    /// provider-429: courier's ceiling for the provider, sends a second
+    /// (default 200).
+    #[arg(long)]
+    provider_ceiling: Option<f64>,
+    /// provider-429: arrivals a second over every store (default 100).
+    #[arg(long)]
+    offered_rate: Option<f64>,
+    /// provider-429: the load's length (default 30; 3 with --smoke).
+    #[arg(long)]
+    throttled_load_s: Option<u64>,
+}
+
+/// A scenario of `--scenarios`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+enum ScenarioName {
+    Classic,
+    RateLimitedStore,
+    #[value(name = "provider-429")]
+    Provider429,
+}
+
+/// The scenarios `names` asks for; all of them when it names none.
+fn scenarios_of(names: &[ScenarioName]) -> fairness::Scenarios {
+    if names.is_empty() {
+        return fairness::Scenarios::ALL;
+    }
+    fairness::Scenarios {
+        classic: names.contains(&ScenarioName::Classic),
+        rate_limited_store: names.contains(&ScenarioName::RateLimitedStore),
+        provider_429: names.contains(&ScenarioName::Provider429),
+    }
 }
 
 /// A probe of `--probe`.
@@ -306,7 +372,7 @@ struct ThroughputArgs {
 
 pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
     match args.which {
-        Which::Fairness(a) => run_fairness(a).await,
+        Which::Fairness(a) => run_fairness(*a).await,
         Which::Scale(a) => run_scale(a).await,
         Which::Throughput(a) => run_throughput(a).await,
         Which::Enqueue(a) => run_enqueue(a).await,
@@ -328,6 +394,11 @@ fn say(json: bool, text: &str) {
 
 async fn run_fairness(a: FairnessArgs) -> anyhow::Result<ExitCode> {
     if a.matrix {
+        if !a.scenarios.is_empty() {
+            anyhow::bail!(
+                "--scenarios does not apply to --matrix (its cells run the classic scenarios)"
+            );
+        }
         return run_matrix(a).await;
     }
     let seed = a.seed.unwrap_or_else(rand::random);
@@ -338,7 +409,9 @@ async fn run_fairness(a: FairnessArgs) -> anyhow::Result<ExitCode> {
     let cfg = fairness_config(&a, seed)?;
     say_fairness_setup(&a, &cfg);
     let mut report = fairness::run(&cfg).await?;
-    courier_bench::chart::write_fairness(&mut report, &a.chart)?;
+    if cfg.scenarios.classic {
+        courier_bench::chart::write_fairness(&mut report, &a.chart)?;
+    }
     if a.json {
         println!("{}", serde_json::to_string_pretty(&report)?);
     } else {
@@ -355,13 +428,13 @@ async fn run_fairness(a: FairnessArgs) -> anyhow::Result<ExitCode> {
             ),
         );
     }
+    let chart = match &report.chart {
+        Some(path) => format!("chart: {} · ", path.display()),
+        None => String::new(),
+    };
     say(
         a.json,
-        &format!(
-            "chart: {} · wall time {:.0} s",
-            a.chart.display(),
-            report.wall_time_s
-        ),
+        &format!("{chart}wall time {:.0} s", report.wall_time_s),
     );
     Ok(ExitCode::SUCCESS)
 }
@@ -397,9 +470,33 @@ fn fairness_config(a: &FairnessArgs, seed: u64) -> anyhow::Result<FairnessConfig
     cfg.concurrency = a.concurrency.or(cfg.concurrency);
     cfg.store_cap_sized |= a.size_store_cap;
     probes_on(&mut cfg.probes, &a.probe);
+    cfg.scenarios = scenarios_of(&a.scenarios);
+    flow_flags(a, &mut cfg.flow);
     cfg.validate().map_err(anyhow::Error::msg)?;
     cfg.calibration().map_err(anyhow::Error::msg)?;
     Ok(cfg)
+}
+
+/// The flow scenarios' flags given, over the defaults (or the smoke's).
+fn flow_flags(a: &FairnessArgs, f: &mut fairness::FlowConfig) {
+    macro_rules! set {
+        ($($flag:ident => $field:ident),* $(,)?) => { $(if let Some(v) = a.$flag { f.$field = v; })* };
+    }
+    set!(
+        store_rate => store_rate_per_s,
+        store_burst => store_burst,
+        store_burst_actions => store_burst_actions,
+        window_s => window_s,
+        windows => windows,
+        flow_rounds => rounds,
+        provider_ceiling => ceiling_per_s,
+        offered_rate => offered_per_s,
+        throttled_load_s => throttled_load_s,
+    );
+    if let Some(rate) = a.fake_rate_limit {
+        f.fake_limit_per_s = rate.milli_per_s() as f64 / 1000.0;
+    }
+    f.fake_burst = a.fake_rate_burst.or(f.fake_burst);
 }
 
 /// What one shape's run is about to measure, before it starts.
@@ -422,6 +519,25 @@ fn say_fairness_setup(a: &FairnessArgs, cfg: &FairnessConfig) {
             if a.smoke { " · SMOKE: timings are not judged" } else { "" }
         ),
     );
+    let f = &cfg.flow;
+    if cfg.scenarios.rate_limited_store {
+        say(
+            a.json,
+            &format!(
+                "rate-limited store: store-000 at {}/s (burst {}) under {} actions at once, {} x {} s windows, {} round(s)",
+                f.store_rate_per_s, f.store_burst, f.store_burst_actions, f.windows, f.window_s, f.rounds
+            ),
+        );
+    }
+    if cfg.scenarios.provider_429 {
+        say(
+            a.json,
+            &format!(
+                "provider 429: the fake at {}/s, courier's ceiling {}/s, {}/s offered for {} s",
+                f.fake_limit_per_s, f.ceiling_per_s, f.offered_per_s, f.throttled_load_s
+            ),
+        );
+    }
     if cfg.calibration_s > 0 && (cfg.workers.is_none() || cfg.concurrency.is_none()) {
         say(
             a.json,
