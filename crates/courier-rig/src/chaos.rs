@@ -987,29 +987,7 @@ impl ChaosOutcome {
     /// pacing against its bucket, the fake's 429s and the requests inside a
     /// shared pause; None for a run without flow control.
     pub fn flow_table(&self) -> Option<String> {
-        let f = self.done.flow.as_ref()?;
-        let mut t = String::from(
-            "| rated store | rate/s | burst | created | span s | max in 1 s (bound) | max in 10 s (bound) |\n|---|---:|---:|---:|---:|---:|---:|\n",
-        );
-        for p in &f.pacing {
-            t.push_str(&format!(
-                "| {} | {} | {} | {} | {:.1} | {} ({:.0}) | {} ({:.0}) |\n",
-                p.store,
-                p.rate_per_s,
-                p.burst,
-                p.created,
-                p.span_s,
-                p.max_1s,
-                p.bound_1s,
-                p.max_10s,
-                p.bound_10s
-            ));
-        }
-        t.push_str(&format!(
-            "\n| provider's log | count |\n|---|---:|\n| sends answered 429 by the fake | {} |\n| requests inside a pause every worker should keep | {} |\n| judged (no faults) | {} |\n",
-            f.rate_limited, f.pause_breaches, if f.judged { "yes" } else { "no: reported only" }
-        ));
-        Some(t)
+        self.done.flow.as_ref().map(FlowDone::table)
     }
 
     /// The failover run's rows (every one must be 0) and what was done to

@@ -122,6 +122,34 @@ pub struct FlowDone {
 }
 
 impl FlowDone {
+    /// The figures as tables: each rated store's pacing against its
+    /// bucket, then the fake's 429s and the requests inside a shared pause.
+    pub fn table(&self) -> String {
+        let f = self;
+        let mut t = String::from(
+            "| rated store | rate/s | burst | created | span s | max in 1 s (bound) | max in 10 s (bound) |\n|---|---:|---:|---:|---:|---:|---:|\n",
+        );
+        for p in &f.pacing {
+            t.push_str(&format!(
+                "| {} | {} | {} | {} | {:.1} | {} ({:.0}) | {} ({:.0}) |\n",
+                p.store,
+                p.rate_per_s,
+                p.burst,
+                p.created,
+                p.span_s,
+                p.max_1s,
+                p.bound_1s,
+                p.max_10s,
+                p.bound_10s
+            ));
+        }
+        t.push_str(&format!(
+            "\n| provider's log | count |\n|---|---:|\n| sends answered 429 by the fake | {} |\n| requests inside a pause every worker should keep | {} |\n| judged (no faults) | {} |\n",
+            f.rate_limited, f.pause_breaches, if f.judged { "yes" } else { "no: reported only" }
+        ));
+        t
+    }
+
     /// Every rated store within its bucket, and the pauses kept: requests
     /// inside a pause at most one for every 20 of the fake's 429s. A
     /// distributed pause is learnt late by a claim whose snapshot came
