@@ -163,7 +163,7 @@ async fn claim<P: Provider>(
     let claim = bounded(limits.lease_ttl_ms, ctx.store.action_claim(&req)).await;
     let found = claim.as_ref().map_or(0, |t| t.claimed.len());
     if let Some(ms) = claim.as_ref().ok().and_then(|t| t.provider_paused_ms) {
-        learn_pause(ctx, sent_ms, ms).await;
+        learn_pause(ctx, ctx.now_ms(), ms).await;
     }
     if claim.is_ok() {
         reclaims.claimed(started, look, n as usize, found);
@@ -176,8 +176,9 @@ async fn claim<P: Provider>(
     claim.map(|c| (c, sent_ms))
 }
 
-/// A pause another worker wrote, read at `at_ms` (when the read was sent):
-/// this worker keeps to it too.
+/// A pause another worker wrote, its length `ms` measured by the database
+/// and counted here from `at_ms`, when the answer came (so it ends no
+/// earlier here than there): this worker keeps to it too.
 async fn learn_pause<P: Provider>(ctx: &Ctx<P>, at_ms: u64, ms: u64) {
     if ctx.gate.pause(at_ms, ms, 0) {
         ctx.observe(Event::ProviderPaused { ms, shared: true })
@@ -192,11 +193,10 @@ async fn refresh_pause<P: Provider>(ctx: &Ctx<P>) {
     let Some(name) = ctx.gate.name.as_deref() else {
         return;
     };
-    let at_ms = ctx.now_ms();
     match bounded(ctx.cfg.limits.lease_ttl_ms, ctx.store.provider_flow(name)).await {
         Ok(flow) => {
             if let Some(ms) = flow.and_then(|f| f.paused_ms) {
-                learn_pause(ctx, at_ms, ms).await;
+                learn_pause(ctx, ctx.now_ms(), ms).await;
             }
         }
         Err(e) => {
